@@ -1,0 +1,59 @@
+"""A small tree of picklable exceptions; each knows its Airbyte ``failure_type``."""
+
+from __future__ import annotations
+
+
+class OlakeError(Exception):
+    """Base of every error olake reports; ``failure_type`` goes into the TRACE message."""
+
+    failure_type = "system_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __reduce__(self):  # picklable across Spark executors
+        return (type(self), (self.message,))
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ConfigError(OlakeError):
+    """The user's input (config, catalog, state, arguments) is wrong; retrying will not help."""
+
+    failure_type = "config_error"
+
+
+class StateError(ConfigError):
+    """The state file is unreadable or does not follow the state schema."""
+
+
+class ProtocolError(ConfigError):
+    """A line on stdin is not a valid protocol message."""
+
+
+class CatalogError(ConfigError):
+    """The catalog names an unknown stream or contradicts the source."""
+
+
+class SourceError(OlakeError):
+    """The source failed while being read."""
+
+
+class DestinationError(OlakeError):
+    """The destination failed while being written."""
+
+
+class ConnectionFailed(ConfigError):
+    """A server could not be reached or refused the credentials."""
+
+
+class TransientError(OlakeError):
+    """A failure that may go away on retry (network blip, serialization failure)."""
+
+    failure_type = "transient_error"
+
+
+class PositionLostError(ConfigError):
+    """A change-log position is no longer available (dropped slot, rolled-over oplog)."""

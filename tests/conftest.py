@@ -1,0 +1,41 @@
+"""Shared fixtures: one throwaway PostgreSQL cluster and one local[2] Spark session per test run."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tests.support.pgcluster import PgCluster, create_database, start_cluster  # noqa: E402
+
+_db_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> PgCluster:
+    """A PostgreSQL cluster with wal_level=logical, shared by the whole run."""
+    cluster = start_cluster()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture()
+def pg_db(pg_cluster: PgCluster) -> str:
+    """A fresh, empty database in the shared cluster; returns its name."""
+    name = f"t{next(_db_counter)}_{os.getpid()}"
+    create_database(pg_cluster, name)
+    return name
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local[2] SparkSession for every in-process test."""
+    from olake_cli.engine.session import spark_session, stop_spark_session
+
+    session = spark_session("local[2]")
+    yield session
+    stop_spark_session()
