@@ -1,0 +1,110 @@
+"""The ``olake`` command line: parse arguments, call a use case, map errors to exit codes."""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+import click
+import typer
+
+from olake_cli.cli.config import load_config
+from olake_cli.cli.report import fail, log, protocol_writer
+from olake_cli.core import messages
+from olake_cli.core.errors import ConfigError, OlakeError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Copy PostgreSQL into Parquet: chunked parallel full loads on Spark, resumable state.")
+state_app = typer.Typer(no_args_is_help=True, help="Work with state files.")
+app.add_typer(state_app, name="state")
+
+CONFIG_OPT = typer.Option(..., "--config", help="Connector config JSON file (its 'type' names the connector).")
+CATALOG_OPT = typer.Option(..., "--catalog", help="Catalog JSON (the output of discover, possibly edited).")
+STATE_OPT = typer.Option(None, "--state", help="State JSON file; read to resume, merged into by write.")
+MASTER_OPT = typer.Option(None, "--spark-master", help="Spark master URL (default local[*] or $OLAKE_SPARK_MASTER).")
+PARALLEL_OPT = typer.Option(None, "--max-parallel", min=1, help="Chunks scanned at once (default: Spark's parallelism).")
+
+
+@app.command()
+def spec(source: Optional[str] = typer.Option(None, "--source", help="Source type, e.g. postgres."),
+         destination: Optional[str] = typer.Option(None, "--destination", help="Destination type, e.g. parquet.")) -> None:
+    """Print the SPEC message (the config's JSON Schema) of a connector."""
+    from olake_cli.cli.config import schema_for
+    from olake_cli.core.validation import load_schema
+
+    if bool(source) == bool(destination):
+        raise ConfigError("spec: give exactly one of --source TYPE or --destination TYPE")
+    name = schema_for("source", source) if source else schema_for("destination", destination)
+    protocol_writer().write(messages.spec_message(load_schema(name)))
+
+
+@app.command()
+def check(config: str = CONFIG_OPT) -> None:
+    """Check that a source or destination config works; prints CONNECTION_STATUS."""
+    from olake_cli.pipeline.connectors import check_connector
+
+    role, kind, cfg = load_config(config)
+    out = protocol_writer()
+    try:
+        text = check_connector(role, kind, cfg)
+    except OlakeError as exc:
+        out.write(messages.connection_status(False, exc.message))
+        out.flush()
+        fail(exc)
+    out.write(messages.connection_status(True, text))
+    log(text)
+
+
+@app.command()
+def discover(config: str = CONFIG_OPT) -> None:
+    """Print the CATALOG of every table the source config can see."""
+    from olake_cli.pipeline.connectors import make_source
+
+    _, kind, cfg = load_config(config, role="source")
+    catalog = make_source(kind, cfg).discover()
+    protocol_writer().write(messages.catalog_message(catalog))
+    log(f"discovered {len(catalog['streams'])} stream(s)")
+
+
+@app.command()
+def read(config: str = CONFIG_OPT, catalog: str = CATALOG_OPT, state: Optional[str] = STATE_OPT,
+         spark_master: Optional[str] = MASTER_OPT, max_parallel: Optional[int] = PARALLEL_OPT) -> None:
+    """Read the selected streams and print RECORD and STATE messages on stdout."""
+    from olake_cli.pipeline.connectors import run_read
+
+    run_read(config, catalog, state, spark_master, max_parallel, protocol_writer(), log)
+
+
+@app.command()
+def write(config: str = CONFIG_OPT,
+          catalog: Optional[str] = typer.Option(None, "--catalog", help="Catalog to check the reader's against."),
+          state: Optional[str] = STATE_OPT) -> None:
+    """Consume protocol messages on stdin and write them to the destination."""
+    from olake_cli.pipeline.connectors import run_write
+
+    run_write(config, catalog, state, sys.stdin.buffer, protocol_writer(), log)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        result = app(standalone_mode=False)
+        if isinstance(result, int) and result:
+            sys.exit(result)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        fail(OlakeError("aborted"), 130)
+    except click.ClickException as exc:
+        fail(ConfigError(f"{exc.format_message()} (see olake --help)"), 2)
+    except OlakeError as exc:
+        fail(exc)
+    except BrokenPipeError:
+        log("error: stdout closed by the reader of the pipe")
+        sys.exit(1)
+    except KeyboardInterrupt:
+        fail(OlakeError("interrupted"), 130)
+    except Exception as exc:  # anything unexpected is a system error with its stack in the TRACE
+        err = OlakeError(f"internal error: {type(exc).__name__}: {exc}")
+        err.__traceback__ = exc.__traceback__
+        fail(err)

@@ -1,0 +1,47 @@
+"""Where output goes: protocol messages to the real stdout, everything human to stderr."""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from typing import NoReturn
+
+from olake_cli.core import messages
+from olake_cli.core.errors import OlakeError
+
+_WRITER: messages.MessageWriter | None = None
+
+
+def log(text: str) -> None:
+    """One human line on stderr."""
+    sys.stderr.write(f"olake: {text}\n")
+    sys.stderr.flush()
+
+
+def protocol_writer() -> messages.MessageWriter:
+    """The writer for protocol messages on the process's real stdout.
+
+    File descriptor 1 is then pointed at stderr, so anything else that prints (the JVM, Spark's
+    Python workers, a stray library) cannot corrupt the protocol stream.
+    """
+    global _WRITER
+    if _WRITER is None:
+        sys.stdout.flush()
+        saved = os.dup(1)
+        os.dup2(2, 1)
+        _WRITER = messages.MessageWriter(os.fdopen(saved, "wb", buffering=1 << 20))
+    return _WRITER
+
+
+def fail(error: OlakeError, exit_code: int = 1) -> NoReturn:
+    """Report an error as a TRACE on stdout and one line on stderr, then exit non-zero."""
+    stack = "".join(traceback.format_exception(error)) if error.__traceback__ else None
+    try:
+        writer = protocol_writer()
+        writer.write(messages.trace_error(error.message, error.failure_type, stack_trace=stack))
+        writer.flush()
+    except (BrokenPipeError, OSError):
+        pass
+    log(f"error: {error.message}")
+    sys.exit(exit_code)

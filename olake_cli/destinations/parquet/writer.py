@@ -1,0 +1,171 @@
+"""Parquet destination: ``<path>/<namespace>/<stream>/part-*.parquet``, files appear atomically."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from olake_cli.core import codec
+from olake_cli.core.catalog import Catalog, CatalogStream
+from olake_cli.core.errors import DestinationError
+from olake_cli.core.state import State
+
+METADATA_FIELDS = [
+    pa.field("_olake_op", pa.string(), nullable=False),          # r (full load), c, u, d
+    pa.field("_olake_op_id", pa.string()),                        # "%016X/%016X" commit LSN / sequence
+    pa.field("_olake_commit_ts", pa.timestamp("us", tz="UTC")),   # source commit time (changes only)
+    pa.field("_olake_synced_at", pa.timestamp("us", tz="UTC"), nullable=False),
+]
+DECODE_EVERY = 20_000
+UNKNOWN_LOAD = "0"
+
+
+@dataclass
+class StreamBuffer:
+    """Rows of one stream waiting to be written: raw dicts, then decoded Arrow tables."""
+
+    stream: CatalogStream
+    schema: pa.Schema
+    rows: list[dict] = field(default_factory=list)
+    tables: list[pa.Table] = field(default_factory=list)
+    table_rows: int = 0
+    warned: set[str] = field(default_factory=set)
+
+
+class ParquetDestination:
+    """Buffers records per stream and writes exact-typed Parquet files on commit."""
+
+    def __init__(self, config: dict[str, Any], log: Callable[[str], None]) -> None:
+        self.root = config["path"]
+        self.rows_per_file = int(config.get("rows_per_file", 1_000_000))
+        compression = config.get("compression", "zstd")
+        self.compression = None if compression == "none" else compression
+        self.log = log
+        self.buffers: dict[tuple, StreamBuffer] = {}
+        self.load_ids: dict[tuple, str] = {}
+        self.files_written = 0
+        self.rows_written = 0
+
+    def open(self, catalog: Catalog) -> None:
+        """Prepare a buffer per stream of the catalog."""
+        for stream in catalog.streams:
+            if stream.key not in self.buffers:
+                schema = codec.arrow_schema(stream.json_schema)
+                for meta in METADATA_FIELDS:
+                    schema = schema.append(meta)
+                self.buffers[stream.key] = StreamBuffer(stream, schema)
+
+    def stream_dir(self, stream: CatalogStream) -> str:
+        """The folder holding one stream's files."""
+        return os.path.join(self.root, stream.namespace or "default", stream.name)
+
+    def add(self, key: tuple, data: dict) -> None:
+        """Buffer one record's data."""
+        buf = self.buffers[key]
+        buf.rows.append(data)
+        if len(buf.rows) >= DECODE_EVERY:
+            self._decode(buf)
+            if buf.table_rows >= self.rows_per_file:
+                self._write_file(buf)
+
+    def commit(self) -> None:
+        """Make every buffered record durable (written, fsynced, renamed into place)."""
+        for buf in self.buffers.values():
+            self._decode(buf)
+            if buf.table_rows:
+                self._write_file(buf)
+
+    def observe_state(self, state: State) -> None:
+        """Track each stream's current load; once a full load is complete, drop older loads' files."""
+        for ss in state.streams:
+            key = (ss.stream_namespace, ss.stream_name)
+            load_id = (ss.extra or {}).get("load_id")
+            if load_id:
+                self.load_ids[key] = load_id
+
+    def after_commit(self, state: State) -> None:
+        """Called once ``state`` is committed: completed full loads replace earlier loads' files."""
+        for ss in state.streams:
+            load_id = (ss.extra or {}).get("load_id")
+            key = (ss.stream_namespace, ss.stream_name)
+            if load_id and not ss.chunks and key in self.buffers:
+                self._drop_other_loads(self.buffers[key].stream, load_id)
+
+    def _decode(self, buf: StreamBuffer) -> None:
+        if not buf.rows:
+            return
+        table, warnings = codec.decode_rows(buf.rows, buf.stream.json_schema)
+        for warning in warnings:
+            if warning not in buf.warned:
+                buf.warned.add(warning)
+                self.log(f"{buf.stream.namespace}.{buf.stream.name}: {warning}")
+        table = self._with_metadata(table, buf.rows)
+        buf.tables.append(table)
+        buf.table_rows += table.num_rows
+        buf.rows = []
+
+    def _with_metadata(self, table: pa.Table, rows: list[dict]) -> pa.Table:
+        now = int(time.time() * 1_000_000)
+        ops = [r.get("_olake_op", "r") for r in rows]
+        op_ids = [_format_op_id(r.get("_olake_op_id")) for r in rows]
+        commit_ts = [r.get("_olake_commit_ts") for r in rows]
+        columns = [pa.array(ops, pa.string()), pa.array(op_ids, pa.string()),
+                   pa.array(commit_ts, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+                   pa.array([now] * len(rows), pa.int64()).cast(pa.timestamp("us", tz="UTC"))]
+        for meta, column in zip(METADATA_FIELDS, columns):
+            table = table.append_column(meta, column)
+        return table
+
+    def _write_file(self, buf: StreamBuffer) -> None:
+        table = pa.concat_tables(buf.tables).cast(buf.schema)
+        folder = self.stream_dir(buf.stream)
+        os.makedirs(folder, exist_ok=True)
+        load_id = self.load_ids.get(buf.stream.key, UNKNOWN_LOAD)
+        name = f"part-{load_id}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}.parquet"
+        tmp = os.path.join(folder, f".{name}.tmp")
+        try:
+            pq.write_table(table, tmp, compression=self.compression)
+            _fsync(tmp)
+            os.replace(tmp, os.path.join(folder, name))
+            _fsync(folder)
+        except OSError as exc:
+            raise DestinationError(f"parquet: cannot write {folder}: {exc.strerror or exc}") from None
+        self.files_written += 1
+        self.rows_written += table.num_rows
+        buf.tables, buf.table_rows = [], 0
+
+    def _drop_other_loads(self, stream: CatalogStream, load_id: str) -> None:
+        folder = self.stream_dir(stream)
+        if not os.path.isdir(folder):
+            return
+        stale = [n for n in os.listdir(folder)
+                 if n.startswith("part-") and n.endswith(".parquet") and not n.startswith(f"part-{load_id}-")]
+        for name in stale:
+            os.remove(os.path.join(folder, name))
+        if stale:
+            _fsync(folder)
+            self.log(f"{stream.namespace}.{stream.name}: full load {load_id} complete; "
+                     f"removed {len(stale)} file(s) of earlier loads")
+
+
+def _format_op_id(op_id: Any) -> str | None:
+    if op_id is None:
+        return None
+    if isinstance(op_id, (list, tuple)) and len(op_id) == 2:
+        return f"{int(op_id[0]):016X}/{int(op_id[1]):016X}"
+    return str(op_id)
+
+
+def _fsync(path: str) -> None:
+    """fsync a file or a directory (so a rename inside it is durable)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,52 @@
+"""Runs chunk tasks as Spark jobs (one task each), several at a time, yielding results as they finish."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Any
+
+
+class SparkChunkRunner:
+    """Submits one single-partition Spark job per chunk, keeping ``max_parallel`` in flight.
+
+    Results come back in completion order; a new job starts only when a result has been handed to the
+    consumer, so the driver never holds more than ``max_parallel + 1`` chunks in memory.
+    """
+
+    def __init__(self, spark, max_parallel: int | None = None) -> None:
+        self.spark = spark
+        self.sc = spark.sparkContext
+        self.max_parallel = max(1, max_parallel or self.sc.defaultParallelism)
+        self._group = f"olake-{id(self)}"
+        self._lock = threading.Lock()
+
+    def _run_one(self, func: Callable[[Any], Any], task: Any) -> Any:
+        self.sc.setJobGroup(self._group, "olake chunk scan", interruptOnCancel=True)
+        return self.sc.parallelize([task], 1).map(func).collect()[0]
+
+    def run(self, func: Callable[[Any], Any], tasks: Iterable[Any]) -> Iterator[Any]:
+        """Apply ``func`` to every task on the cluster; yield each result as soon as it is ready."""
+        pending = iter(tasks)
+        in_flight: set[Future] = set()
+        pool = ThreadPoolExecutor(max_workers=self.max_parallel + 1, thread_name_prefix="olake-chunk")
+        try:
+            self._top_up(pool, func, pending, in_flight)
+            while in_flight:
+                done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+                for future in done:
+                    in_flight.discard(future)
+                    yield future.result()
+                    self._top_up(pool, func, pending, in_flight)
+        finally:
+            if in_flight:
+                self.sc.cancelJobGroup(self._group)
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _top_up(self, pool, func, pending, in_flight: set[Future]) -> None:
+        while len(in_flight) < self.max_parallel:
+            task = next(pending, None)
+            if task is None:
+                return
+            in_flight.add(pool.submit(self._run_one, func, task))

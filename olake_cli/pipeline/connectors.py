@@ -1,0 +1,81 @@
+"""Wires configs to connectors and runs the use cases the CLI exposes."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any, BinaryIO, Callable
+
+from olake_cli.core.catalog import load_catalog
+from olake_cli.core.errors import ConfigError, DestinationError
+from olake_cli.core.messages import MessageWriter
+from olake_cli.core.state import FileStateStore, State, load_state
+
+
+def make_source(kind: str, config: dict[str, Any]):
+    """The source connector for a validated config."""
+    if kind == "postgres":
+        from olake_cli.sources.postgres.source import PostgresSource
+
+        return PostgresSource(config)
+    raise ConfigError(f"unknown source type '{kind}'")
+
+
+def make_destination(kind: str, config: dict[str, Any], log: Callable[[str], None]):
+    """The destination connector for a validated config."""
+    if kind == "parquet":
+        from olake_cli.destinations.parquet.writer import ParquetDestination
+
+        return ParquetDestination(config, log)
+    raise ConfigError(f"unknown destination type '{kind}'")
+
+
+def check_connector(role: str, kind: str, config: dict[str, Any]) -> str:
+    """Check a connector; returns a success text or raises an OlakeError saying what to fix."""
+    if role == "source":
+        return make_source(kind, config).check()
+    return check_parquet_path(config["path"])
+
+
+def check_parquet_path(path: str) -> str:
+    """The Parquet folder exists (or can be created) and accepts files."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".olake-check-"):
+            pass
+    except OSError as exc:
+        raise DestinationError(f"parquet: cannot write into '{path}': {exc.strerror or exc}") from None
+    return f"parquet: '{path}' is writable"
+
+
+def run_read(config_path: str, catalog_path: str, state_path: str | None, spark_master: str | None,
+             max_parallel: int | None, out: MessageWriter, log: Callable[[str], None]) -> None:
+    """``olake read``: validate every input first, then start Spark and stream the messages."""
+    from olake_cli.cli.config import load_config
+    from olake_cli.pipeline.read import ReadPipeline
+
+    _, kind, config = load_config(config_path, role="source")
+    catalog = load_catalog(catalog_path)
+    state = load_state(state_path) if state_path else State()
+    source = make_source(kind, config)
+    from olake_cli.engine.chunk_runner import SparkChunkRunner
+    from olake_cli.engine.session import spark_session
+
+    runner = SparkChunkRunner(spark_session(spark_master), max_parallel or config.get("max_parallel"))
+    ReadPipeline(source, catalog, state, out, runner, log).run()
+
+
+def run_write(config_path: str, catalog_path: str | None, state_path: str | None, stdin: BinaryIO,
+              out: MessageWriter, log: Callable[[str], None]) -> None:
+    """``olake write``: consume stdin into the destination, committing states as they arrive."""
+    from olake_cli.cli.config import load_config
+    from olake_cli.pipeline.write import WritePipeline
+
+    _, kind, config = load_config(config_path, role="destination")
+    catalog = load_catalog(catalog_path) if catalog_path else None
+    store = None
+    if state_path:
+        store = FileStateStore(state_path)
+        store.load()  # a bad state file fails now, before anything is written
+    destination = make_destination(kind, config, log)
+    WritePipeline(destination, catalog, store, out, log).run(stdin)

@@ -1,0 +1,101 @@
+"""The write use case: consume protocol lines, buffer records, commit, then echo and persist STATE."""
+
+from __future__ import annotations
+
+from typing import Any, BinaryIO, Callable
+
+import orjson
+
+from olake_cli.core import messages
+from olake_cli.core.catalog import Catalog, parse_catalog
+from olake_cli.core.errors import CatalogError, OlakeError, ProtocolError, SourceError
+from olake_cli.core.state import FileStateStore, State
+from olake_cli.core.validation import validate_message
+
+
+class WritePipeline:
+    """Drives a destination from a stream of protocol messages (``olake write``)."""
+
+    def __init__(self, destination, catalog: Catalog | None, state_store: FileStateStore | None,
+                 out: messages.MessageWriter, log: Callable[[str], None]) -> None:
+        self.destination, self.catalog, self.store = destination, catalog, state_store
+        self.out, self.log = out, log
+        self.keys: set[tuple] = set()
+        self.upstream_error: str | None = None
+        self.records = 0
+        self.states = 0
+        if catalog is not None:
+            self._adopt(catalog)
+
+    def run(self, stdin: BinaryIO) -> None:
+        """Process every line of ``stdin``; raise on the first bad line (naming its number)."""
+        lineno = 0
+        for lineno, line in enumerate(stdin, 1):
+            if line.strip():
+                self._handle(self._parse(line, lineno), lineno)
+        self.destination.commit()
+        self.log(f"wrote {self.records} record(s), committed {self.states} state(s) from {lineno} line(s)")
+        if self.upstream_error:
+            raise SourceError(f"the reading side failed: {self.upstream_error}")
+
+    def _parse(self, line: bytes, lineno: int) -> dict[str, Any]:
+        try:
+            msg = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            hint = " (truncated line?)" if not line.endswith(b"\n") else ""
+            raise ProtocolError(f"stdin line {lineno}: not valid JSON{hint}: {exc}") from None
+        try:
+            validate_message(msg)
+        except OlakeError as exc:
+            raise ProtocolError(f"stdin line {lineno}: {exc.message}") from None
+        return msg
+
+    def _handle(self, msg: dict[str, Any], lineno: int) -> None:
+        kind = msg["type"]
+        if kind == "RECORD":
+            record = msg["record"]
+            key = (record.get("namespace"), record["stream"])
+            if key not in self.keys:
+                raise ProtocolError(f"stdin line {lineno}: record for unknown stream "
+                                    f"'{key[0]}.{key[1]}' (not in the catalog)")
+            self.destination.add(key, record["data"])
+            self.records += 1
+        elif kind == "STATE":
+            self._commit_state(msg)
+        elif kind == "CATALOG":
+            self._on_catalog(parse_catalog(msg, what=f"stdin line {lineno}"))
+        elif kind == "TRACE":
+            error = msg["trace"].get("error") or {}
+            self.upstream_error = error.get("message", "unknown error")
+            self.log(f"upstream error: {self.upstream_error}")
+        elif kind == "LOG":
+            self.log(f"upstream {msg['log']['level']}: {msg['log']['message']}")
+
+    def _commit_state(self, msg: dict[str, Any]) -> None:
+        state = State.from_dict(msg["state"])
+        self.destination.commit()
+        self.destination.observe_state(state)
+        self.out.write(msg)
+        self.out.flush()
+        if self.store is not None:
+            self.store.merge_and_save(state)
+        self.destination.after_commit(state)
+        self.states += 1
+
+    def _on_catalog(self, incoming: Catalog) -> None:
+        if self.catalog is None:
+            self._adopt(incoming)
+            return
+        for stream in incoming.streams:
+            mine = self.catalog.find(stream.namespace, stream.name)
+            if mine is None:
+                raise CatalogError(f"catalog: stream '{stream.namespace}.{stream.name}' from the reader "
+                                   f"is not in --catalog")
+            if mine.json_schema.get("properties") != stream.json_schema.get("properties"):
+                raise CatalogError(f"catalog: the reader's schema of '{stream.namespace}.{stream.name}' "
+                                   f"differs from --catalog (run discover again)")
+
+    def _adopt(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+        self.destination.open(catalog)
+        self.keys = {s.key for s in catalog.streams}

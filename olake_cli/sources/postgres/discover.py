@@ -1,0 +1,78 @@
+"""Discovery: every table of the configured schemas becomes one catalog stream."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from olake_cli.sources.postgres import types as pgtypes
+
+# olake types whose values order naturally and can serve as an incremental cursor.
+CURSOR_TYPES = ("int16", "int32", "int64", "date", "timestamp", "timestamptz", "numeric", "float32", "float64")
+
+TABLES_SQL = """
+SELECT n.nspname, c.relname, c.relkind, c.oid
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = ANY(%s) AND c.relkind IN ('r', 'p') AND NOT c.relispartition
+ORDER BY n.nspname, c.relname
+"""
+
+PRIMARY_KEY_SQL = """
+SELECT a.attname
+FROM pg_index i
+JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) ON true
+JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+WHERE i.indrelid = %s AND i.indisprimary
+ORDER BY k.ord
+"""
+
+
+def list_tables(conn, schemas: tuple[str, ...] | list[str]) -> list[tuple[str, str, str, int]]:
+    """(schema, table, relkind, oid) of every ordinary or partitioned table, partitions excluded."""
+    return [tuple(row) for row in conn.execute(TABLES_SQL, (list(schemas),)).fetchall()]
+
+
+def primary_key(conn, table_oid: int) -> list[str]:
+    """Primary-key column names in key order (empty if the table has none)."""
+    return [row[0] for row in conn.execute(PRIMARY_KEY_SQL, (table_oid,)).fetchall()]
+
+
+def is_cursor_candidate(olake_type: str) -> bool:
+    """Whether a column of this olake type can be an incremental cursor."""
+    return olake_type in CURSOR_TYPES or olake_type.startswith("decimal(")
+
+
+def discover_stream(conn, schema: str, table: str, relkind: str, oid: int) -> dict[str, Any]:
+    """One catalog stream entry for a table, with its JSON Schema, key and cursor candidates."""
+    columns = pgtypes.fetch_columns(conn, schema, table)
+    properties = {col.name: pgtypes.json_schema_property(col) for col in columns}
+    pkey = primary_key(conn, oid)
+    candidates = [col.name for col in columns if is_cursor_candidate(col.olake_type)]
+    modes = ["full_refresh", "cdc"]
+    if candidates:
+        modes.insert(1, "incremental")
+    default_cursor = _default_cursor(candidates)
+    return {
+        "name": table,
+        "namespace": schema,
+        "json_schema": {"type": "object", "properties": properties},
+        "supported_sync_modes": modes,
+        "source_defined_primary_key": [[name] for name in pkey],
+        "default_cursor_field": [default_cursor] if default_cursor else [],
+        "cursor_candidates": candidates,
+        "selected": True,
+        "sync_mode": "full_refresh",
+        "x-olake": {"relkind": "partitioned" if relkind == "p" else "table"},
+    }
+
+
+def _default_cursor(candidates: list[str]) -> str | None:
+    for preferred in ("updated_at", "modified_at", "last_modified", "updated"):
+        if preferred in candidates:
+            return preferred
+    return None
+
+
+def discover_catalog(conn, schemas: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    """The catalog object (``{"streams": [...]}``) of every table in ``schemas``."""
+    streams = [discover_stream(conn, *row) for row in list_tables(conn, schemas)]
+    return {"streams": streams}

@@ -1,0 +1,71 @@
+"""Run the real ``olake`` command as a subprocess, alone or as ``read | write``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+
+def olake_env() -> dict[str, str]:
+    """Environment for olake subprocesses (a small local Spark)."""
+    env = dict(os.environ)
+    env.setdefault("OLAKE_SPARK_MASTER", "local[2]")
+    env.setdefault("OLAKE_SPARK_DRIVER_MEMORY", "1g")
+    return env
+
+
+def olake_cmd(*args: str) -> list[str]:
+    """argv running olake with this interpreter."""
+    return [sys.executable, "-m", "olake_cli", *args]
+
+
+def run_olake(*args: str, stdin: bytes | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run one olake command to completion, capturing stdout and stderr as bytes."""
+    return subprocess.run(olake_cmd(*args), input=stdin, capture_output=True, timeout=timeout,
+                          env=olake_env())
+
+
+def messages(stdout: bytes) -> list[dict]:
+    """Parse stdout as JSON lines (every line must be a JSON object)."""
+    return [orjson.loads(line) for line in stdout.splitlines() if line.strip()]
+
+
+def trace_errors(stdout: bytes) -> list[dict]:
+    """The TRACE error messages on stdout."""
+    return [m for m in messages(stdout) if m.get("type") == "TRACE"]
+
+
+def write_json(path: Path, obj: object) -> str:
+    """Write ``obj`` as JSON to ``path``; returns the path as a string."""
+    path.write_text(json.dumps(obj, indent=2))
+    return str(path)
+
+
+@dataclass
+class PipeResult:
+    """Outcome of ``olake read | olake write``."""
+
+    read_code: int
+    write_code: int
+    read_stderr: bytes
+    write_stdout: bytes
+    write_stderr: bytes
+
+
+def read_into_write(read_args: list[str], write_args: list[str], timeout: float = 900) -> PipeResult:
+    """Run ``olake read ARGS | olake write ARGS`` and wait for both."""
+    env = olake_env()
+    reader = subprocess.Popen(olake_cmd("read", *read_args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    writer = subprocess.Popen(olake_cmd("write", *write_args), stdin=reader.stdout, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, env=env)
+    reader.stdout.close()
+    w_out, w_err = writer.communicate(timeout=timeout)
+    r_err = reader.stderr.read()
+    reader.wait(timeout=60)
+    return PipeResult(reader.returncode, writer.returncode, r_err, w_out, w_err)

@@ -1,0 +1,135 @@
+"""Value-by-value comparison of a PostgreSQL table with what olake wrote to Parquet.
+
+The Parquet rows are loaded back into a typed copy of the source table (same column types), then both
+tables are compared as PostgreSQL's own text output of every column, as multisets (EXCEPT ALL both
+ways). Any lost digit, microsecond, zone, byte or array element shows up as a difference.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.compute as pc
+from psycopg import sql
+
+INT64_MAX, INT64_MIN = 2**63 - 1, -(2**63)
+INT32_MAX, INT32_MIN = 2**31 - 1, -(2**31)
+
+
+def read_parquet(folder: str) -> pa.Table:
+    """Every file of one stream's folder as one table."""
+    return ds.dataset(folder, format="parquet").to_table()
+
+
+def latest_versions(table: pa.Table, key: list[str]) -> pa.Table:
+    """The current table from change rows: newest _olake_op_id per key, deletes dropped."""
+    rows = table.to_pylist()
+    best: dict[tuple, dict] = {}
+    for row in rows:
+        k = tuple(row[c] for c in key)
+        rank = row["_olake_op_id"] or ""
+        if k not in best or rank >= (best[k]["_olake_op_id"] or ""):
+            best[k] = row
+    kept = [r for r in best.values() if r["_olake_op"] != "d"]
+    return pa.Table.from_pylist(kept, schema=table.schema)
+
+
+def _scalar(olake_type: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if olake_type.startswith("array<"):
+        inner = olake_type[6:-1]
+        return [_scalar(inner, v) for v in value]
+    if olake_type == "interval":
+        return f"{value['months']} months {value['days']} days {value['microseconds']} microseconds"
+    if olake_type == "uuid":
+        return str(value)
+    if olake_type in ("json",) and isinstance(value, (bytes, bytearray)):
+        return value.decode()
+    return value
+
+
+def _column_values(olake_type: str, column: pa.ChunkedArray) -> list[Any]:
+    """Python values psycopg can adapt, infinities mapped back to PostgreSQL's words."""
+    if olake_type in ("timestamp", "timestamptz", "date"):
+        is_date = olake_type == "date"
+        raw = column.cast(pa.int32() if is_date else pa.int64()).to_pylist()
+        hi, lo = (INT32_MAX, INT32_MIN) if is_date else (INT64_MAX, INT64_MIN)
+        epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc if olake_type == "timestamptz" else None)
+        out = []
+        for r in raw:
+            if r is None:
+                out.append(None)
+            elif r in (hi, lo):
+                out.append("infinity" if r == hi else "-infinity")
+            elif is_date:
+                out.append(datetime.date(1970, 1, 1) + datetime.timedelta(days=r))
+            else:
+                out.append(epoch + datetime.timedelta(microseconds=r))
+        return out
+    if isinstance(column.type, pa.ExtensionType) and olake_type != "uuid":
+        column = column.cast(column.type.storage_type)
+    return [_scalar(olake_type, v) for v in column.to_pylist()]
+
+
+def load_into_copy(conn: psycopg.Connection, schema: str, table: str, json_schema: dict, data: pa.Table) -> str:
+    """Create a typed copy of ``schema.table`` holding ``data``; returns the copy's name."""
+    copy = f"olake_verify_{table}"
+    props = json_schema["properties"]
+    cols = list(props)
+    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(copy)))
+    conn.execute(sql.SQL("CREATE TEMP TABLE {} AS SELECT {} FROM {}.{} WITH NO DATA").format(
+        sql.Identifier(copy), sql.SQL(", ").join(sql.Identifier(c) for c in cols),
+        sql.Identifier(schema), sql.Identifier(table)))
+    types = dict(conn.execute(
+        "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = %s::regclass "
+        "AND attnum > 0 AND NOT attisdropped", (f'"{copy}"',)).fetchall())
+    columns = [_column_values(props[c]["x-olake-type"], data.column(c)) for c in cols]
+    placeholders = sql.SQL(", ").join(sql.SQL("%s::{}").format(sql.SQL(types[c])) for c in cols)
+    insert = sql.SQL("INSERT INTO {} VALUES ({})").format(sql.Identifier(copy), placeholders)
+    with conn.cursor() as cur:
+        cur.executemany(insert, list(zip(*columns)) if columns else [])
+    return copy
+
+
+def text_rows_difference(conn: psycopg.Connection, left: str, right: str, cols: list[str]) -> list[tuple]:
+    """Rows (as PostgreSQL text of each column) in ``left`` but not in ``right``, multiset-wise."""
+    text_cols = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(c)) for c in cols)
+    query = sql.SQL("SELECT {c} FROM {l} EXCEPT ALL SELECT {c} FROM {r} LIMIT 20").format(
+        c=text_cols, l=sql.SQL(left), r=sql.SQL(right))
+    return conn.execute(query).fetchall()
+
+
+def assert_table_matches(conn: psycopg.Connection, schema: str, table: str, json_schema: dict,
+                         data: pa.Table) -> None:
+    """Fail unless ``data`` holds exactly the rows of ``schema.table`` (every column, every value)."""
+    cols = list(json_schema["properties"])
+    source_count = conn.execute(sql.SQL("SELECT count(*) FROM {}.{}").format(
+        sql.Identifier(schema), sql.Identifier(table))).fetchone()[0]
+    assert data.num_rows == source_count, f"{schema}.{table}: {data.num_rows} rows in Parquet, {source_count} in source"
+    copy = load_into_copy(conn, schema, table, json_schema, data)
+    src = sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(table)).as_string(conn)
+    dst = sql.Identifier(copy).as_string(conn)
+    missing = text_rows_difference(conn, src, dst, cols)
+    extra = text_rows_difference(conn, dst, src, cols)
+    assert not missing and not extra, f"{schema}.{table}: source rows not in Parquet {missing[:3]}; Parquet rows not in source {extra[:3]}"
+
+
+def distinct_rows(table: pa.Table, columns: list[str]) -> pa.Table:
+    """``table`` restricted to ``columns`` with duplicate rows removed (after a resumed load)."""
+    sub = table.select(columns)
+    keep, seen = [], set()
+    for i, row in enumerate(zip(*(sub.column(c).to_pylist() for c in columns))):
+        marker = repr(row)
+        if marker not in seen:
+            seen.add(marker)
+            keep.append(i)
+    return sub.take(pa.array(keep, pa.int64()))
+
+
+__all__ = ["assert_table_matches", "read_parquet", "latest_versions", "distinct_rows", "decimal", "pc"]
