@@ -1,0 +1,192 @@
+"""The catalog: which streams a source offers and how the user wants each one copied."""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from olake_cli.core.errors import CatalogError
+from olake_cli.core.validation import load_json_file, validate
+
+SYNC_MODES = ("full_refresh", "incremental", "cdc")
+_KNOWN_KEYS = ("name", "namespace", "json_schema", "supported_sync_modes", "source_defined_primary_key",
+               "default_cursor_field", "cursor_candidates", "selected", "sync_mode", "cursor_field",
+               "primary_key", "x-olake")
+
+
+@dataclass
+class CatalogStream:
+    """One stream of the catalog: what discover found plus the user's choices."""
+
+    name: str
+    namespace: str | None
+    json_schema: dict
+    supported_sync_modes: list[str] = field(default_factory=list)
+    source_defined_primary_key: list[list[str]] = field(default_factory=list)
+    default_cursor_field: list[str] = field(default_factory=list)
+    cursor_candidates: list[str] | None = None
+    selected: bool = True
+    sync_mode: str = "full_refresh"
+    cursor_field: list[str] | None = None
+    primary_key: list[list[str]] | None = None
+    x_olake: dict = field(default_factory=dict)
+    additional: dict = field(default_factory=dict)  # keys other tools added; written back unchanged
+
+    @property
+    def key(self) -> tuple[str | None, str]:
+        """(namespace, name): how streams are matched with state and records."""
+        return (self.namespace, self.name)
+
+    @property
+    def label(self) -> str:
+        """``namespace.name`` (or ``name``) for messages."""
+        return f"{self.namespace}.{self.name}" if self.namespace else self.name
+
+    @property
+    def columns(self) -> list[str]:
+        """Top-level column names, in json_schema order."""
+        return list(self.json_schema.get("properties", {}) or {})
+
+    @property
+    def primary_key_columns(self) -> list[str]:
+        """The user's primary key if given, else the discovered one, as top-level column names."""
+        paths = self.primary_key if self.primary_key is not None else self.source_defined_primary_key
+        return [path[0] for path in paths if path]
+
+    @property
+    def effective_cursor_field(self) -> list[str]:
+        """The user's cursor_field if given, else default_cursor_field."""
+        return list(self.cursor_field) if self.cursor_field else list(self.default_cursor_field)
+
+    @property
+    def cursor_column(self) -> str | None:
+        """Top-level column of the cursor, or None."""
+        cursor = self.effective_cursor_field
+        return cursor[0] if cursor else None
+
+    @classmethod
+    def from_dict(cls, obj: dict) -> CatalogStream:
+        """Build from one (already schema-validated) catalog entry, filling defaults."""
+        cursor = obj.get("cursor_field")
+        return cls(
+            name=obj["name"], namespace=obj.get("namespace"), json_schema=obj["json_schema"],
+            supported_sync_modes=list(obj.get("supported_sync_modes", [])),
+            source_defined_primary_key=[list(p) for p in obj.get("source_defined_primary_key", [])],
+            default_cursor_field=list(obj.get("default_cursor_field", [])),
+            cursor_candidates=obj.get("cursor_candidates"),
+            selected=obj.get("selected", True),
+            sync_mode=obj.get("sync_mode", "full_refresh"),
+            cursor_field=[cursor] if isinstance(cursor, str) else cursor,
+            primary_key=obj.get("primary_key"),
+            x_olake=dict(obj.get("x-olake", {})),
+            additional={k: v for k, v in obj.items() if k not in _KNOWN_KEYS},
+        )
+
+    def to_dict(self) -> dict:
+        """The catalog entry as JSON-ready dict (Airbyte field names)."""
+        out: dict[str, Any] = {
+            "name": self.name, "namespace": self.namespace, "json_schema": self.json_schema,
+            "supported_sync_modes": list(self.supported_sync_modes),
+            "source_defined_primary_key": [list(p) for p in self.source_defined_primary_key],
+            "default_cursor_field": list(self.default_cursor_field),
+        }
+        if self.cursor_candidates is not None:
+            out["cursor_candidates"] = list(self.cursor_candidates)
+        out["selected"] = self.selected
+        out["sync_mode"] = self.sync_mode
+        if self.cursor_field is not None:
+            out["cursor_field"] = list(self.cursor_field)
+        if self.primary_key is not None:
+            out["primary_key"] = [list(p) for p in self.primary_key]
+        if self.x_olake:
+            out["x-olake"] = self.x_olake
+        out.update(self.additional)
+        return copy.deepcopy(out)
+
+
+@dataclass
+class Catalog:
+    """All streams of a catalog, in file order."""
+
+    streams: list[CatalogStream] = field(default_factory=list)
+
+    def selected_streams(self) -> list[CatalogStream]:
+        """The streams to copy."""
+        return [s for s in self.streams if s.selected]
+
+    def find(self, namespace: str | None, name: str) -> CatalogStream | None:
+        """The stream with this namespace and name, or None."""
+        for stream in self.streams:
+            if stream.namespace == namespace and stream.name == name:
+                return stream
+        return None
+
+    def to_dict(self) -> dict:
+        """The bare catalog object ``{"streams": [...]}``."""
+        return {"streams": [s.to_dict() for s in self.streams]}
+
+
+def parse_catalog(obj: Any, what: str = "catalog") -> Catalog:
+    """Validate and build a Catalog from the bare object or a CATALOG message; CatalogError if wrong."""
+    if isinstance(obj, dict) and obj.get("type") == "CATALOG" and "catalog" in obj:
+        obj = obj["catalog"]
+    validate(obj, "catalog", what, CatalogError)
+    catalog = Catalog([CatalogStream.from_dict(entry) for entry in obj["streams"]])
+    seen: set[tuple[str | None, str]] = set()
+    for stream in catalog.streams:
+        if stream.key in seen:
+            raise CatalogError(f"{what}: stream '{stream.label}' appears more than once")
+        seen.add(stream.key)
+        if stream.selected:
+            _check_stream_choices(stream, what)
+    return catalog
+
+
+def _check_stream_choices(stream: CatalogStream, what: str) -> None:
+    where = f"{what}: stream '{stream.label}'"
+    modes = stream.supported_sync_modes
+    if modes and stream.sync_mode not in modes:
+        raise CatalogError(f"{where}: sync_mode '{stream.sync_mode}' is not supported "
+                           f"(supported: {', '.join(modes)})")
+    columns = set(stream.columns)
+    if stream.sync_mode == "incremental":
+        cursor = stream.effective_cursor_field
+        if not cursor:
+            raise CatalogError(f"{where}: sync_mode 'incremental' needs a cursor_field")
+        if len(cursor) > 1:
+            raise CatalogError(f"{where}: nested cursor_field {cursor} is not supported; "
+                               "use a top-level column")
+        if cursor[0] not in columns:
+            raise CatalogError(f"{where}: cursor_field '{cursor[0]}' is not a column of the stream")
+    if stream.primary_key is not None and "properties" in stream.json_schema:
+        unknown = [c for c in stream.primary_key_columns if c not in columns]
+        if unknown:
+            raise CatalogError(f"{where}: primary_key column '{unknown[0]}' is not a column of the stream")
+
+
+def load_catalog(path: str | Path) -> Catalog:
+    """Read and check a catalog file (bare catalog, a CATALOG message, or discover's JSON-lines output)."""
+    try:
+        obj = load_json_file(path, "catalog", CatalogError)
+    except CatalogError:
+        obj = _catalog_message_from_json_lines(path)
+        if obj is None:
+            raise
+    return parse_catalog(obj, what=str(path))
+
+
+def _catalog_message_from_json_lines(path: str | Path) -> dict | None:
+    """The last CATALOG message of a JSON-lines file (discover output with LOG lines), or None."""
+    found = None
+    try:
+        for line in Path(path).read_text(encoding="utf-8-sig").splitlines():
+            if line.strip():
+                msg = json.loads(line)
+                if isinstance(msg, dict) and msg.get("type") == "CATALOG":
+                    found = msg
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return found

@@ -1,0 +1,125 @@
+"""Catalog parsing: bare object or CATALOG message, defaults, user choices checked."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from olake_cli.core.catalog import Catalog, CatalogStream, load_catalog, parse_catalog
+from olake_cli.core.errors import CatalogError
+from olake_cli.core.messages import catalog_message, dumps, log_message
+
+ORDERS = {
+    "name": "orders", "namespace": "public",
+    "json_schema": {"type": "object", "properties": {
+        "id": {"type": "integer"}, "tenant": {"type": "string"}, "updated_at": {"type": "string"},
+        "note": {"type": ["string", "null"]}}},
+    "supported_sync_modes": ["full_refresh", "incremental", "cdc"],
+    "source_defined_primary_key": [["tenant"], ["id"]],
+    "default_cursor_field": ["updated_at"],
+    "x-olake": {"relkind": "r"},
+}
+EVENTS = {"name": "events", "namespace": "audit", "json_schema": {"type": "object", "properties": {
+    "seq": {"type": "integer"}}}, "supported_sync_modes": ["full_refresh"]}
+CATALOG = {"streams": [ORDERS, EVENTS]}
+
+
+def with_changes(stream: dict, **changes: object) -> dict:
+    return {"streams": [{**copy.deepcopy(stream), **changes}]}
+
+
+def test_bare_and_message_forms_parse_to_the_same_catalog() -> None:
+    bare = parse_catalog(copy.deepcopy(CATALOG))
+    wrapped = parse_catalog(catalog_message(copy.deepcopy(CATALOG)))
+    assert bare == wrapped
+    orders = bare.find("public", "orders")
+    assert (orders.selected, orders.sync_mode, orders.cursor_field) == (True, "full_refresh", None)
+    assert orders.key == ("public", "orders")
+    assert orders.primary_key_columns == ["tenant", "id"]
+    assert orders.cursor_column == "updated_at"
+    assert orders.columns == ["id", "tenant", "updated_at", "note"]
+    assert orders.x_olake == {"relkind": "r"}
+    assert bare.find("public", "events") is None
+    assert bare.find("audit", "events").primary_key_columns == []
+
+
+def test_user_choices_override_discovered_values() -> None:
+    catalog = parse_catalog(with_changes(ORDERS, sync_mode="incremental", cursor_field="id",
+                                         primary_key=[["id"]]))
+    stream = catalog.streams[0]
+    assert stream.cursor_field == ["id"]
+    assert stream.cursor_column == "id"
+    assert stream.primary_key_columns == ["id"]
+
+
+def test_selected_streams_skip_deselected_ones() -> None:
+    catalog = parse_catalog({"streams": [ORDERS, {**EVENTS, "selected": False}]})
+    assert [s.name for s in catalog.selected_streams()] == ["orders"]
+    assert [s.name for s in catalog.streams] == ["orders", "events"]
+
+
+def test_to_dict_round_trips_and_keeps_unknown_airbyte_keys() -> None:
+    entry = {**copy.deepcopy(ORDERS), "sync_mode": "cdc", "cursor_field": ["updated_at"],
+             "is_resumable": True, "destination_sync_mode": "append"}
+    out = parse_catalog({"streams": [entry]}).to_dict()
+    assert out["streams"][0] == {**entry, "selected": True}
+    assert parse_catalog(out).to_dict() == out
+    fresh = CatalogStream("t", None, {"type": "object"})
+    assert Catalog([fresh]).to_dict() == {"streams": [{
+        "name": "t", "namespace": None, "json_schema": {"type": "object"}, "supported_sync_modes": [],
+        "source_defined_primary_key": [], "default_cursor_field": [], "selected": True,
+        "sync_mode": "full_refresh"}]}
+
+
+@pytest.mark.parametrize("catalog, expected", [
+    (with_changes(ORDERS, sync_mode="incremental", default_cursor_field=[]),
+     "catalog.json: stream 'public.orders': sync_mode 'incremental' needs a cursor_field"),
+    (with_changes(ORDERS, sync_mode="incremental", cursor_field="missing"),
+     "catalog.json: stream 'public.orders': cursor_field 'missing' is not a column of the stream"),
+    (with_changes(ORDERS, sync_mode="incremental", cursor_field=["note", "inner"]),
+     "catalog.json: stream 'public.orders': nested cursor_field ['note', 'inner'] is not supported; "
+     "use a top-level column"),
+    (with_changes(EVENTS, sync_mode="cdc"),
+     "catalog.json: stream 'audit.events': sync_mode 'cdc' is not supported (supported: full_refresh)"),
+    (with_changes(ORDERS, primary_key=[["nope"]]),
+     "catalog.json: stream 'public.orders': primary_key column 'nope' is not a column of the stream"),
+    ({"streams": [ORDERS, EVENTS, ORDERS]}, "catalog.json: stream 'public.orders' appears more than once"),
+    (with_changes(ORDERS, sync_mode="sometimes"),
+     "catalog.json: field 'streams[0].sync_mode': 'sometimes' is not one of 'full_refresh', "
+     "'incremental', 'cdc'"),
+    ({"streams": [ORDERS], "extra": 1}, "catalog.json: unknown field 'extra' (allowed: streams)"),
+    ({"type": "CATALOG", "catalog": {"streams": [{"name": "t"}]}},
+     "catalog.json: missing required field 'streams[0].json_schema'"),
+])
+def test_bad_catalogs_are_catalog_errors(catalog: dict, expected: str) -> None:
+    with pytest.raises(CatalogError) as info:
+        parse_catalog(catalog, "catalog.json")
+    assert info.value.message == expected
+
+
+def test_deselected_streams_are_not_checked_for_choices() -> None:
+    catalog = parse_catalog(with_changes(EVENTS, sync_mode="cdc", selected=False))
+    assert catalog.selected_streams() == []
+
+
+def test_load_catalog_reads_discover_output_with_log_lines(tmp_path: Path) -> None:
+    path = tmp_path / "catalog.json"
+    path.write_bytes(dumps(log_message("INFO", "discovering")) + dumps(catalog_message(CATALOG)))
+    assert load_catalog(path).to_dict() == parse_catalog(CATALOG).to_dict()
+    path.write_text(json.dumps(CATALOG, indent=2))
+    assert [s.name for s in load_catalog(path).streams] == ["orders", "events"]
+
+
+def test_load_catalog_errors_name_the_file(tmp_path: Path) -> None:
+    with pytest.raises(CatalogError, match=f"catalog file '{tmp_path}/none.json' does not exist"):
+        load_catalog(tmp_path / "none.json")
+    path = tmp_path / "bad.json"
+    path.write_text('{"streams": [}')
+    with pytest.raises(CatalogError, match="is not valid JSON: Expecting value at line 1 column 14"):
+        load_catalog(path)
+    path.write_text(json.dumps(with_changes(ORDERS, sync_mode="incremental", cursor_field="zzz")))
+    with pytest.raises(CatalogError, match=f"^{path}: stream 'public.orders': cursor_field 'zzz'"):
+        load_catalog(path)
