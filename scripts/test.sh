@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Install what the tests need (scripts/bootstrap.sh), then run the test suite.
+#
+#   bash scripts/test.sh                          # the whole suite (tests/)
+#   bash scripts/test.sh tests/test_x.py -k name  # extra arguments go to pytest
+#
+# Exits with pytest's own code: 5 ("no tests collected") stays a failure.
+set -uo pipefail
+
+repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo_root" || exit 1
+
+# shellcheck source=scripts/bootstrap.sh
+source "$repo_root/scripts/bootstrap.sh" || exit 1
+
+# Run all of tests/ unless an argument already names a test path (file, dir or node id).
+select_all=1
+for arg in "$@"; do
+    if [[ "$arg" != -* && -e "${arg%%::*}" ]]; then
+        select_all=0
+    fi
+done
+if (( select_all )); then
+    set -- tests "$@"
+fi
+
+exec "$repo_root/.venv/bin/python" -m pytest -q -p no:cacheprovider "$@"
