@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 from typing import Optional
 
-import click
 import typer
+from typer.exceptions import TyperException
 
 from olake_cli.cli.config import load_config
 from olake_cli.cli.report import fail, log, protocol_writer
@@ -91,11 +91,14 @@ def main() -> None:
         result = app(standalone_mode=False)
         if isinstance(result, int) and result:
             sys.exit(result)
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
+    except typer.Abort:
         fail(OlakeError("aborted"), 130)
-    except click.ClickException as exc:
+    except TyperException as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            sys.stderr.write(exc.format_message() + "\n")
+            sys.exit(2)
         fail(ConfigError(f"{exc.format_message()} (see olake --help)"), 2)
     except OlakeError as exc:
         fail(exc)

@@ -14,7 +14,7 @@ PLANNED = {"mongodb": "source", "iceberg": "destination"}
 
 def load_config(path: str, role: str | None = None) -> tuple[str, str, dict[str, Any]]:
     """(role, type, validated config with defaults) of a config file; role is 'source' or 'destination'."""
-    config = load_json_file(path, what=path)
+    config = load_json_file(path, what="config")
     if not isinstance(config, dict):
         raise ConfigError(f"{path}: a config must be a JSON object")
     kind = config.get("type")

@@ -16,16 +16,23 @@ def spark_session(master: str | None = None, app_name: str = "olake"):
     # Spark's Python workers run `python3` from PATH unless told otherwise: use our interpreter.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning, module="pyspark")
     from pyspark.sql import SparkSession
 
     master = master or os.environ.get("OLAKE_SPARK_MASTER") or "local[*]"
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    log4j = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
     builder = (SparkSession.builder.master(master).appName(app_name)
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.execution.arrow.pyspark.enabled", "true")
                .config("spark.driver.memory", os.environ.get("OLAKE_SPARK_DRIVER_MEMORY", "2g"))
                .config("spark.python.worker.reuse", "true")
-               .config("spark.scheduler.mode", "FAIR"))
+               .config("spark.scheduler.mode", "FAIR")
+               .config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{log4j}"))
     _SESSION = builder.getOrCreate()
     _SESSION.sparkContext.setLogLevel("ERROR")
     return _SESSION

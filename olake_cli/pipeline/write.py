@@ -9,7 +9,7 @@ import orjson
 from olake_cli.core import messages
 from olake_cli.core.catalog import Catalog, parse_catalog
 from olake_cli.core.errors import CatalogError, OlakeError, ProtocolError, SourceError
-from olake_cli.core.state import FileStateStore, State
+from olake_cli.core.state import FileStateStore, State, parse_state
 from olake_cli.core.validation import validate_message
 
 
@@ -72,7 +72,7 @@ class WritePipeline:
             self.log(f"upstream {msg['log']['level']}: {msg['log']['message']}")
 
     def _commit_state(self, msg: dict[str, Any]) -> None:
-        state = State.from_dict(msg["state"])
+        state = parse_state(msg["state"], what="STATE message")
         self.destination.commit()
         self.destination.observe_state(state)
         self.out.write(msg)

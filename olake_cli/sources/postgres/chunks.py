@@ -19,21 +19,25 @@ class ChunkBounds:
 
 
 def table_pages_and_rows(conn, schema: str, table: str) -> tuple[int, float]:
-    """(pages of the largest leaf partition, estimated rows per page) of a table or partitioned table."""
+    """(pages of the largest leaf, estimated rows per page index) of a table or partitioned table.
+
+    A ctid range applies to every partition at once, so rows per page index counts all partitions.
+    """
     qualified = f"{sql.Identifier(schema).as_string(conn)}.{sql.Identifier(table).as_string(conn)}"
     row = conn.execute(
         """SELECT coalesce(max(pg_relation_size(t.relid)), 0) / current_setting('block_size')::int,
                   coalesce(sum(pg_relation_size(t.relid)), 0) / current_setting('block_size')::int,
                   coalesce(sum(greatest(c.reltuples, 0)), 0), bool_or(c.reltuples < 0)
-           FROM pg_partition_tree(%s::regclass) t JOIN pg_class c ON c.oid = t.relid
-           WHERE t.isleaf""", (qualified,)).fetchone()
+           FROM (SELECT relid FROM pg_partition_tree(%s::regclass) WHERE isleaf
+                 UNION SELECT %s::regclass) t JOIN pg_class c ON c.oid = t.relid
+           WHERE c.relkind IN ('r', 'm', 't')""", (qualified, qualified)).fetchone()
     max_pages, total_pages, tuples, unknown = int(row[0]), int(row[1]), float(row[2]), bool(row[3])
     if total_pages == 0:
         return 0, 0.0
     if unknown or tuples <= 0:
         count_sql = sql.SQL("SELECT count(*) FROM {}.{}").format(sql.Identifier(schema), sql.Identifier(table))
         tuples = float(conn.execute(count_sql).fetchone()[0])
-    return max_pages, max(tuples / total_pages, 1.0)
+    return max_pages, max(tuples / max(max_pages, 1), 1.0)
 
 
 def plan_ctid_chunks(conn, schema: str, table: str, chunk_rows: int) -> list[ChunkBounds]:
@@ -43,6 +47,8 @@ def plan_ctid_chunks(conn, schema: str, table: str, chunk_rows: int) -> list[Chu
         return [ChunkBounds("(0,0)", None)]
     step = max(1, int(chunk_rows / rows_per_page))
     starts = list(range(0, pages, step))
+    if len(starts) > 1 and pages - starts[-1] < step // 2:
+        starts.pop()  # fold a small tail into the previous chunk
     bounds = []
     for i, start in enumerate(starts):
         end = None if i == len(starts) - 1 else f"({starts[i + 1]},0)"
@@ -56,7 +62,7 @@ def plan_key_chunks(conn, schema: str, table: str, key: list[str], chunk_rows: i
     as_text = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(k)) for k in key)
     query = sql.SQL(
         "SELECT {as_text} FROM (SELECT {cols}, row_number() OVER (ORDER BY {cols}) AS olake_rn "
-        "FROM {schema}.{table}) s WHERE mod(olake_rn, {step}) = 1 AND olake_rn > 1 ORDER BY {cols}"
+        "FROM {schema}.{table}) s WHERE mod(olake_rn, {step}) = 1 AND olake_rn > 1 ORDER BY olake_rn"
     ).format(as_text=as_text, cols=cols, schema=sql.Identifier(schema), table=sql.Identifier(table),
              step=sql.Literal(max(1, chunk_rows)))
     cuts = [row[0] if len(key) == 1 else list(row) for row in conn.execute(query).fetchall()]
