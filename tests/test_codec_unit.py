@@ -193,3 +193,15 @@ def test_batch_column_must_be_in_the_schema():
 def test_data_that_is_not_an_object_is_a_protocol_error():
     with pytest.raises(ProtocolError, match="JSON object"):
         decode_rows([{"a": 1}, [1]], schema_of(a="int64"))
+
+
+def test_arrow_decimals_encode_as_plain_text_never_exponents():
+    array = pa.array([Decimal("0E-10"), Decimal("1E-10"), Decimal("-12.5000000000"), None],
+                     pa.decimal128(38, 10))
+    assert wire_values(array, "decimal(38,10)", "d") == [
+        "0.0000000000", "0.0000000001", "-12.5000000000", None]
+    uuids = ["A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11", None, str(U1)]
+    table, _ = decode_rows([{"u": v} for v in uuids], schema_of(u="uuid"))
+    assert table.column("u").to_pylist() == [U1, None, U1]
+    with pytest.raises(ProtocolError, match="'c'.*canonical uuid"):
+        decode_rows([{"c": "{" + str(U1) + "}"}], schema_of(c="uuid"))

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import binascii
 import re
-import uuid
 from functools import lru_cache
 
 import orjson
@@ -55,6 +54,7 @@ _SIMPLE_TYPES: dict[str, pa.DataType] = {
     "time": pa.time64("us"), "timestamp": pa.timestamp("us"),
     "timestamptz": pa.timestamp("us", tz="UTC"), "interval": _INTERVAL_TYPE,
 }
+_UUID_PATTERN = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 _DECIMAL_RE = re.compile(r"decimal\((\d+),(\d+)\)")
 _ISO_INTERVAL_RE = re.compile(
     r"P(?:(-?\d+)Y)?(?:(-?\d+)M)?(?:(-?\d+)D)?(?:T(?:(-?\d+)H)?(?:(-?\d+)M)?(?:(-?\d+(?:\.\d{1,6})?)S)?)?")
@@ -148,7 +148,8 @@ def _plain(array: pa.Array, olake_type: str, column: str) -> list:
     elif olake_type in _INT_TYPES:
         _expect(array, pa.types.is_integer(type_), olake_type, column)
     elif pa.types.is_decimal(type_) and olake_type.startswith(("decimal", "numeric")):
-        array = pc.cast(array, pa.string())
+        # Arrow's decimal-to-string cast switches to exponents ("1E-10"); PostgreSQL never does
+        return [None if d is None else format(d, "f") for d in array.to_pylist()]
     else:
         _expect(array, pa.types.is_string(array.type) or pa.types.is_large_string(array.type),
                 olake_type, column)
@@ -357,8 +358,16 @@ def _decimal_column(values: list, olake_type: str, column: str, warnings: list[s
 
 def _uuid_column(values: list, olake_type: str, column: str, warnings: list[str]) -> pa.Array:
     _check_types(values, (str,), olake_type, column)
-    raw = pa.array([None if v is None else uuid.UUID(v).bytes for v in values], pa.binary(16))
-    return pa.ExtensionArray.from_storage(pa.uuid(), raw)
+    text = pa.array(values, type=pa.string())
+    canonical = pc.fill_null(pc.match_substring_regex(text, _UUID_PATTERN), True)
+    if not pc.all(canonical).as_py():
+        bad = text.filter(pc.invert(canonical))[0].as_py()
+        raise ProtocolError(f"column {column!r}: {bad[:60]!r} is not a canonical uuid")
+    hex_text = pc.fill_null(pc.replace_substring(text, "-", ""), "0" * 32)
+    raw = bytes.fromhex("".join(hex_text.to_pylist()))
+    storage = pa.FixedSizeBinaryArray.from_buffers(pa.binary(16), len(text), [None, pa.py_buffer(raw)])
+    storage = pc.if_else(pc.is_null(text), None, storage)
+    return pa.ExtensionArray.from_storage(pa.uuid(), storage)
 
 
 def _bytes_column(values: list, olake_type: str, column: str, warnings: list[str]) -> pa.Array:
@@ -405,17 +414,23 @@ def _time_column(values: list, olake_type: str, column: str, warnings: list[str]
 
 def _interval_column(values: list, olake_type: str, column: str, warnings: list[str]) -> pa.Array:
     _check_types(values, (dict,), olake_type, column)
-    parts: list[list] = [[], [], []]
-    for value in values:
-        if value is not None and (len(value) != 3 or any(
-                type(value.get(key)) is not int for key in _INTERVAL_FIELDS)):
-            raise ProtocolError(f"column {column!r}: interval must be an object of exactly the "
-                                f"integers months, days, microseconds; got {str(value)[:80]!r}")
-        for index, key in enumerate(_INTERVAL_FIELDS):
-            parts[index].append(None if value is None else value[key])
+    try:
+        if any(len(v) != 3 for v in values if v is not None):
+            raise KeyError
+        parts = [[None if v is None else v[key] for v in values] for key in _INTERVAL_FIELDS]
+        for part in parts:
+            _check_types(part, (int,), olake_type, column)
+    except (KeyError, ProtocolError):
+        bad = next(v for v in values if v is not None and not _is_interval_object(v))
+        raise ProtocolError(f"column {column!r}: interval must be an object of exactly the "
+                            f"integers months, days, microseconds; got {str(bad)[:80]!r}") from None
     children = [pa.array(part, type=field.type) for part, field in zip(parts, _INTERVAL_TYPE)]
     mask = pa.array([value is None for value in values], pa.bool_())
     return pa.StructArray.from_arrays(children, fields=list(_INTERVAL_TYPE), mask=mask)
+
+
+def _is_interval_object(value: dict) -> bool:
+    return sorted(value) == sorted(_INTERVAL_FIELDS) and all(type(v) is int for v in value.values())
 
 
 def _json_column(values: list, olake_type: str, column: str, warnings: list[str]) -> pa.Array:
