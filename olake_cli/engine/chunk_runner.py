@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
@@ -15,12 +14,23 @@ class SparkChunkRunner:
     consumer, so the driver never holds more than ``max_parallel + 1`` chunks in memory.
     """
 
-    def __init__(self, spark, max_parallel: int | None = None) -> None:
-        self.spark = spark
-        self.sc = spark.sparkContext
-        self.max_parallel = max(1, max_parallel or self.sc.defaultParallelism)
+    def __init__(self, spark_factory: Callable[[], Any], max_parallel: int | None = None) -> None:
+        self._spark_factory = spark_factory
+        self._sc = None
+        self._max_parallel = max_parallel
         self._group = f"olake-{id(self)}"
-        self._lock = threading.Lock()
+
+    @property
+    def sc(self):
+        """The SparkContext, started on first use (so bad input fails before the JVM starts)."""
+        if self._sc is None:
+            self._sc = self._spark_factory().sparkContext
+        return self._sc
+
+    @property
+    def max_parallel(self) -> int:
+        """How many chunk jobs run at once."""
+        return max(1, self._max_parallel or self.sc.defaultParallelism)
 
     def _run_one(self, func: Callable[[Any], Any], task: Any) -> Any:
         self.sc.setJobGroup(self._group, "olake chunk scan", interruptOnCancel=True)
@@ -28,6 +38,9 @@ class SparkChunkRunner:
 
     def run(self, func: Callable[[Any], Any], tasks: Iterable[Any]) -> Iterator[Any]:
         """Apply ``func`` to every task on the cluster; yield each result as soon as it is ready."""
+        tasks = list(tasks)
+        if not tasks:
+            return  # no work: Spark is never started
         pending = iter(tasks)
         in_flight: set[Future] = set()
         pool = ThreadPoolExecutor(max_workers=self.max_parallel + 1, thread_name_prefix="olake-chunk")

@@ -61,7 +61,7 @@ def run_read(config_path: str, catalog_path: str, state_path: str | None, spark_
     from olake_cli.engine.chunk_runner import SparkChunkRunner
     from olake_cli.engine.session import spark_session
 
-    runner = SparkChunkRunner(spark_session(spark_master), max_parallel or config.get("max_parallel"))
+    runner = SparkChunkRunner(lambda: spark_session(spark_master), max_parallel or config.get("max_parallel"))
     ReadPipeline(source, catalog, state, out, runner, log).run()
 
 
