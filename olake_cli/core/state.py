@@ -179,7 +179,8 @@ def merge_state(base: State, update: State) -> State:
 
 
 def _merge_stream(old: StreamState, new: StreamState) -> StreamState:
-    same_position = old.cursor_field == new.cursor_field
+    same_load = (old.extra or {}).get("load_id") == (new.extra or {}).get("load_id")
+    same_position = old.cursor_field == new.cursor_field and same_load
     if (same_position and old.sync_type == new.sync_type == "full-load"
             and old.chunks is not None and new.chunks is not None):
         merged = new.copy()

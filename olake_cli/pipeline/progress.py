@@ -14,12 +14,12 @@ class Progress:
         self.done, self.rows = 0, 0
         self.started = time.monotonic()
 
-    def chunk_done(self, namespace: str | None, stream: str, rows: int, seconds: float) -> None:
+    def chunk_done(self, label: str, rows: int, seconds: float) -> None:
         """Report one finished chunk."""
         self.done += 1
         self.rows += rows
         elapsed = max(time.monotonic() - self.started, 1e-6)
-        self.log(f"chunk {self.done}/{self.total} of {namespace}.{stream}: {rows} rows in {seconds:.1f}s "
+        self.log(f"chunk {self.done}/{self.total} of {label}: {rows} rows in {seconds:.1f}s "
                  f"(total {self.rows} rows, {self.rows / elapsed:,.0f} rows/s)")
 
     def finish(self) -> None:

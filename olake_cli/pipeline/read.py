@@ -1,7 +1,12 @@
-"""The read use case: plan on the driver, scan chunks in parallel tasks, emit records and states in order."""
+"""The read use case: plan on the driver, scan chunks in parallel tasks, emit records and states in order.
+
+Per selected stream the state decides the work: a new or resumed full load (chunks under one exported
+snapshot), an incremental pass (cursor range), or change capture (after the full load, in the same run).
+"""
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -21,13 +26,14 @@ class StreamRun:
 
     stream: CatalogStream
     state: StreamState
-    chunk_column: Any = None
+    kind: str = "full"  # full | incremental | cdc
+    next_position: Any = None
     tasks: list[Any] = field(default_factory=list)
     rows: int = 0
 
 
-def decide_full_load(stream: CatalogStream, previous: StreamState | None) -> str:
-    """'resume', 'new' or 'none' (no full load needed: the stream continues incrementally)."""
+def decide_work(stream: CatalogStream, previous: StreamState | None) -> str:
+    """'resume', 'new' (full load) or 'continue' (incremental pass / change capture)."""
     if previous is None:
         return "new"
     if previous.sync_type == "full-load":
@@ -35,7 +41,7 @@ def decide_full_load(stream: CatalogStream, previous: StreamState | None) -> str
             return "resume"
         return "new"
     if previous.sync_type == NEXT_SYNC_TYPE[stream.sync_mode]:
-        return "none"
+        return "continue"
     return "new"
 
 
@@ -47,9 +53,11 @@ class ReadPipeline:
         self.source, self.catalog, self.state, self.out = source, catalog, state, out
         self.runner, self.log = runner, log
         self.errors: list[OlakeError] = []
+        self.run_started_ms = int(time.time() * 1000)
 
     def run(self) -> None:
         """Emit the CATALOG, every selected stream's records with a STATE after each chunk, a final STATE."""
+        from olake_cli.pipeline.cdc import ChangeCapture
         from olake_cli.sources.postgres.connection import connect
         from olake_cli.sources.postgres.snapshot import ExportedSnapshot
 
@@ -57,47 +65,66 @@ class ReadPipeline:
         self.out.write(messages.catalog_message(Catalog(streams).to_dict()))
         with connect(self.source.settings) as conn:
             tables = self.source.resolve_tables(conn, streams)
+        cdc_streams = [s for s in streams if s.sync_mode == "cdc"]
+        capture = ChangeCapture(self.source, cdc_streams, tables, self.state, self.out, self.log) if cdc_streams else None
+        if capture is not None:
+            capture.preflight()  # may reset streams whose position is lost, so it runs before planning
         with ExportedSnapshot(self.source.settings) as snap:
-            runs = [self._prepare(stream, tables[stream.key], snap) for stream in streams]
+            runs = [self._prepare(stream, tables[stream.key], snap, capture) for stream in streams]
             self._scan_all(runs)
+        if capture is not None and not self.errors:
+            capture.run()
         self.out.write(messages.state_message(self.state))
         self.out.flush()
         if self.errors:
             raise self.errors[0]
 
-    def _prepare(self, stream: CatalogStream, info, snap) -> StreamRun:
+    def _prepare(self, stream: CatalogStream, info, snap, capture) -> StreamRun:
         previous = self.state.find(stream.namespace, stream.name)
-        decision = decide_full_load(stream, previous)
-        if decision == "none":
-            self.log(f"{stream.namespace}.{stream.name}: full load done earlier; "
-                     f"{stream.sync_mode} runs arrive with change capture (not in this build)")
-            return StreamRun(stream, previous)
+        decision = decide_work(stream, previous)
+        if decision == "continue" and stream.sync_mode == "cdc":
+            return StreamRun(stream, previous, kind="cdc")
+        if decision == "continue":
+            return self._prepare_incremental(stream, info, snap, previous)
         if decision == "resume":
-            chunk_column = previous.extra.get("chunk_column", "ctid")
-            ss = previous
-            self.log(f"{stream.namespace}.{stream.name}: resuming full load, "
+            ss, chunk_column = previous, previous.extra.get("chunk_column", "ctid")
+            self.log(f"{stream.label}: resuming full load, "
                      f"{sum(c.status != 'succeed' for c in ss.chunks)} of {len(ss.chunks)} chunk(s) left")
         else:
+            position = self._position_before_load(stream, info, snap, capture)
             plan = self.source.plan_full_load(snap.conn, info)
-            position = self._position_before_load(stream, info, snap)
             chunk_column = plan.chunk_column
             ss = StreamState(sync_type="full-load", stream_name=stream.name, stream_namespace=stream.namespace,
                              cursor_field=position,
                              chunks=[Chunk("pending", b.min, b.max) for b in plan.bounds],
                              extra={"chunk_column": chunk_column, "load_id": uuid.uuid4().hex[:12]})
-            self.log(f"{stream.namespace}.{stream.name}: full load in {len(ss.chunks)} chunk(s)")
-        self.state.upsert(ss)
-        self.out.write(messages.state_message(State(level="stream", streams=[ss])))
-        run = StreamRun(stream, ss, chunk_column)
+            self.log(f"{stream.label}: full load in {len(ss.chunks)} chunk(s)")
+        self._publish(ss)
+        run = StreamRun(stream, ss)
         for index, chunk in enumerate(ss.chunks):
             if chunk.status != "succeed":
                 run.tasks.append(self.source.scan_task(snap.conn, info, stream, index, chunk_column,
                                                        chunk.min, chunk.max, snap.snapshot_id))
         return run
 
-    def _position_before_load(self, stream: CatalogStream, info, snap) -> Any:
+    def _prepare_incremental(self, stream: CatalogStream, info, snap, previous: StreamState) -> StreamRun:
+        cursor = stream.cursor_column
+        upto = self.source.max_cursor(snap.conn, info, cursor)
+        run = StreamRun(stream, previous, kind="incremental", next_position=upto)
+        if upto is None:
+            self.log(f"{stream.label}: incremental on '{cursor}': the table has no cursor values yet")
+            return run
+        self.log(f"{stream.label}: incremental on '{cursor}' from {previous.cursor_field!r} up to {upto!r}")
+        run.tasks.append(self.source.incremental_task(
+            snap.conn, info, stream, cursor, previous.cursor_field, upto, snap.snapshot_id,
+            extra_data={"_olake_op_id": [self.run_started_ms, 0]}))
+        return run
+
+    def _position_before_load(self, stream: CatalogStream, info, snap, capture) -> Any:
         if stream.sync_mode == "incremental" and stream.cursor_column:
             return self.source.max_cursor(snap.conn, info, stream.cursor_column)
+        if stream.sync_mode == "cdc" and capture is not None:
+            return capture.start_position
         return None
 
     def _scan_all(self, runs: list[StreamRun]) -> None:
@@ -108,22 +135,30 @@ class ReadPipeline:
         progress = Progress(self.log, total_chunks=len(tasks))
         for result in self.runner.run(run_scan_task, tasks):
             run = by_key[(result.namespace, result.stream)]
-            chunk = run.state.chunks[result.chunk_index]
             if result.error is not None:
-                chunk.status = "failed"
                 self.errors.append(result.error)
-                self.log(f"{result.namespace}.{result.stream}: chunk {result.chunk_index} failed: {result.error}")
+                self.log(f"{run.stream.label}: chunk {result.chunk_index} failed: {result.error}")
             else:
                 for blob in result.blobs:
                     self.out.write_raw(blob)
-                chunk.status = "succeed"
                 run.rows += result.rows
-            progress.chunk_done(result.namespace, result.stream, result.rows, result.seconds)
-            self._emit_stream_state(run)
+            progress.chunk_done(run.stream.label, result.rows, result.seconds)
+            self._after_task(run, result)
         progress.finish()
 
-    def _emit_stream_state(self, run: StreamRun) -> None:
-        ss = finish_full_load_if_done(run.state, NEXT_SYNC_TYPE[run.stream.sync_mode])
-        run.state = ss
+    def _after_task(self, run: StreamRun, result) -> None:
+        if run.kind == "incremental":
+            if result.error is None:
+                ss = run.state.copy()
+                ss.cursor_field = run.next_position
+                run.state = ss
+                self._publish(ss)
+            return
+        run.state.chunks[result.chunk_index].status = "failed" if result.error else "succeed"
+        run.state = finish_full_load_if_done(run.state, NEXT_SYNC_TYPE[run.stream.sync_mode])
+        self._publish(run.state)
+
+    def _publish(self, ss: StreamState) -> None:
+        """Record a stream's new state and emit it (stream level) after the records before it."""
         self.state.upsert(ss)
         self.out.write(messages.state_message(State(level="stream", streams=[ss])))

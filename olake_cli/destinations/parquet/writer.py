@@ -14,13 +14,15 @@ import pyarrow.parquet as pq
 from olake_cli.core import codec
 from olake_cli.core.catalog import Catalog, CatalogStream
 from olake_cli.core.errors import DestinationError
+from olake_cli.core.position import OpId
 from olake_cli.core.state import State
 
 METADATA_FIELDS = [
     pa.field("_olake_op", pa.string(), nullable=False),          # r (full load), c, u, d
-    pa.field("_olake_op_id", pa.string()),                        # "%016X/%016X" commit LSN / sequence
+    pa.field("_olake_op_id", pa.string()),                        # 32 hex digits: commit LSN, sequence
     pa.field("_olake_commit_ts", pa.timestamp("us", tz="UTC")),   # source commit time (changes only)
     pa.field("_olake_synced_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    pa.field("_olake_toast_unchanged", pa.list_(pa.string())),   # columns whose value did not change
 ]
 DECODE_EVERY = 20_000
 UNKNOWN_LOAD = "0"
@@ -56,7 +58,9 @@ class ParquetDestination:
         """Prepare a buffer per stream of the catalog."""
         for stream in catalog.streams:
             if stream.key not in self.buffers:
-                schema = codec.arrow_schema(stream.json_schema)
+                data_schema = codec.arrow_schema(stream.json_schema)
+                # every data column is nullable here: a delete carries only the key
+                schema = pa.schema([f.with_nullable(True) for f in data_schema])
                 for meta in METADATA_FIELDS:
                     schema = schema.append(meta)
                 self.buffers[stream.key] = StreamBuffer(stream, schema)
@@ -66,8 +70,11 @@ class ParquetDestination:
         return os.path.join(self.root, stream.namespace or "default", stream.name)
 
     def add(self, key: tuple, data: dict) -> None:
-        """Buffer one record's data."""
+        """Buffer one record's data (a truncate record empties the stream first)."""
         buf = self.buffers[key]
+        if data.get("_olake_op") == "t":
+            self._truncate(buf)
+            return
         buf.rows.append(data)
         if len(buf.rows) >= DECODE_EVERY:
             self._decode(buf)
@@ -100,7 +107,7 @@ class ParquetDestination:
     def _decode(self, buf: StreamBuffer) -> None:
         if not buf.rows:
             return
-        table, warnings = codec.decode_rows(buf.rows, buf.stream.json_schema)
+        table, warnings = codec.decode_rows(buf.rows, buf.stream.json_schema, all_nullable=True)
         for warning in warnings:
             if warning not in buf.warned:
                 buf.warned.add(warning)
@@ -115,9 +122,11 @@ class ParquetDestination:
         ops = [r.get("_olake_op", "r") for r in rows]
         op_ids = [_format_op_id(r.get("_olake_op_id")) for r in rows]
         commit_ts = [r.get("_olake_commit_ts") for r in rows]
+        unchanged = [r.get("_olake_toast_unchanged") for r in rows]
         columns = [pa.array(ops, pa.string()), pa.array(op_ids, pa.string()),
                    pa.array(commit_ts, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-                   pa.array([now] * len(rows), pa.int64()).cast(pa.timestamp("us", tz="UTC"))]
+                   pa.array([now] * len(rows), pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+                   pa.array(unchanged, pa.list_(pa.string()))]
         for meta, column in zip(METADATA_FIELDS, columns):
             table = table.append_column(meta, column)
         return table
@@ -140,6 +149,17 @@ class ParquetDestination:
         self.rows_written += table.num_rows
         buf.tables, buf.table_rows = [], 0
 
+    def _truncate(self, buf: StreamBuffer) -> None:
+        """The source table was truncated: forget buffered rows and remove the stream's files."""
+        buf.rows, buf.tables, buf.table_rows = [], [], 0
+        folder = self.stream_dir(buf.stream)
+        if os.path.isdir(folder):
+            for name in os.listdir(folder):
+                if name.startswith("part-") and name.endswith(".parquet"):
+                    os.remove(os.path.join(folder, name))
+            _fsync(folder)
+        self.log(f"{buf.stream.label}: truncated at the source; its files were removed")
+
     def _drop_other_loads(self, stream: CatalogStream, load_id: str) -> None:
         folder = self.stream_dir(stream)
         if not os.path.isdir(folder):
@@ -158,7 +178,7 @@ def _format_op_id(op_id: Any) -> str | None:
     if op_id is None:
         return None
     if isinstance(op_id, (list, tuple)) and len(op_id) == 2:
-        return f"{int(op_id[0]):016X}/{int(op_id[1]):016X}"
+        return OpId(int(op_id[0]), int(op_id[1])).to_key()  # 32 hex digits: text order = op order
     return str(op_id)
 
 

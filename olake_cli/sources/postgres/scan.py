@@ -21,6 +21,7 @@ class ScanTask:
     snapshot_id: str | None
     json_schema: dict[str, Any]
     batch_rows: int = 10_000
+    extra_data: dict[str, Any] | None = None
 
 
 @dataclass
@@ -68,7 +69,8 @@ def run_scan_task(task: ScanTask) -> ScanResult:
             if batch.num_rows == 0:
                 continue
             emitted_at = int(time.time() * 1000)
-            result.blobs.append(encode_records(batch, task.json_schema, task.stream, task.namespace, emitted_at))
+            result.blobs.append(encode_records(batch, task.json_schema, task.stream, task.namespace,
+                                               emitted_at, task.extra_data))
             result.rows += batch.num_rows
     except OlakeError as exc:
         result.error, result.blobs = exc, []

@@ -103,7 +103,8 @@ class PostgresSource:
         return conn.execute(query).fetchone()[0]
 
     def scan_task(self, conn, info: TableInfo, stream: Any, index: int, chunk_column, lo, hi,
-                  snapshot_id: str | None, extra_where: sql.Composable | None = None) -> ScanTask:
+                  snapshot_id: str | None, extra_where: sql.Composable | None = None,
+                  extra_data: dict[str, Any] | None = None) -> ScanTask:
         """A picklable task reading rows of [lo, hi) of one table (optionally filtered further)."""
         key_types = [] if chunk_column == chunking.CTID else [info.column(k).type_name for k in chunk_column]
         where = chunking.chunk_predicate(chunk_column, key_types, lo, hi)
@@ -114,7 +115,20 @@ class PostgresSource:
             s=sql.Identifier(info.schema), t=sql.Identifier(info.table), w=where)
         return ScanTask(stream=stream.name, namespace=stream.namespace, chunk_index=index,
                         query=query.as_string(conn), uri=self.settings.uri(), snapshot_id=snapshot_id,
-                        json_schema=stream.json_schema, batch_rows=self.settings.batch_rows)
+                        json_schema=stream.json_schema, batch_rows=self.settings.batch_rows,
+                        extra_data=extra_data)
+
+    def incremental_task(self, conn, info: TableInfo, stream: Any, cursor: str, after: str | None,
+                         upto: str, snapshot_id: str | None, extra_data: dict[str, Any]) -> ScanTask:
+        """A task reading rows with ``after <= cursor <= upto`` (the boundary is re-read on purpose:
+        rows that share the last cursor value are never lost; the destination absorbs the repeats)."""
+        cast = sql.SQL(info.column(cursor).type_name)
+        where = sql.SQL("{c} <= {u}::{t}").format(c=sql.Identifier(cursor), u=sql.Literal(upto), t=cast)
+        if after is not None:
+            where = sql.SQL("{c} >= {a}::{t} AND {w}").format(c=sql.Identifier(cursor), a=sql.Literal(after),
+                                                              t=cast, w=where)
+        return self.scan_task(conn, info, stream, 0, chunking.CTID, None, None, snapshot_id,
+                              extra_where=where, extra_data=extra_data)
 
 
 def _namespaces(streams: list[Any], source: PostgresSource) -> list[str]:
