@@ -114,6 +114,9 @@ def validate_message(msg: Any, what: str = "stdin message") -> None:
     """Check one protocol message: a cheap hand-written check for RECORD, the full schema otherwise."""
     if type(msg) is not dict:
         raise ProtocolError(f"{what}: expected a JSON object, found {_json_type(msg)}")
+    if "type" not in msg:
+        raise ProtocolError(f"{what}: not a protocol message (no 'type' field; expected one of "
+                            f"{', '.join(_MESSAGE_DEFS)})")
     kind = msg.get("type")
     if kind == "RECORD":
         _check_record_envelope(msg, what)

@@ -1,0 +1,298 @@
+"""Every bad input through the real ``olake`` command: one TRACE, one stderr line, non-zero exit.
+
+Bad configs, catalogs, state files and stdin lines must fail before Spark starts, name the
+field / file / line at fault, never print the password, and never touch a state file's bytes
+(except states committed by lines before the bad one, which are legitimately merged).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+from pathlib import Path
+
+import orjson
+import psycopg
+import pytest
+
+from tests.support.cli import messages, run_olake, write_json
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "postgres" / "demo.sql"
+DEMO_DB = "demo_bad_input"
+
+EARLIER_ORDERS_STATE = {"sync_type": "incremental", "stream_name": "orders", "stream_namespace": "shop",
+                        "stream_state": {"cursor_field": "2024-03-01 00:00:00+00"}}
+EARLIER_STATE = {"level": "global", "version": "v1", "streams": [EARLIER_ORDERS_STATE]}
+SETTINGS_STATE = {"sync_type": "incremental", "stream_name": "app_settings", "stream_namespace": "public",
+                  "stream_state": {"cursor_field": "2024-05-01 00:00:00+00"}}
+
+
+def assert_one_error(result: subprocess.CompletedProcess, failure_type: str, *needles: str,
+                     secrets: tuple[str, ...] = ()) -> str:
+    """Check the error contract of a failed run; returns the ``olake: error:`` line.
+
+    Non-zero exit, stdout only JSON messages with exactly one TRACE error of ``failure_type``,
+    stderr exactly one line (the TRACE's message) containing every needle, no secret anywhere.
+    """
+    stdout, stderr = result.stdout.decode(), result.stderr.decode()
+    assert result.returncode != 0, stderr
+    traces = [m for m in messages(result.stdout) if m["type"] == "TRACE"]
+    assert len(traces) == 1, stdout
+    assert traces[0]["trace"]["type"] == "ERROR"
+    error = traces[0]["trace"]["error"]
+    assert error["failure_type"] == failure_type, error
+    lines = stderr.splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0] == f"olake: error: {error['message']}"
+    for needle in needles:
+        assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
+    for secret in secrets:
+        assert secret not in stdout and secret not in stderr, "a secret was printed"
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def demo_db(pg_cluster) -> str:
+    """A database loaded with fixtures/postgres/demo.sql."""
+    from tests.support.pgcluster import create_database
+
+    create_database(pg_cluster, DEMO_DB)
+    with psycopg.connect(pg_cluster.dsn(DEMO_DB), autocommit=True) as conn:
+        conn.execute(FIXTURE.read_text())
+    return DEMO_DB
+
+
+@pytest.fixture(scope="module")
+def discovered(pg_cluster, demo_db, tmp_path_factory) -> dict:
+    """The bare catalog ``olake discover`` prints for the demo database (schemas shop and public)."""
+    folder = tmp_path_factory.mktemp("discovered")
+    src = write_json(folder / "src.json", pg_cluster.source_config(demo_db, schemas=["shop", "public"]))
+    result = run_olake("discover", "--config", src)
+    assert result.returncode == 0, result.stderr.decode()
+    return messages(result.stdout)[0]["catalog"]
+
+
+def settings_catalog(discovered: dict) -> dict:
+    """A catalog holding only public.app_settings (as discovered)."""
+    return {"streams": [copy.deepcopy(s) for s in discovered["streams"] if s["name"] == "app_settings"]}
+
+
+# ---------------------------------------------------------------- config files
+
+def source_base(pg_cluster) -> dict:
+    return pg_cluster.source_config(DEMO_DB, schemas=["public"])
+
+
+def dest_base(tmp_path: Path) -> dict:
+    return {"type": "parquet", "path": str(tmp_path / "out")}
+
+
+def bad_config(case: str, base: dict, path: Path) -> tuple[str, list[str]]:
+    """Write config file ``path`` broken as ``case`` says; returns (path, needles for the error line)."""
+    is_source = base["type"] == "postgres"
+    required, typed = ("host", "port") if is_source else ("path", "rows_per_file")
+    if case == "missing_field":
+        write_json(path, {k: v for k, v in base.items() if k != required})
+        return str(path), ["missing required field", f"'{required}'"]
+    if case == "mistyped_field":
+        write_json(path, {**base, typed: "abc"})
+        return str(path), [f"field '{typed}'", "'abc'", "integer"]
+    if case == "unknown_field":
+        write_json(path, {**base, "colour": "red"})
+        return str(path), ["unknown field 'colour'"]
+    if case == "unknown_type":
+        write_json(path, {**base, "type": "mysql"})
+        return str(path), ["unknown type 'mysql'"]
+    if case == "type_missing":
+        write_json(path, {k: v for k, v in base.items() if k != "type"})
+        return str(path), ["missing required field 'type'"]
+    if case == "file_missing":
+        return str(path), ["does not exist"]
+    if case == "not_json":
+        text = json.dumps(base, indent=2).splitlines()
+        text.insert(2, '  "port": ,')  # a syntax error on line 3
+        path.write_text("\n".join(text))
+        return str(path), ["not valid JSON", "line 3"]
+    if case == "json_array":
+        write_json(path, [base])
+        return str(path), ["must contain a JSON object", "array"]
+    raise AssertionError(case)
+
+
+CONFIG_CASES = ["missing_field", "mistyped_field", "unknown_field", "unknown_type", "type_missing",
+                "file_missing", "not_json", "json_array"]
+
+
+@pytest.mark.parametrize("command", ["check", "discover", "read", "write"])
+@pytest.mark.parametrize("case", CONFIG_CASES)
+def test_bad_config(pg_cluster, demo_db, discovered, tmp_path, command, case):
+    base = dest_base(tmp_path) if command == "write" else source_base(pg_cluster)
+    config, needles = bad_config(case, base, tmp_path / "config.json")
+    args = [command, "--config", config]
+    if command == "read":
+        args += ["--catalog", write_json(tmp_path / "cat.json", settings_catalog(discovered))]
+    result = run_olake(*args, stdin=b"")
+    assert_one_error(result, "config_error", config, *needles, secrets=(pg_cluster.password,))
+    assert not (tmp_path / "out").exists(), "nothing may be written for a bad config"
+
+
+def test_source_config_given_to_write(pg_cluster, tmp_path):
+    config = write_json(tmp_path / "src.json", source_base(pg_cluster))
+    result = run_olake("write", "--config", config, stdin=b"")
+    assert_one_error(result, "config_error", config, "'postgres' is a source", "destination config is expected",
+                     secrets=(pg_cluster.password,))
+
+
+def test_mistyped_password_is_not_echoed(pg_cluster, tmp_path):
+    config = write_json(tmp_path / "src.json", {**source_base(pg_cluster), "password": 987654321})
+    result = run_olake("check", "--config", config)
+    line = assert_one_error(result, "config_error", config, "field 'password'", "string",
+                            secrets=("987654321",))
+    assert "the value" in line
+
+
+# ---------------------------------------------------------------- catalogs
+
+def test_read_unknown_stream_fails_before_any_record(pg_cluster, discovered, tmp_path):
+    catalog = copy.deepcopy(discovered)
+    renamed = next(s for s in catalog["streams"] if (s["namespace"], s["name"]) == ("shop", "orders"))
+    renamed["name"] = "orderz"
+    cat = write_json(tmp_path / "cat.json", catalog)
+    state = tmp_path / "st.json"
+    write_json(state, EARLIER_STATE)
+    before = state.read_bytes()
+    config = write_json(tmp_path / "src.json", pg_cluster.source_config(DEMO_DB, schemas=["shop", "public"]))
+    result = run_olake("read", "--config", config, "--catalog", cat, "--state", str(state))
+    assert_one_error(result, "config_error", "catalog", "'shop.orderz'", "does not exist",
+                     secrets=(pg_cluster.password,))
+    kinds = [m["type"] for m in messages(result.stdout)]
+    assert "RECORD" not in kinds and "STATE" not in kinds, kinds
+    assert state.read_bytes() == before
+
+
+def test_read_catalog_not_json(pg_cluster, tmp_path):
+    cat = tmp_path / "cat.json"
+    cat.write_text('{"streams": [\n  {"name": "orders",\n')
+    config = write_json(tmp_path / "src.json", source_base(pg_cluster))
+    result = run_olake("read", "--config", config, "--catalog", str(cat))
+    assert_one_error(result, "config_error", str(cat), "catalog file", "not valid JSON",
+                     secrets=(pg_cluster.password,))
+
+
+def test_write_catalog_not_json(tmp_path):
+    cat = tmp_path / "cat.json"
+    cat.write_text("streams: []\n")
+    config = write_json(tmp_path / "dst.json", dest_base(tmp_path))
+    result = run_olake("write", "--config", config, "--catalog", str(cat), stdin=b"")
+    assert_one_error(result, "config_error", str(cat), "not valid JSON", "line 1")
+
+
+@pytest.mark.parametrize("cursor, needles", [
+    (None, ["sync_mode 'incremental' needs a cursor_field"]),
+    (["no_such_column"], ["cursor_field 'no_such_column' is not a column"]),
+])
+def test_read_incremental_without_usable_cursor(pg_cluster, discovered, tmp_path, cursor, needles):
+    catalog = settings_catalog(discovered)
+    stream = catalog["streams"][0]
+    stream["sync_mode"] = "incremental"
+    stream["default_cursor_field"] = []
+    if cursor is not None:
+        stream["cursor_field"] = cursor
+    cat = write_json(tmp_path / "cat.json", catalog)
+    config = write_json(tmp_path / "src.json", source_base(pg_cluster))
+    result = run_olake("read", "--config", config, "--catalog", cat)
+    assert_one_error(result, "config_error", cat, "'public.app_settings'", *needles,
+                     secrets=(pg_cluster.password,))
+
+
+# ---------------------------------------------------------------- state files
+
+STATE_CASES = {
+    "not_json": (b"not json\n", ["state file", "not valid JSON", "line 1"]),
+    "wrong_schema": (b'{"level":"bogus"}', ["state file", "missing required field 'streams'"]),
+    "bad_level": (b'{"level": "bogus", "version": "v1", "streams": []}', ["field 'level'", "'bogus'"]),
+    "empty": (b"", ["state file", "is empty"]),
+}
+
+
+@pytest.mark.parametrize("command", ["read", "write"])
+@pytest.mark.parametrize("case", list(STATE_CASES))
+def test_bad_state_file_is_reported_and_left_alone(pg_cluster, discovered, tmp_path, command, case):
+    content, needles = STATE_CASES[case]
+    state = tmp_path / "st.json"
+    state.write_bytes(content)
+    if command == "read":
+        config = write_json(tmp_path / "src.json", source_base(pg_cluster))
+        cat = write_json(tmp_path / "cat.json", settings_catalog(discovered))
+        result = run_olake("read", "--config", config, "--catalog", cat, "--state", str(state))
+    else:
+        config = write_json(tmp_path / "dst.json", dest_base(tmp_path))
+        stdin = orjson.dumps({"type": "CATALOG", "catalog": settings_catalog(discovered)}) + b"\n"
+        result = run_olake("write", "--config", config, "--state", str(state), stdin=stdin)
+    assert_one_error(result, "config_error", str(state), *needles, secrets=(pg_cluster.password,))
+    assert state.read_bytes() == content
+    assert [m["type"] for m in messages(result.stdout)] == ["TRACE"]
+
+
+# ---------------------------------------------------------------- write: bad stdin lines
+
+def record_line(stream: str = "app_settings", namespace: str = "public", key: str = "k1") -> bytes:
+    """One RECORD line (with newline) for public.app_settings (or another stream)."""
+    data = {"setting_key": key, "setting_value": '{"on": true}', "description": None,
+            "updated_at": "2024-04-01T10:00:00.000001Z"}
+    return orjson.dumps({"type": "RECORD", "record": {"stream": stream, "namespace": namespace,
+                                                      "data": data, "emitted_at": 1}}) + b"\n"
+
+
+def catalog_line(discovered: dict) -> bytes:
+    return orjson.dumps({"type": "CATALOG", "catalog": settings_catalog(discovered)}) + b"\n"
+
+
+BAD_LINES = {
+    "garbage": (b"not json\n", ["not valid JSON"]),
+    "truncated": (record_line(key="k2")[:40], ["not valid JSON", "truncated"]),
+    "not_a_message": (b'{"foo":1}\n', ["'type'"]),
+    "unknown_stream": (record_line(stream="nope", namespace="shop"), ["unknown stream", "'shop.nope'"]),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_LINES))
+def test_write_bad_line_before_any_state(discovered, tmp_path, case):
+    bad, needles = BAD_LINES[case]
+    state = tmp_path / "st.json"
+    write_json(state, EARLIER_STATE)
+    before = state.read_bytes()
+    config = write_json(tmp_path / "dst.json", dest_base(tmp_path))
+    stdin = catalog_line(discovered) + record_line() + bad
+    result = run_olake("write", "--config", config, "--state", str(state), stdin=stdin)
+    assert_one_error(result, "config_error", "stdin line 3", *needles)
+    assert [m["type"] for m in messages(result.stdout)] == ["TRACE"]
+    assert state.read_bytes() == before
+
+
+def test_write_record_before_any_catalog(tmp_path):
+    state = tmp_path / "st.json"
+    write_json(state, EARLIER_STATE)
+    before = state.read_bytes()
+    config = write_json(tmp_path / "dst.json", dest_base(tmp_path))
+    result = run_olake("write", "--config", config, "--state", str(state), stdin=record_line())
+    line = assert_one_error(result, "config_error", "stdin line 1", "'public.app_settings'")
+    assert "catalog" in line.lower()
+    assert state.read_bytes() == before
+
+
+def test_write_bad_line_after_a_state_keeps_exactly_the_committed_state(discovered, tmp_path):
+    state = tmp_path / "st.json"
+    write_json(state, EARLIER_STATE)
+    config = write_json(tmp_path / "dst.json", dest_base(tmp_path))
+    committed = {"level": "global", "version": "v1", "streams": [SETTINGS_STATE]}
+    stdin = (catalog_line(discovered) + record_line() + orjson.dumps({"type": "STATE", "state": committed})
+             + b"\n" + record_line(key="k2") + b"not json\n")
+    result = run_olake("write", "--config", config, "--state", str(state), stdin=stdin)
+    assert_one_error(result, "config_error", "stdin line 5", "not valid JSON")
+    out = messages(result.stdout)
+    assert [m["type"] for m in out] == ["STATE", "TRACE"]
+    assert out[0]["state"] == committed
+    assert json.loads(state.read_text()) == {"level": "global", "version": "v1",
+                                             "streams": [SETTINGS_STATE, EARLIER_ORDERS_STATE]}

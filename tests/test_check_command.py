@@ -1,0 +1,167 @@
+"""``olake check`` (and ``discover``) against real servers, good and broken connections."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from tests.support.cli import messages, run_olake, write_json
+from tests.support.pgcluster import free_port
+from tests.test_bad_input import assert_one_error
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "postgres" / "demo.sql"
+DEMO_DB = "demo_check"
+LIMITED_USER = "limited"
+LIMITED_PASSWORD = "lim-Pa55-word"
+
+
+@pytest.fixture(scope="module")
+def demo_db(pg_cluster) -> str:
+    """The demo fixture, plus role ``limited`` that may read every shop table except shop.orders."""
+    from tests.support.pgcluster import create_database
+
+    create_database(pg_cluster, DEMO_DB)
+    with psycopg.connect(pg_cluster.dsn(DEMO_DB), autocommit=True) as conn:
+        conn.execute(FIXTURE.read_text())
+        exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (LIMITED_USER,)).fetchone()
+        role = sql.Identifier(LIMITED_USER)
+        if not exists:
+            conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(role))
+        conn.execute(sql.SQL("ALTER ROLE {} LOGIN PASSWORD {}").format(role, sql.Literal(LIMITED_PASSWORD)))
+        conn.execute(sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(sql.Identifier(DEMO_DB), role))
+        conn.execute(sql.SQL("GRANT USAGE ON SCHEMA shop TO {}").format(role))
+        conn.execute(sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA shop TO {}").format(role))
+        conn.execute(sql.SQL("REVOKE SELECT ON shop.orders FROM {}").format(role))
+    return DEMO_DB
+
+
+def source_config(pg_cluster, tmp_path: Path, **changes: object) -> str:
+    """A postgres source config file for the demo database with ``changes`` applied."""
+    config = pg_cluster.source_config(DEMO_DB, schemas=["shop", "public"])
+    config.update(changes)
+    return write_json(tmp_path / "src.json", config)
+
+
+def connection_statuses(stdout: bytes) -> list[dict]:
+    return [m["connectionStatus"] for m in messages(stdout) if m["type"] == "CONNECTION_STATUS"]
+
+
+def assert_check_failed(result, *needles: str, secrets: tuple[str, ...] = (),
+                        failure_type: str = "config_error") -> str:
+    """check failed: CONNECTION_STATUS FAILED then the TRACE, with the same message."""
+    line = assert_one_error(result, failure_type, *needles, secrets=secrets)
+    out = messages(result.stdout)
+    assert [m["type"] for m in out] == ["CONNECTION_STATUS", "TRACE"]
+    status = out[0]["connectionStatus"]
+    assert status["status"] == "FAILED"
+    assert status["message"] == out[1]["trace"]["error"]["message"]
+    return line
+
+
+def test_check_source_succeeds(pg_cluster, demo_db, tmp_path):
+    result = run_olake("check", "--config", source_config(pg_cluster, tmp_path))
+    assert result.returncode == 0, result.stderr.decode()
+    out = messages(result.stdout)
+    assert [m["type"] for m in out] == ["CONNECTION_STATUS"]
+    status = out[0]["connectionStatus"]
+    assert status["status"] == "SUCCEEDED"
+    assert f"{pg_cluster.superuser}@{pg_cluster.host}:{pg_cluster.port}/{DEMO_DB}" in status["message"]
+    assert "9 table(s)" in status["message"]
+    assert pg_cluster.password not in result.stdout.decode() + result.stderr.decode()
+
+
+def test_check_closed_port(pg_cluster, tmp_path):
+    port = free_port()
+    result = run_olake("check", "--config", source_config(pg_cluster, tmp_path, port=port))
+    assert_check_failed(result, f"127.0.0.1:{port}", "nothing accepts connections", "'port'",
+                        secrets=(pg_cluster.password,))
+
+
+def test_discover_closed_port(pg_cluster, tmp_path):
+    port = free_port()
+    result = run_olake("discover", "--config", source_config(pg_cluster, tmp_path, port=port))
+    assert_one_error(result, "config_error", f"127.0.0.1:{port}", "nothing accepts connections",
+                     secrets=(pg_cluster.password,))
+    assert [m["type"] for m in messages(result.stdout)] == ["TRACE"]
+
+
+def test_check_unknown_host(pg_cluster, tmp_path):
+    result = run_olake("check", "--config", source_config(pg_cluster, tmp_path, host="no-such-host.invalid"))
+    assert_check_failed(result, "unknown host 'no-such-host.invalid'", "'host'",
+                        secrets=(pg_cluster.password,))
+
+
+def test_discover_unknown_host(pg_cluster, tmp_path):
+    result = run_olake("discover", "--config", source_config(pg_cluster, tmp_path, host="no-such-host.invalid"))
+    assert_one_error(result, "config_error", "unknown host 'no-such-host.invalid'", secrets=(pg_cluster.password,))
+
+
+def test_check_wrong_password(pg_cluster, demo_db, tmp_path):
+    wrong = "Wr0ng-Pa55-xyz"
+    result = run_olake("check", "--config", source_config(pg_cluster, tmp_path, password=wrong))
+    assert_check_failed(result, f"wrong username or password for user '{pg_cluster.superuser}'",
+                        secrets=(wrong, pg_cluster.password))
+
+
+def test_check_wrong_database(pg_cluster, tmp_path):
+    result = run_olake("check", "--config", source_config(pg_cluster, tmp_path, database="no_such_db"))
+    assert_check_failed(result, "database 'no_such_db' does not exist", f"127.0.0.1:{pg_cluster.port}",
+                        secrets=(pg_cluster.password,))
+
+
+def test_check_missing_schema(pg_cluster, demo_db, tmp_path):
+    result = run_olake("check", "--config", source_config(pg_cluster, tmp_path, schemas=["shop", "nope"]))
+    assert_check_failed(result, "schema(s) nope do not exist", f"'{DEMO_DB}'", "'schemas'",
+                        secrets=(pg_cluster.password,))
+
+
+def test_check_user_without_select_names_table_and_grant(pg_cluster, demo_db, tmp_path):
+    config = source_config(pg_cluster, tmp_path, username=LIMITED_USER, password=LIMITED_PASSWORD,
+                           schemas=["shop"])
+    result = run_olake("check", "--config", config)
+    line = assert_check_failed(result, f"user '{LIMITED_USER}' lacks SELECT on shop.orders",
+                               f"GRANT SELECT ON", f"TO {LIMITED_USER}",
+                               secrets=(LIMITED_PASSWORD, pg_cluster.password))
+    assert "shop.customers" not in line and "shop.order_items" not in line
+
+
+def test_check_limited_user_on_readable_schema_succeeds(pg_cluster, demo_db, tmp_path):
+    """Control for the test above: the same role passes once it may read shop.orders."""
+    dsn = pg_cluster.dsn(DEMO_DB)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("GRANT SELECT ON shop.orders TO {}").format(sql.Identifier(LIMITED_USER)))
+    try:
+        config = source_config(pg_cluster, tmp_path, username=LIMITED_USER, password=LIMITED_PASSWORD,
+                               schemas=["shop"])
+        result = run_olake("check", "--config", config)
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("REVOKE SELECT ON shop.orders FROM {}").format(sql.Identifier(LIMITED_USER)))
+    assert result.returncode == 0, result.stderr.decode()
+    assert connection_statuses(result.stdout)[0]["status"] == "SUCCEEDED"
+    assert "8 table(s)" in connection_statuses(result.stdout)[0]["message"]
+    assert LIMITED_PASSWORD not in result.stdout.decode() + result.stderr.decode()
+
+
+def test_check_parquet_writable_dir(tmp_path):
+    target = tmp_path / "new" / "out"
+    config = write_json(tmp_path / "dst.json", {"type": "parquet", "path": str(target)})
+    result = run_olake("check", "--config", config)
+    assert result.returncode == 0, result.stderr.decode()
+    assert connection_statuses(result.stdout) == [{"status": "SUCCEEDED",
+                                                   "message": f"parquet: '{target}' is writable"}]
+    assert target.is_dir() and list(target.iterdir()) == [], "check must leave no file behind"
+
+
+def test_check_parquet_path_under_a_regular_file(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    target = blocker / "out"
+    config = write_json(tmp_path / "dst.json", {"type": "parquet", "path": str(target)})
+    result = run_olake("check", "--config", config)
+    # DestinationError is a system_error today (see the report: a config_error would fit better).
+    assert_check_failed(result, f"cannot write into '{target}'", "Not a directory", failure_type="system_error")
+    assert blocker.read_text() == "not a directory"
