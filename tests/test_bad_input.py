@@ -277,7 +277,7 @@ def test_write_record_before_any_catalog(tmp_path):
     before = state.read_bytes()
     config = write_json(tmp_path / "dst.json", dest_base(tmp_path))
     result = run_olake("write", "--config", config, "--state", str(state), stdin=record_line())
-    line = assert_one_error(result, "config_error", "stdin line 1", "'public.app_settings'")
+    line = assert_one_error(result, "config_error", "stdin line 1", "RECORD before any CATALOG")
     assert "catalog" in line.lower()
     assert state.read_bytes() == before
 

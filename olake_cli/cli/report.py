@@ -36,7 +36,9 @@ def protocol_writer() -> messages.MessageWriter:
 
 def fail(error: OlakeError, exit_code: int = 1) -> NoReturn:
     """Report an error as a TRACE on stdout and one line on stderr, then exit non-zero."""
-    stack = "".join(traceback.format_exception(error)) if error.__traceback__ else None
+    stack = None
+    if error.failure_type == "system_error" and error.__traceback__ is not None:
+        stack = "".join(traceback.format_exception(error))
     try:
         writer = protocol_writer()
         writer.write(messages.trace_error(error.message, error.failure_type, stack_trace=stack))

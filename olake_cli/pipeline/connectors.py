@@ -7,7 +7,7 @@ import tempfile
 from typing import Any, BinaryIO, Callable
 
 from olake_cli.core.catalog import load_catalog
-from olake_cli.core.errors import ConfigError, DestinationError
+from olake_cli.core.errors import ConfigError
 from olake_cli.core.messages import MessageWriter
 from olake_cli.core.state import FileStateStore, State, load_state
 
@@ -44,7 +44,7 @@ def check_parquet_path(path: str) -> str:
         with tempfile.NamedTemporaryFile(dir=path, prefix=".olake-check-"):
             pass
     except OSError as exc:
-        raise DestinationError(f"parquet: cannot write into '{path}': {exc.strerror or exc}") from None
+        raise ConfigError(f"parquet: cannot write into '{path}': {exc.strerror or exc}") from None
     return f"parquet: '{path}' is writable"
 
 

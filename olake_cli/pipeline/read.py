@@ -62,9 +62,9 @@ class ReadPipeline:
         from olake_cli.sources.postgres.snapshot import ExportedSnapshot
 
         streams = self.catalog.selected_streams()
-        self.out.write(messages.catalog_message(Catalog(streams).to_dict()))
         with connect(self.source.settings) as conn:
             tables = self.source.resolve_tables(conn, streams)
+        self.out.write(messages.catalog_message(Catalog(streams).to_dict()))
         cdc_streams = [s for s in streams if s.sync_mode == "cdc"]
         capture = ChangeCapture(self.source, cdc_streams, tables, self.state, self.out, self.log) if cdc_streams else None
         if capture is not None:

@@ -45,9 +45,9 @@ class WritePipeline:
             hint = " (truncated line?)" if not line.endswith(b"\n") else ""
             raise ProtocolError(f"stdin line {lineno}: not valid JSON{hint}: {exc}") from None
         try:
-            validate_message(msg)
+            validate_message(msg, what=f"stdin line {lineno}")
         except OlakeError as exc:
-            raise ProtocolError(f"stdin line {lineno}: {exc.message}") from None
+            raise ProtocolError(exc.message) from None
         return msg
 
     def _handle(self, msg: dict[str, Any], lineno: int) -> None:
@@ -55,6 +55,9 @@ class WritePipeline:
         if kind == "RECORD":
             record = msg["record"]
             key = (record.get("namespace"), record["stream"])
+            if self.catalog is None:
+                raise ProtocolError(f"stdin line {lineno}: RECORD before any CATALOG message; "
+                                    f"give --catalog or let the reader send its CATALOG first")
             if key not in self.keys:
                 raise ProtocolError(f"stdin line {lineno}: record for unknown stream "
                                     f"'{key[0]}.{key[1]}' (not in the catalog)")

@@ -58,9 +58,10 @@ class PostgresSource:
                    ORDER BY 1""", (list(self.settings.schemas),)).fetchall()
             if denied:
                 names = ", ".join(r[0] for r in denied[:5]) + (" ..." if len(denied) > 5 else "")
+                role = sql.Identifier(self.settings.username).as_string(conn)
+                grants = " ".join(f"GRANT SELECT ON {_qualified(conn, r[0])} TO {role};" for r in denied[:5])
                 raise ConfigError(f"postgres: user '{self.settings.username}' lacks SELECT on {names}; "
-                                  f"run: GRANT USAGE ON SCHEMA <schema> TO {self.settings.username}; "
-                                  f"GRANT SELECT ON ALL TABLES IN SCHEMA <schema> TO {self.settings.username};")
+                                  f"run as an admin: {grants} (and GRANT USAGE ON SCHEMA where missing)")
             tables = len(disco.list_tables(conn, self.settings.schemas))
         return f"connected to {self.settings.describe()}; {tables} table(s) readable in {', '.join(self.settings.schemas)}"
 
@@ -129,6 +130,11 @@ class PostgresSource:
                                                               t=cast, w=where)
         return self.scan_task(conn, info, stream, 0, chunking.CTID, None, None, snapshot_id,
                               extra_where=where, extra_data=extra_data)
+
+
+def _qualified(conn, dotted: str) -> str:
+    schema, _, table = dotted.partition(".")
+    return f"{sql.Identifier(schema).as_string(conn)}.{sql.Identifier(table).as_string(conn)}"
 
 
 def _namespaces(streams: list[Any], source: PostgresSource) -> list[str]:
