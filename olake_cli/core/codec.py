@@ -242,10 +242,10 @@ def _intervals(array: pa.Array, olake_type: str, column: str) -> list:
                                         "microseconds": v.nanoseconds // 1000}
                 for v in array.to_pylist()]
     _expect(array, pa.types.is_string(type_), olake_type, column)
-    return [None if v is None else _parse_iso_interval(v, column) for v in array.to_pylist()]
+    return [None if v is None else parse_iso_interval(v, column) for v in array.to_pylist()]
 
 
-def _parse_iso_interval(text: str, column: str) -> dict:
+def parse_iso_interval(text: str, column: str) -> dict:
     """PostgreSQL's IntervalStyle iso_8601 text as months/days/microseconds, exactly."""
     match = _ISO_INTERVAL_RE.fullmatch(text)
     if match is None or text in ("P", "PT"):
@@ -260,6 +260,9 @@ def _parse_iso_interval(text: str, column: str) -> dict:
     micros += (int(hours or 0) * 3600 + int(minutes or 0) * 60) * 1_000_000
     return {"months": int(years or 0) * 12 + int(months or 0), "days": int(days or 0),
             "microseconds": micros}
+
+
+_parse_iso_interval = parse_iso_interval  # the former private name
 
 
 def _arrays(array: pa.Array, olake_type: str, column: str) -> list:
@@ -286,9 +289,16 @@ _ENCODERS = {
 # ----------------------------------------------------------------------------- decoding
 
 
-def decode_rows(rows: list[dict], json_schema: dict) -> tuple[pa.Table, list[str]]:
-    """RECORD data dicts as an Arrow table of ``arrow_schema(json_schema)``, plus human warnings."""
+def decode_rows(rows: list[dict], json_schema: dict,
+                all_nullable: bool = False) -> tuple[pa.Table, list[str]]:
+    """RECORD data dicts as an Arrow table of ``arrow_schema(json_schema)``, plus human warnings.
+
+    ``all_nullable`` accepts nulls and missing keys in every column and makes every field nullable
+    (CDC delete records carry only the key columns).
+    """
     schema = arrow_schema(json_schema)
+    if all_nullable:
+        schema = pa.schema([field.with_nullable(True) for field in schema], metadata=schema.metadata)
     warnings: list[str] = []
     arrays = []
     for field in schema:
