@@ -82,9 +82,10 @@ class ReadPipeline:
     def _prepare(self, stream: CatalogStream, info, snap, capture) -> StreamRun:
         previous = self.state.find(stream.namespace, stream.name)
         decision = decide_work(stream, previous)
-        if decision == "continue" and stream.sync_mode == "cdc":
-            return StreamRun(stream, previous, kind="cdc")
         if decision == "continue":
+            self._publish(previous)  # the writer learns which load the coming records belong to
+            if stream.sync_mode == "cdc":
+                return StreamRun(stream, previous, kind="cdc")
             return self._prepare_incremental(stream, info, snap, previous)
         if decision == "resume":
             ss, chunk_column = previous, previous.extra.get("chunk_column", "ctid")

@@ -24,6 +24,7 @@ class WritePipeline:
         self.upstream_error: str | None = None
         self.records = 0
         self.states = 0
+        self.known_state = state_store.load() if state_store is not None else None
         if catalog is not None:
             self._adopt(catalog)
 
@@ -76,8 +77,8 @@ class WritePipeline:
 
     def _commit_state(self, msg: dict[str, Any]) -> None:
         state = parse_state(msg["state"], what="STATE message")
-        self.destination.commit()
         self.destination.observe_state(state)
+        self.destination.commit()
         self.out.write(msg)
         self.out.flush()
         if self.store is not None:
@@ -102,3 +103,5 @@ class WritePipeline:
         self.catalog = catalog
         self.destination.open(catalog)
         self.keys = {s.key for s in catalog.streams}
+        if self.known_state is not None:
+            self.destination.observe_state(self.known_state)  # which load the first records belong to

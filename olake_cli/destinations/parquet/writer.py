@@ -51,6 +51,7 @@ class ParquetDestination:
         self.log = log
         self.buffers: dict[tuple, StreamBuffer] = {}
         self.load_ids: dict[tuple, str] = {}
+        self.loads_in_progress: set[tuple] = set()
         self.files_written = 0
         self.rows_written = 0
 
@@ -84,24 +85,37 @@ class ParquetDestination:
     def commit(self) -> None:
         """Make every buffered record durable (written, fsynced, renamed into place)."""
         for buf in self.buffers.values():
-            self._decode(buf)
-            if buf.table_rows:
-                self._write_file(buf)
+            self._flush(buf)
+
+    def _flush(self, buf: StreamBuffer) -> None:
+        self._decode(buf)
+        if buf.table_rows:
+            self._write_file(buf)
 
     def observe_state(self, state: State) -> None:
-        """Track each stream's current load; once a full load is complete, drop older loads' files."""
+        """Track which full load each stream's next records belong to (called before records follow).
+
+        Rows buffered under an earlier load are written under that load's id before switching.
+        """
         for ss in state.streams:
             key = (ss.stream_namespace, ss.stream_name)
             load_id = (ss.extra or {}).get("load_id")
-            if load_id:
-                self.load_ids[key] = load_id
+            if not load_id:
+                continue
+            if key in self.buffers and self.load_ids.get(key, load_id) != load_id:
+                self._flush(self.buffers[key])
+            self.load_ids[key] = load_id
+            if ss.chunks:
+                self.loads_in_progress.add((key, load_id))
 
     def after_commit(self, state: State) -> None:
-        """Called once ``state`` is committed: completed full loads replace earlier loads' files."""
+        """Called once ``state`` is committed: a full load seen in progress and now complete replaces
+        the files of earlier loads of its stream (so full_refresh and re-syncs do not append)."""
         for ss in state.streams:
-            load_id = (ss.extra or {}).get("load_id")
             key = (ss.stream_namespace, ss.stream_name)
-            if load_id and not ss.chunks and key in self.buffers:
+            load_id = (ss.extra or {}).get("load_id")
+            if not ss.chunks and (key, load_id) in self.loads_in_progress and key in self.buffers:
+                self.loads_in_progress.discard((key, load_id))
                 self._drop_other_loads(self.buffers[key].stream, load_id)
 
     def _decode(self, buf: StreamBuffer) -> None:

@@ -62,8 +62,27 @@ class PostgresSource:
                 grants = " ".join(f"GRANT SELECT ON {_qualified(conn, r[0])} TO {role};" for r in denied[:5])
                 raise ConfigError(f"postgres: user '{self.settings.username}' lacks SELECT on {names}; "
                                   f"run as an admin: {grants} (and GRANT USAGE ON SCHEMA where missing)")
-            tables = len(disco.list_tables(conn, self.settings.schemas))
-        return f"connected to {self.settings.describe()}; {tables} table(s) readable in {', '.join(self.settings.schemas)}"
+            tables = [(t[0], t[1]) for t in disco.list_tables(conn, self.settings.schemas)]
+            cdc = self._check_change_capture(conn, tables)
+        return (f"connected to {self.settings.describe()}; {len(tables)} table(s) readable in "
+                f"{', '.join(self.settings.schemas)}{cdc}")
+
+    def _check_change_capture(self, conn, tables: list[tuple[str, str]]) -> str:
+        """When a slot or publication is configured: every CDC problem with the SQL that fixes it."""
+        from olake_cli.sources.postgres import cdc_setup
+
+        if not (self.settings.replication_slot or self.settings.publication):
+            return ""
+        problems = cdc_setup.cdc_problems(conn, self.settings, tables)
+        if problems:
+            if self.settings.create_slot_and_publication:  # read creates these itself
+                problems = [p for p in problems if not _creatable(p.what)]
+            if problems:
+                text = "; ".join(p.what + (f" (fix: {' '.join(p.fix_sql.split())})" if p.fix_sql else "")
+                                 for p in problems)
+                raise ConfigError(f"postgres: change capture is not ready, {len(problems)} problem(s): {text}")
+        notes = cdc_setup.cdc_notes(conn, self.settings, tables)
+        return "; change capture ready" + "".join(f"; note: {n}" for n in notes)
 
     def discover(self) -> dict[str, Any]:
         """The catalog of every table in the configured schemas."""
@@ -130,6 +149,13 @@ class PostgresSource:
                                                               t=cast, w=where)
         return self.scan_task(conn, info, stream, 0, chunking.CTID, None, None, snapshot_id,
                               extra_where=where, extra_data=extra_data)
+
+
+def _creatable(problem: str) -> bool:
+    """Whether ``read`` with create_slot_and_publication fixes this problem by itself."""
+    return problem.endswith(("does not exist in this database",)) or (
+        problem.startswith("replication slot") and "does not exist" in problem) or (
+        problem.startswith("publication") and "does not cover" in problem)
 
 
 def _qualified(conn, dotted: str) -> str:
