@@ -252,8 +252,6 @@ def test_unchanged_toast_is_reported_and_delete_keys_decode_all_nullable(pg_clus
     assert table.schema.field("id").type == pa.int64() and table.schema.field("n").type == pa.int32()
 
 
-@pytest.mark.xfail(strict=True, reason="types.select_expression scans inet as inet::text, which "
-                   "always adds the /32 or /128 netmask that inet's output (and pgoutput) omits")
 def test_inet_host_addresses_match_the_full_load(pg_cluster, pg_db):
     dsn = pg_cluster.dsn(pg_db)
     with psycopg.connect(dsn, autocommit=True) as conn:

@@ -24,8 +24,7 @@ from typing import Any, Callable
 from olake_cli.core.codec import olake_type_of, parse_iso_interval
 from olake_cli.core.errors import CatalogError, SourceError
 
-# The sentinel is defined with the pgoutput decoder (pure Python, imports only core.errors).
-from olake_cli.sources.postgres.pgoutput import UNCHANGED_TOAST
+from olake_cli.core.values import UNCHANGED_TOAST
 
 Converter = Callable[[str], Any]
 RowConverter = Callable[[dict], "tuple[dict, list[str]]"]

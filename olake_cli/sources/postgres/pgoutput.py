@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Union
 
 from olake_cli.core.errors import SourceError
+from olake_cli.core.values import UNCHANGED_TOAST, _UnchangedToast  # noqa: F401 (re-exported)
 
 PG_EPOCH_OFFSET_US = 946_684_800_000_000  # 2000-01-01T00:00:00Z in Unix microseconds
 
@@ -31,26 +32,6 @@ _TEXT, _NULL, _TOAST = ord("t"), ord("n"), ord("u")
 TRUNCATE_CASCADE = 1
 TRUNCATE_RESTART_IDENTITY = 2
 
-
-class _UnchangedToast:
-    """Type of :data:`UNCHANGED_TOAST`; a singleton that survives pickling."""
-
-    _instance: _UnchangedToast | None = None
-
-    def __new__(cls) -> _UnchangedToast:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "UNCHANGED_TOAST"
-
-    def __reduce__(self) -> str:
-        return "UNCHANGED_TOAST"
-
-
-UNCHANGED_TOAST = _UnchangedToast()
-"""An unchanged TOASTed column of an UPDATE: the old value still holds, it was not sent."""
 
 Value = Union[str, None, _UnchangedToast]
 

@@ -39,6 +39,7 @@ _OLAKE_TYPE_BY_OID: dict[int, str] = {
 }
 _NUMERIC_OID = 1700
 _BPCHAR_OID = 1042
+_INET_OID = 869  # inet::text always adds /32 or /128; inet's output function (and pgoutput) does not
 _MAX_DECIMAL_PRECISION = 38
 
 # The PostgreSQL type each natively scanned olake type is cast to (a no-op for the type itself;
@@ -212,6 +213,8 @@ def select_expression(col: PgColumn) -> sql.Composable:
         expr = sql.SQL("{}::{}").format(ident, sql.SQL(_NATIVE_PG_TYPE[col.olake_type]))
     elif col.type_oid == _BPCHAR_OID:
         expr = sql.SQL("{}::bpchar").format(ident)  # ::text would strip char(n) padding
+    elif col.type_oid == _INET_OID:
+        expr = sql.SQL("CASE WHEN {v} IS NULL THEN NULL ELSE format('%s', {v}) END").format(v=ident)
     else:
         expr = sql.SQL("{}::text").format(ident)
     return sql.SQL("{} AS {}").format(expr, ident)
@@ -239,6 +242,11 @@ def _array_expression(col: PgColumn, ident: sql.Identifier) -> sql.Composable:
         array_type = sql.SQL("text[]")  # intervals too: the codec parses their iso_8601 text
     message = sql.Literal(f"olake: column {col.name!r} holds a multi-dimensional array (unsupported),"
                           " dimensions: ")
+    value: sql.Composable = sql.SQL("{v}::{t}").format(v=ident, t=array_type)
+    if col.element_oid == _INET_OID:  # each element through inet's output function, as pgoutput does
+        value = sql.SQL("CASE WHEN {v} IS NULL THEN NULL ELSE ARRAY(SELECT CASE WHEN e IS NULL THEN NULL "
+                        "ELSE format('%s', e) END FROM unnest({v}) WITH ORDINALITY AS u(e, i) ORDER BY i) "
+                        "END").format(v=ident)
     return sql.SQL(
-        "CASE WHEN array_ndims({v}) > 1 THEN ({msg} || array_ndims({v})::text)::{t} ELSE {v}::{t} END"
-    ).format(v=ident, msg=message, t=array_type)
+        "CASE WHEN array_ndims({v}) > 1 THEN ({msg} || array_ndims({v})::text)::{t} ELSE {value} END"
+    ).format(v=ident, msg=message, t=array_type, value=value)
