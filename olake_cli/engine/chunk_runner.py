@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import glob
+import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
@@ -14,11 +18,23 @@ class SparkChunkRunner:
     consumer, so the driver never holds more than ``max_parallel + 1`` chunks in memory.
     """
 
-    def __init__(self, spark_factory: Callable[[], Any], max_parallel: int | None = None) -> None:
+    def __init__(self, spark_factory: Callable[[], Any], max_parallel: int | None = None,
+                 local: bool = False) -> None:
         self._spark_factory = spark_factory
         self._sc = None
         self._max_parallel = max_parallel
         self._group = f"olake-{id(self)}"
+        # With a local master, tasks share the driver's disk: they spool their output to files here
+        # and return only the path, instead of sending every line through the JVM.
+        self.spool_dir = None
+        if local:
+            _remove_orphan_spools()
+            self.spool_dir = tempfile.mkdtemp(prefix=f"olake-spool-{os.getpid()}-")
+
+    def close(self) -> None:
+        """Remove the spool folder (and whatever a failed run left in it)."""
+        if self.spool_dir:
+            shutil.rmtree(self.spool_dir, ignore_errors=True)
 
     @property
     def sc(self):
@@ -63,3 +79,11 @@ class SparkChunkRunner:
             if task is None:
                 return
             in_flight.add(pool.submit(self._run_one, func, task))
+
+
+def _remove_orphan_spools() -> None:
+    """Delete spool folders left by olake processes that were killed (their pid is gone)."""
+    for folder in glob.glob(os.path.join(tempfile.gettempdir(), "olake-spool-*-*")):
+        pid = os.path.basename(folder).split("-")[2]
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            shutil.rmtree(folder, ignore_errors=True)

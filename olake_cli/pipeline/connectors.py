@@ -61,8 +61,13 @@ def run_read(config_path: str, catalog_path: str, state_path: str | None, spark_
     from olake_cli.engine.chunk_runner import SparkChunkRunner
     from olake_cli.engine.session import spark_session
 
-    runner = SparkChunkRunner(lambda: spark_session(spark_master), max_parallel or config.get("max_parallel"))
-    ReadPipeline(source, catalog, state, out, runner, log).run()
+    master = spark_master or os.environ.get("OLAKE_SPARK_MASTER") or "local[*]"
+    runner = SparkChunkRunner(lambda: spark_session(master), max_parallel or config.get("max_parallel"),
+                              local=master.startswith("local"))
+    try:
+        ReadPipeline(source, catalog, state, out, runner, log).run()
+    finally:
+        runner.close()
 
 
 def run_write(config_path: str, catalog_path: str | None, state_path: str | None, stdin: BinaryIO,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from olake_cli.core import messages
@@ -132,7 +132,8 @@ class ReadPipeline:
         from olake_cli.sources.postgres.scan import run_scan_task
 
         by_key = {(r.stream.namespace, r.stream.name): r for r in runs}
-        tasks = [task for run in runs for task in run.tasks]
+        spool_dir = getattr(self.runner, "spool_dir", None)
+        tasks = [replace(task, spool_dir=spool_dir) for run in runs for task in run.tasks]
         progress = Progress(self.log, total_chunks=len(tasks))
         for result in self.runner.run(run_scan_task, tasks):
             run = by_key[(result.namespace, result.stream)]
@@ -140,8 +141,7 @@ class ReadPipeline:
                 self.errors.append(result.error)
                 self.log(f"{run.stream.label}: chunk {result.chunk_index} failed: {result.error}")
             else:
-                for blob in result.blobs:
-                    self.out.write_raw(blob)
+                result.emit(self.out.write_raw)
                 run.rows += result.rows
             progress.chunk_done(run.stream.label, result.rows, result.seconds)
             self._after_task(run, result)

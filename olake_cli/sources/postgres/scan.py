@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from olake_cli.core.errors import OlakeError, SourceError
 
@@ -22,6 +24,7 @@ class ScanTask:
     json_schema: dict[str, Any]
     batch_rows: int = 10_000
     extra_data: dict[str, Any] | None = None
+    spool_dir: str | None = None  # local runs: tasks write lines here instead of returning them
 
 
 @dataclass
@@ -35,6 +38,17 @@ class ScanResult:
     blobs: list[bytes] = field(default_factory=list)
     error: OlakeError | None = None
     seconds: float = 0.0
+    spool_path: str | None = None
+
+    def emit(self, write: Callable[[bytes], Any]) -> None:
+        """Hand the chunk's lines to ``write`` (from memory or from the spool file, then delete it)."""
+        for blob in self.blobs:
+            write(blob)
+        if self.spool_path:
+            with open(self.spool_path, "rb") as spool:
+                while block := spool.read(1 << 22):
+                    write(block)
+            os.remove(self.spool_path)
 
 
 def read_batches(task: ScanTask) -> Iterator[Any]:
@@ -64,21 +78,38 @@ def run_scan_task(task: ScanTask) -> ScanResult:
 
     started = time.monotonic()
     result = ScanResult(task.chunk_index, task.stream, task.namespace)
+    spool = _open_spool(task, result)
     try:
         for batch in read_batches(task):
             if batch.num_rows == 0:
                 continue
             emitted_at = int(time.time() * 1000)
-            result.blobs.append(encode_records(batch, task.json_schema, task.stream, task.namespace,
-                                               emitted_at, task.extra_data))
+            blob = encode_records(batch, task.json_schema, task.stream, task.namespace, emitted_at,
+                                  task.extra_data)
+            spool.write(blob) if spool else result.blobs.append(blob)
             result.rows += batch.num_rows
+        if spool:
+            spool.close()
     except OlakeError as exc:
         result.error, result.blobs = exc, []
     except Exception as exc:  # driver errors arrive as many types; report them as one SourceError
         message = f"chunk {task.chunk_index} of {task.namespace}.{task.stream}: {type(exc).__name__}: {exc}"
         result.error, result.blobs = SourceError(_scrub(message, task.uri)), []
+    if result.error is not None and spool:
+        spool.close()
+        os.remove(result.spool_path)
+        result.spool_path = None
     result.seconds = time.monotonic() - started
     return result
+
+
+def _open_spool(task: ScanTask, result: ScanResult):
+    """A spool file beside the driver (local Spark only): results then skip the JVM round trip."""
+    if not task.spool_dir:
+        return None
+    fd, result.spool_path = tempfile.mkstemp(prefix=f"chunk-{task.chunk_index}-", suffix=".jsonl",
+                                             dir=task.spool_dir)
+    return os.fdopen(fd, "wb", buffering=1 << 22)
 
 
 def _scrub(text: str, uri: str) -> str:
