@@ -85,6 +85,14 @@ def write(config: str = CONFIG_OPT,
     run_write(config, catalog, state, sys.stdin.buffer, protocol_writer(), log)
 
 
+@state_app.command("recover")
+def state_recover(config: str = CONFIG_OPT, catalog: str = CATALOG_OPT) -> None:
+    """Rebuild the state from the destination's contents and print it as a STATE message."""
+    from olake_cli.pipeline.connectors import run_recover
+
+    run_recover(config, catalog, protocol_writer(), log)
+
+
 def main() -> None:
     """Console-script entry point."""
     try:

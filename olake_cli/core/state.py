@@ -241,6 +241,8 @@ def load_state(path: str | Path) -> State:
     if not path.exists():
         return State()
     obj = load_json_file(path, "state", StateError)
+    if obj.get("type") == "STATE" and isinstance(obj.get("state"), dict):
+        obj = obj["state"]  # the output of `olake state recover` is a STATE message
     return parse_state(obj, what=f"state file '{path}'")
 
 

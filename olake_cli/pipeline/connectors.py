@@ -70,6 +70,18 @@ def run_read(config_path: str, catalog_path: str, state_path: str | None, spark_
         runner.close()
 
 
+def run_recover(config_path: str, catalog_path: str, out: MessageWriter, log: Callable[[str], None]) -> None:
+    """``olake state recover``: the state the destination's files prove, as one STATE message."""
+    from olake_cli.cli.config import load_config
+    from olake_cli.core.messages import state_message
+    from olake_cli.pipeline.recover import recover_state
+
+    _, kind, config = load_config(config_path, role="destination")
+    catalog = load_catalog(catalog_path)
+    destination = make_destination(kind, config, log)
+    out.write(state_message(recover_state(destination.stream_dir, catalog, log)))
+
+
 def run_write(config_path: str, catalog_path: str | None, state_path: str | None, stdin: BinaryIO,
               out: MessageWriter, log: Callable[[str], None]) -> None:
     """``olake write``: consume stdin into the destination, committing states as they arrive."""
