@@ -9,25 +9,39 @@ dropped here, in the pipeline, so a run that resumes inside a transaction replay
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Callable
 
 import orjson
+import psycopg
 
 from olake_cli.core import messages
 from olake_cli.core.catalog import CatalogStream
-from olake_cli.core.errors import ConfigError, PositionLostError
+from olake_cli.core.errors import ConfigError, PositionLostError, StateError
 from olake_cli.core.position import OpId, format_lsn, parse_lsn
 from olake_cli.core.state import State, StreamState
 
-CHECKPOINT_EVERY = 20_000
+# Changes between checkpoints (at transaction ends; inside one huge transaction every 5x as many).
+# OLAKE_CDC_CHECKPOINT_EVERY overrides it (tests use a small value to checkpoint mid-transaction).
+CHECKPOINT_EVERY = max(1, int(os.environ.get("OLAKE_CDC_CHECKPOINT_EVERY", "20000")))
 
 
 def position_of(ss: StreamState | None) -> OpId | None:
-    """The operation id a stream's state says is committed (None if it has none)."""
-    if ss is None or not isinstance(ss.cursor_field, str):
+    """The operation id a stream's state says is committed (None if it holds no change position).
+
+    A state left by another sync mode (an incremental cursor, or the full load it started) holds a
+    cursor value, not a change position: the stream simply starts a new full load.
+    """
+    if ss is None or not isinstance(ss.cursor_field, str) or ss.sync_type == "incremental":
         return None
-    return OpId(parse_lsn(ss.cursor_field), int((ss.extra or {}).get("op_seq", 0)))
+    try:
+        lsn = parse_lsn(ss.cursor_field)
+    except StateError:
+        if ss.sync_type == "cdc":
+            raise
+        return None
+    return OpId(lsn, int((ss.extra or {}).get("op_seq", 0)))
 
 
 def with_position(ss: StreamState, op: OpId) -> StreamState:
@@ -56,24 +70,22 @@ class ChangeCapture:
         """Create what is allowed, detect lost positions (re-sync or fail), capture the start position."""
         from olake_cli.sources.postgres.cdc_setup import ensure_slot_and_publication
         from olake_cli.sources.postgres.change_feed import slot_info
-        from olake_cli.sources.postgres.connection import connect
 
         slot = self.settings.replication_slot
-        with connect(self.settings) as conn:
+        with self._connect() as conn:
+            self._check_existing_slot(conn, slot_info(conn, slot))
             table_names = [(t.schema, t.table) for t in (self.tables[s.key] for s in self.streams)]
             if self.settings.create_slot_and_publication:
                 for line in ensure_slot_and_publication(conn, self.settings, table_names):
                     self.log(line)
             info = slot_info(conn, slot)
         if info is None:
-            self._all_lost(f"replication slot '{slot}' does not exist")
             raise ConfigError(f"postgres: replication slot '{slot}' does not exist; run: SELECT "
                               f"pg_create_logical_replication_slot('{slot}', 'pgoutput'); or set "
                               f"create_slot_and_publication")
         if info["plugin"] != "pgoutput":
             raise ConfigError(f"postgres: replication slot '{slot}' uses plugin '{info['plugin']}', not pgoutput")
         if info["wal_status"] == "lost":
-            self._all_lost(f"replication slot '{slot}' was invalidated (wal_status = lost)")
             raise ConfigError(f"postgres: replication slot '{slot}' is invalidated; drop and recreate it: "
                               f"SELECT pg_drop_replication_slot('{slot}'); "
                               f"SELECT pg_create_logical_replication_slot('{slot}', 'pgoutput');")
@@ -82,12 +94,39 @@ class ChangeCapture:
             pos = position_of(self.state.find(stream.namespace, stream.name))
             if pos is not None and pos.commit_lsn < confirmed:
                 self._lost(stream, f"the slot is at {format_lsn(confirmed)}, past the stream's committed "
-                                   f"position {format_lsn(pos.commit_lsn)}")
+                                   f"position {format_lsn(pos.commit_lsn)} (it was advanced by someone else)")
         self.start_position = format_lsn(confirmed)
+
+    def _connect(self):
+        from olake_cli.sources.postgres.connection import connect
+
+        return connect(self.settings)
+
+    def _check_existing_slot(self, conn, info: dict | None) -> None:
+        """A missing or invalidated slot loses every stream's position (before anything is created).
+
+        An invalidated pgoutput slot is dropped when olake manages the slot
+        (create_slot_and_publication), so that it is created again and the streams re-sync.
+        """
+        slot, manage = self.settings.replication_slot, self.settings.create_slot_and_publication
+        if info is None:
+            self._all_lost(f"replication slot '{slot}' does not exist (dropped?)"
+                           + ("; creating it again" if manage else ""))
+        elif info["wal_status"] == "lost":
+            self._all_lost(f"replication slot '{slot}' was invalidated (wal_status = lost: the server "
+                           f"removed WAL it still needed, see max_slot_wal_keep_size)")
+            if manage and info["plugin"] == "pgoutput":
+                from olake_cli.sources.postgres.change_feed import classify_error
+
+                try:
+                    conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+                except psycopg.Error as exc:
+                    raise classify_error(exc, slot) from None
+                self.log(f"dropped the invalidated replication slot '{slot}'; creating it again")
 
     def _all_lost(self, reason: str) -> None:
         for stream in self.streams:
-            if self.state.find(stream.namespace, stream.name) is not None:
+            if position_of(self.state.find(stream.namespace, stream.name)) is not None:
                 self._lost(stream, reason)
 
     def _lost(self, stream: CatalogStream, reason: str) -> None:
@@ -181,7 +220,7 @@ class ChangeCapture:
         """Under REPLICA IDENTITY FULL the old row carries values the new row marks unchanged."""
         if not ev.old:
             return data, unchanged
-        from olake_cli.sources.postgres.pgoutput import UNCHANGED_TOAST
+        from olake_cli.core.values import UNCHANGED_TOAST
 
         known = {c: ev.old[c] for c in unchanged if c in ev.old and ev.old[c] is not UNCHANGED_TOAST}
         if known:
