@@ -57,3 +57,14 @@ class TransientError(OlakeError):
 
 class PositionLostError(ConfigError):
     """A change-log position is no longer available (dropped slot, rolled-over oplog)."""
+
+
+class UpstreamError(OlakeError):
+    """The program feeding ``write`` reported an error; keeps that error's failure type."""
+
+    def __init__(self, message: str, failure_type: str = "system_error") -> None:
+        super().__init__(message)
+        self.failure_type = failure_type
+
+    def __reduce__(self):
+        return (type(self), (self.message, self.failure_type))

@@ -14,6 +14,7 @@ from typing import Any, Callable
 from olake_cli.core import messages
 from olake_cli.core.catalog import Catalog, CatalogStream
 from olake_cli.core.errors import OlakeError
+from olake_cli.core.position import format_lsn
 from olake_cli.core.state import Chunk, State, StreamState, finish_full_load_if_done
 from olake_cli.pipeline.progress import Progress
 
@@ -33,8 +34,17 @@ class StreamRun:
 
 
 def decide_work(stream: CatalogStream, previous: StreamState | None) -> str:
-    """'resume', 'new' (full load) or 'continue' (incremental pass / change capture)."""
+    """'resume', 'new' (full load) or 'continue' (incremental pass / change capture).
+
+    A stream whose sync mode or columns changed since its load began is loaded anew: its files and
+    its position would not match the catalog any more.
+    """
     if previous is None:
+        return "new"
+    extra = previous.extra or {}
+    if extra.get("sync_mode", stream.sync_mode) != stream.sync_mode:
+        return "new"
+    if extra.get("columns", stream.columns) != stream.columns:
         return "new"
     if previous.sync_type == "full-load":
         if previous.chunks and any(c.status != "succeed" for c in previous.chunks):
@@ -92,13 +102,18 @@ class ReadPipeline:
             self.log(f"{stream.label}: resuming full load, "
                      f"{sum(c.status != 'succeed' for c in ss.chunks)} of {len(ss.chunks)} chunk(s) left")
         else:
+            if previous is not None and previous.sync_type != "full-load":
+                self.log(f"{stream.label}: sync mode or columns changed since the last load; loading it anew")
             position = self._position_before_load(stream, info, snap, capture)
             plan = self.source.plan_full_load(snap.conn, info)
             chunk_column = plan.chunk_column
             ss = StreamState(sync_type="full-load", stream_name=stream.name, stream_namespace=stream.namespace,
                              cursor_field=position,
                              chunks=[Chunk("pending", b.min, b.max) for b in plan.bounds],
-                             extra={"chunk_column": chunk_column, "load_id": uuid.uuid4().hex[:12]})
+                             extra={"chunk_column": chunk_column, "load_id": uuid.uuid4().hex[:12],
+                                    "sync_mode": stream.sync_mode, "columns": stream.columns})
+            if stream.sync_mode == "cdc":  # full-load rows rank at the snapshot's log position
+                ss.extra["snapshot_lsn"] = format_lsn(snap.lsn_before)
             self.log(f"{stream.label}: full load in {len(ss.chunks)} chunk(s)")
         self._publish(ss)
         run = StreamRun(stream, ss)

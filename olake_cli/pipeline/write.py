@@ -8,7 +8,7 @@ import orjson
 
 from olake_cli.core import messages
 from olake_cli.core.catalog import Catalog, parse_catalog
-from olake_cli.core.errors import CatalogError, OlakeError, ProtocolError, SourceError
+from olake_cli.core.errors import CatalogError, OlakeError, ProtocolError, UpstreamError
 from olake_cli.core.state import FileStateStore, State, parse_state
 from olake_cli.core.validation import validate_message
 
@@ -21,7 +21,7 @@ class WritePipeline:
         self.destination, self.catalog, self.store = destination, catalog, state_store
         self.out, self.log = out, log
         self.keys: set[tuple] = set()
-        self.upstream_error: str | None = None
+        self.upstream_error: tuple[str, str] | None = None
         self.records = 0
         self.states = 0
         self.known_state = state_store.load() if state_store is not None else None
@@ -53,7 +53,8 @@ class WritePipeline:
         self.destination.commit()
         self.log(f"wrote {self.records} record(s), committed {self.states} state(s) from {lineno} line(s)")
         if self.upstream_error:
-            raise SourceError(f"the reading side failed: {self.upstream_error}")
+            message, failure_type = self.upstream_error
+            raise UpstreamError(f"the reading side failed: {message}", failure_type)
 
     def _parse(self, line: bytes, lineno: int) -> dict[str, Any]:
         try:
@@ -86,8 +87,8 @@ class WritePipeline:
             self._on_catalog(parse_catalog(msg, what=f"stdin line {lineno}"))
         elif kind == "TRACE":
             error = msg["trace"].get("error") or {}
-            self.upstream_error = error.get("message", "unknown error")
-            self.log(f"upstream error: {self.upstream_error}")
+            self.upstream_error = (error.get("message", "unknown error"), error.get("failure_type", "system_error"))
+            self.log(f"upstream error: {self.upstream_error[0]}")
         elif kind == "LOG":
             self.log(f"upstream {msg['log']['level']}: {msg['log']['message']}")
 
@@ -95,10 +96,10 @@ class WritePipeline:
         state = parse_state(msg["state"], what="STATE message")
         self.destination.observe_state(state)
         self.destination.commit()
-        self.out.write(msg)
-        self.out.flush()
         if self.store is not None:
             self.store.merge_and_save(state)
+        self.out.write(msg)
+        self.out.flush()
         self.destination.after_commit(state)
         self.states += 1
 

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 from olake_cli.core import codec
 from olake_cli.core.catalog import Catalog, CatalogStream
 from olake_cli.core.errors import DestinationError
-from olake_cli.core.position import OpId
+from olake_cli.core.position import OpId, parse_lsn
 from olake_cli.core.state import State
 
 METADATA_FIELDS = [
@@ -52,6 +52,7 @@ class ParquetDestination:
         self.buffers: dict[tuple, StreamBuffer] = {}
         self.load_ids: dict[tuple, str] = {}
         self.loads_in_progress: set[tuple] = set()
+        self.snapshot_keys: dict[tuple, str] = {}  # op id of full-load rows: the snapshot's position
         self.files_written = 0
         self.rows_written = 0
 
@@ -105,6 +106,8 @@ class ParquetDestination:
             if key in self.buffers and self.load_ids.get(key, load_id) != load_id:
                 self._flush(self.buffers[key])
             self.load_ids[key] = load_id
+            if (ss.extra or {}).get("snapshot_lsn"):
+                self.snapshot_keys[key] = OpId(parse_lsn(ss.extra["snapshot_lsn"]), 0).to_key()
             if ss.chunks:
                 self.loads_in_progress.add((key, load_id))
 
@@ -126,15 +129,16 @@ class ParquetDestination:
             if warning not in buf.warned:
                 buf.warned.add(warning)
                 self.log(f"{buf.stream.namespace}.{buf.stream.name}: {warning}")
-        table = self._with_metadata(table, buf.rows)
+        table = self._with_metadata(table, buf.rows, self.snapshot_keys.get(buf.stream.key))
         buf.tables.append(table)
         buf.table_rows += table.num_rows
         buf.rows = []
 
-    def _with_metadata(self, table: pa.Table, rows: list[dict]) -> pa.Table:
+    def _with_metadata(self, table: pa.Table, rows: list[dict], snapshot_key: str | None) -> pa.Table:
+        """Append the _olake_* columns; full-load rows rank at their snapshot's position."""
         now = int(time.time() * 1_000_000)
         ops = [r.get("_olake_op", "r") for r in rows]
-        op_ids = [_format_op_id(r.get("_olake_op_id")) for r in rows]
+        op_ids = [_format_op_id(r.get("_olake_op_id"), snapshot_key) for r in rows]
         commit_ts = [r.get("_olake_commit_ts") for r in rows]
         unchanged = [r.get("_olake_toast_unchanged") for r in rows]
         columns = [pa.array(ops, pa.string()), pa.array(op_ids, pa.string()),
@@ -188,11 +192,12 @@ class ParquetDestination:
                      f"removed {len(stale)} file(s) of earlier loads")
 
 
-def _format_op_id(op_id: Any) -> str | None:
+def _format_op_id(op_id: Any, default: str | None) -> str | None:
+    """32 hex digits (text order = operation order); ``default`` for rows without one."""
     if op_id is None:
-        return None
-    if isinstance(op_id, (list, tuple)) and len(op_id) == 2:
-        return OpId(int(op_id[0]), int(op_id[1])).to_key()  # 32 hex digits: text order = op order
+        return default
+    if type(op_id) is list and len(op_id) == 2:
+        return f"{op_id[0]:016X}{op_id[1]:016X}"
     return str(op_id)
 
 

@@ -12,10 +12,15 @@ class ExportedSnapshot:
         self.settings = settings
         self.conn = None
         self.snapshot_id: str | None = None
+        self.lsn_before: int | None = None  # WAL insert position read just before the snapshot
 
     def __enter__(self) -> "ExportedSnapshot":
         import psycopg
 
+        with connect(self.settings) as probe:  # before the snapshot: every later commit lies above it
+            self.lsn_before = probe.execute(
+                "SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::text").fetchone()[0]
+            self.lsn_before = int(self.lsn_before)
         self.conn = connect(self.settings, autocommit=False)
         self.conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         self.conn.read_only = True
