@@ -94,6 +94,7 @@ def main() -> None:
         print(f"applying {args.changes:,} changes ...", file=sys.stderr)
         with psycopg.connect(cluster.dsn("bench"), autocommit=True) as conn:
             conn.execute(CHANGES_SQL % {"changes": args.changes, "rows": args.rows})
+            conn.execute("CHECKPOINT")  # the raw read decodes only flushed WAL
             raw_started = time.perf_counter()
             count = conn.execute(
                 "SELECT count(*) FILTER (WHERE get_byte(data, 0) IN (73, 85, 68)) FROM "

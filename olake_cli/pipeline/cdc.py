@@ -173,12 +173,14 @@ class ChangeCapture:
 
         positions = {k: position_of(self.state.find(*k)) for k in active}
         converters = {k: make_row_converter(s.json_schema) for k, s in active.items()}
-        warned: set[tuple] = set()
-        since, txn = 0, None
-        write_raw = self.out.write_raw
+        prefixes = {k: _record_prefix(s) for k, s in active.items()}
+        relation_seen: dict[tuple, int] = {}
+        lines: list[bytes] = []
+        since, txn, emitted_at = 0, None, b"0"
         for ev in feed:
             if ev.op_id.commit_lsn != txn:
                 if txn is not None and since >= CHECKPOINT_EVERY and feed.last_end_lsn:
+                    self._flush_lines(lines)
                     self._checkpoint(active, OpId(feed.last_end_lsn, 0))
                     since = 0
                 txn = ev.op_id.commit_lsn
@@ -186,17 +188,32 @@ class ChangeCapture:
             stream = active.get(key)
             if stream is None or ev.op_id <= positions[key]:
                 continue
-            self._warn_new_columns(stream, ev, warned)
-            write_raw(self._record(stream, ev, converters[key]))
+            if relation_seen.get(key) != id(ev.columns):
+                relation_seen[key] = id(ev.columns)
+                self._warn_new_columns(stream, ev)
+            if not self.changes & 1023:
+                emitted_at = str(int(time.time() * 1000)).encode()
+            lines.append(b"".join((prefixes[key], emitted_at, b',"data":',
+                                   orjson.dumps(self._data(ev, converters[key])), b"}}\n")))
             self.changes += 1
             since += 1
+            if len(lines) >= 1000:
+                self._flush_lines(lines)
             if since >= 5 * CHECKPOINT_EVERY:  # a huge transaction: checkpoint inside it
+                self._flush_lines(lines)
                 self._checkpoint(active, ev.op_id)
                 since = 0
+        self._flush_lines(lines)
         if feed.resume_lsn:
             self._checkpoint(active, OpId(feed.resume_lsn, 0))
 
-    def _record(self, stream: CatalogStream, ev, convert) -> bytes:
+    def _flush_lines(self, lines: list[bytes]) -> None:
+        if lines:
+            self.out.write_raw(b"".join(lines))
+            lines.clear()
+
+    def _data(self, ev, convert) -> dict[str, Any]:
+        """The record data of one change: converted values plus the _olake_* metadata."""
         if ev.op == "t":
             data: dict[str, Any] = {}
         elif ev.op == "d":
@@ -211,9 +228,7 @@ class ChangeCapture:
         data["_olake_op"] = ev.op
         data["_olake_op_id"] = [ev.op_id.commit_lsn, ev.op_id.seq]
         data["_olake_commit_ts"] = ev.commit_ts_us
-        record = {"stream": stream.name, "namespace": stream.namespace,
-                  "emitted_at": int(time.time() * 1000), "data": data}
-        return orjson.dumps({"type": "RECORD", "record": record}) + b"\n"
+        return data
 
     @staticmethod
     def _fill_unchanged(data: dict, unchanged: list[str], ev, convert) -> tuple[dict, list[str]]:
@@ -228,11 +243,7 @@ class ChangeCapture:
             data.update({c: filled[c] for c in known if c in filled})
         return data, [c for c in unchanged if c not in known]
 
-    def _warn_new_columns(self, stream: CatalogStream, ev, warned: set) -> None:
-        marker = (stream.key, id(ev.columns))
-        if marker in warned:
-            return
-        warned.add(marker)
+    def _warn_new_columns(self, stream: CatalogStream, ev) -> None:
         extra = [c[0] for c in ev.columns if c[0] not in stream.json_schema.get("properties", {})]
         if extra:
             self.log(f"{stream.label}: column(s) {', '.join(extra)} are not in the catalog and are not "
@@ -245,3 +256,10 @@ class ChangeCapture:
                 ss = with_position(ss, op)
                 self.state.upsert(ss)
                 self.out.write(messages.state_message(State(level="stream", streams=[ss])))
+
+
+def _record_prefix(stream: CatalogStream) -> bytes:
+    """The bytes every RECORD line of ``stream`` starts with, up to its emitted_at value."""
+    head = orjson.dumps({"type": "RECORD", "record": {"stream": stream.name, "namespace": stream.namespace,
+                                                      "emitted_at": 0}})
+    return head[: head.rindex(b"0}}")]
