@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import timed  # noqa: E402
 from tests.support.pgcluster import create_database, start_cluster  # noqa: E402
 
 SLOT, PUB = "bench_slot", "bench_pub"
@@ -51,13 +52,6 @@ BEGIN
   END LOOP;
 END $$;
 """
-
-
-def timed(command: str, cwd: Path, env: dict[str, str]) -> float:
-    """Wall seconds of a shell pipeline (fails loudly if it fails)."""
-    started = time.perf_counter()
-    subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=cwd, env=env, check=True)
-    return time.perf_counter() - started
 
 
 def main() -> None:

@@ -16,12 +16,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import timed  # noqa: E402
 from tests.support.pgcluster import create_database, start_cluster  # noqa: E402
 
 CREATE = """
@@ -35,13 +35,6 @@ SELECT g, (g % 1000)::int, round((g % 100000) / 7.0, 2), 'customer-' || g || '-'
 FROM generate_series(1, %(rows)s) g;
 ANALYZE bench;
 """
-
-
-def timed(command: str, cwd: Path, env: dict[str, str]) -> float:
-    """Wall seconds of a shell pipeline (fails loudly if it fails)."""
-    started = time.perf_counter()
-    subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=cwd, env=env, check=True)
-    return time.perf_counter() - started
 
 
 def main() -> None:
