@@ -85,6 +85,17 @@ def write(config: str = CONFIG_OPT,
     run_write(config, catalog, state, sys.stdin.buffer, protocol_writer(), log)
 
 
+@app.command()
+def sync(source: str = typer.Option(..., "--source", help="Source config JSON file."),
+         destination: str = typer.Option(..., "--destination", help="Destination config JSON file."),
+         catalog: str = CATALOG_OPT, state: Optional[str] = STATE_OPT,
+         spark_master: Optional[str] = MASTER_OPT, max_parallel: Optional[int] = PARALLEL_OPT) -> None:
+    """Read and write in one process (full-load chunks are written by the Spark tasks); prints STATEs."""
+    from olake_cli.pipeline.connectors import run_sync
+
+    run_sync(source, destination, catalog, state, spark_master, max_parallel, protocol_writer(), log)
+
+
 @state_app.command("recover")
 def state_recover(config: str = CONFIG_OPT, catalog: str = CATALOG_OPT) -> None:
     """Rebuild the state from the destination's contents and print it as a STATE message."""

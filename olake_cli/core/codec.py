@@ -315,6 +315,30 @@ def decode_rows(rows: list[dict], json_schema: dict,
     return pa.Table.from_arrays(arrays, schema=schema), warnings
 
 
+def to_destination(batch: pa.RecordBatch | pa.Table, json_schema: dict) -> tuple[pa.Table, list[str]]:
+    """A scanned batch converted straight to the destination types (no JSON in between).
+
+    The same per-column encoders and decoders as the JSON path, so both give identical tables.
+    """
+    schema = arrow_schema(json_schema)
+    schema = pa.schema([field.with_nullable(True) for field in schema], metadata=schema.metadata)
+    warnings: list[str] = []
+    arrays = []
+    for field in schema:
+        olake_type = olake_type_of(json_schema["properties"][field.name], field.name)
+        values = wire_values(batch.column(field.name), olake_type, field.name)
+        if olake_type == "uuid" or olake_type == "array<uuid>":
+            values = _uuid_text(values)
+        arrays.append(decode_column(values, olake_type, field.name, warnings))
+    return pa.Table.from_arrays(arrays, schema=schema), warnings
+
+
+def _uuid_text(values: list) -> list:
+    """uuid.UUID objects (what the encoder hands orjson) as their canonical text."""
+    return [v if v is None or isinstance(v, str) else
+            [None if u is None else str(u) for u in v] if isinstance(v, list) else str(v) for v in values]
+
+
 def decode_column(values: list, olake_type: str, column: str, warnings: list[str]) -> pa.Array:
     """Wire values of one column as an Arrow array of ``arrow_type(olake_type)``."""
     kind = olake_type.split("<")[0].split("(")[0]

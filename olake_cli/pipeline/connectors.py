@@ -58,16 +58,45 @@ def run_read(config_path: str, catalog_path: str, state_path: str | None, spark_
     catalog = load_catalog(catalog_path)
     state = load_state(state_path) if state_path else State()
     source = make_source(kind, config)
-    from olake_cli.engine.chunk_runner import SparkChunkRunner
-    from olake_cli.engine.session import spark_session
-
-    master = spark_master or os.environ.get("OLAKE_SPARK_MASTER") or "local[*]"
-    runner = SparkChunkRunner(lambda: spark_session(master), max_parallel or config.get("max_parallel"),
-                              local=master.startswith("local"))
+    runner = _runner(spark_master, max_parallel or config.get("max_parallel"))
     try:
         ReadPipeline(source, catalog, state, out, runner, log).run()
     finally:
         runner.close()
+
+
+def run_sync(source_path: str, dest_path: str, catalog_path: str, state_path: str | None,
+             spark_master: str | None, max_parallel: int | None, out: MessageWriter,
+             log: Callable[[str], None]) -> None:
+    """``olake sync``: read and write in one process; full-load chunks are written by the tasks."""
+    from olake_cli.cli.config import load_config
+    from olake_cli.pipeline.sync import run_in_process
+
+    _, source_kind, source_config = load_config(source_path, role="source")
+    _, dest_kind, dest_config = load_config(dest_path, role="destination")
+    catalog = load_catalog(catalog_path)
+    store = FileStateStore(state_path) if state_path else None
+    state = store.load() if store is not None else State()
+    source = make_source(source_kind, source_config)
+    destination = make_destination(dest_kind, dest_config, log)
+    sink = None
+    if dest_kind == "parquet":
+        from olake_cli.destinations.parquet.chunk_sink import ParquetChunkSink
+
+        sink = ParquetChunkSink.from_config(dest_config)
+    runner = _runner(spark_master, max_parallel or source_config.get("max_parallel"))
+    try:
+        run_in_process(source, destination, catalog, state, store, sink, runner, out, log)
+    finally:
+        runner.close()
+
+
+def _runner(spark_master: str | None, max_parallel: int | None):
+    from olake_cli.engine.chunk_runner import SparkChunkRunner
+    from olake_cli.engine.session import spark_session
+
+    master = spark_master or os.environ.get("OLAKE_SPARK_MASTER") or "local[*]"
+    return SparkChunkRunner(lambda: spark_session(master), max_parallel, local=master.startswith("local"))
 
 
 def run_recover(config_path: str, catalog_path: str, out: MessageWriter, log: Callable[[str], None]) -> None:

@@ -14,7 +14,7 @@ from typing import Any, Callable
 from olake_cli.core import messages
 from olake_cli.core.catalog import Catalog, CatalogStream
 from olake_cli.core.errors import OlakeError
-from olake_cli.core.position import format_lsn
+from olake_cli.core.position import OpId, format_lsn, parse_lsn
 from olake_cli.core.state import Chunk, State, StreamState, finish_full_load_if_done
 from olake_cli.pipeline.progress import Progress
 
@@ -59,9 +59,10 @@ class ReadPipeline:
     """Runs ``olake read`` for one source, catalog and state, writing protocol messages to ``out``."""
 
     def __init__(self, source, catalog: Catalog, state: State, out: messages.MessageWriter,
-                 runner, log: Callable[[str], None]) -> None:
+                 runner, log: Callable[[str], None], sink: Any = None) -> None:
         self.source, self.catalog, self.state, self.out = source, catalog, state, out
         self.runner, self.log = runner, log
+        self.sink = sink  # sync: full-load chunks are written by the tasks themselves
         self.errors: list[OlakeError] = []
         self.run_started_ms = int(time.time() * 1000)
 
@@ -148,7 +149,7 @@ class ReadPipeline:
 
         by_key = {(r.stream.namespace, r.stream.name): r for r in runs}
         spool_dir = getattr(self.runner, "spool_dir", None)
-        tasks = [replace(task, spool_dir=spool_dir) for run in runs for task in run.tasks]
+        tasks = [replace(task, spool_dir=spool_dir, **self._sink_fields(run)) for run in runs for task in run.tasks]
         progress = Progress(self.log, total_chunks=len(tasks))
         for result in self.runner.run(run_scan_task, tasks):
             run = by_key[(result.namespace, result.stream)]
@@ -158,9 +159,20 @@ class ReadPipeline:
             else:
                 result.emit(self.out.write_raw)
                 run.rows += result.rows
+                for warning in result.warnings:
+                    self.log(f"{run.stream.label}: {warning}")
             progress.chunk_done(run.stream.label, result.rows, result.seconds)
             self._after_task(run, result)
         progress.finish()
+
+    def _sink_fields(self, run: StreamRun) -> dict[str, Any]:
+        """For sync: full-load tasks write their own files under the stream's load id."""
+        if self.sink is None or run.kind != "full":
+            return {}
+        extra = run.state.extra or {}
+        lsn = extra.get("snapshot_lsn")
+        key = OpId(parse_lsn(lsn), 0).to_key() if lsn else None
+        return {"sink": self.sink, "load_id": extra.get("load_id"), "snapshot_key": key}
 
     def _after_task(self, run: StreamRun, result) -> None:
         if run.kind == "incremental":

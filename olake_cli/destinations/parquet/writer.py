@@ -141,28 +141,12 @@ class ParquetDestination:
         op_ids = [_format_op_id(r.get("_olake_op_id"), snapshot_key) for r in rows]
         commit_ts = [r.get("_olake_commit_ts") for r in rows]
         unchanged = [r.get("_olake_toast_unchanged") for r in rows]
-        columns = [pa.array(ops, pa.string()), pa.array(op_ids, pa.string()),
-                   pa.array(commit_ts, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-                   pa.array([now] * len(rows), pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-                   pa.array(unchanged, pa.list_(pa.string()))]
-        for meta, column in zip(METADATA_FIELDS, columns):
-            table = table.append_column(meta, column)
-        return table
+        return append_metadata(table, ops, op_ids, commit_ts, unchanged, now)
 
     def _write_file(self, buf: StreamBuffer) -> None:
         table = pa.concat_tables(buf.tables).cast(buf.schema)
-        folder = self.stream_dir(buf.stream)
-        os.makedirs(folder, exist_ok=True)
-        load_id = self.load_ids.get(buf.stream.key, UNKNOWN_LOAD)
-        name = f"part-{load_id}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}.parquet"
-        tmp = os.path.join(folder, f".{name}.tmp")
-        try:
-            pq.write_table(table, tmp, compression=self.compression)
-            _fsync(tmp)
-            os.replace(tmp, os.path.join(folder, name))
-            _fsync(folder)
-        except OSError as exc:
-            raise DestinationError(f"parquet: cannot write {folder}: {exc.strerror or exc}") from None
+        write_parquet_file(self.stream_dir(buf.stream), self.load_ids.get(buf.stream.key, UNKNOWN_LOAD),
+                           table, self.compression)
         self.files_written += 1
         self.rows_written += table.num_rows
         buf.tables, buf.table_rows = [], 0
@@ -190,6 +174,33 @@ class ParquetDestination:
             _fsync(folder)
             self.log(f"{stream.namespace}.{stream.name}: full load {load_id} complete; "
                      f"removed {len(stale)} file(s) of earlier loads")
+
+
+def append_metadata(table: pa.Table, ops: list, op_ids: list, commit_ts: list, unchanged: list,
+                    synced_at_us: int) -> pa.Table:
+    """``table`` with the _olake_* columns appended (one value per row in each list)."""
+    columns = [pa.array(ops, pa.string()), pa.array(op_ids, pa.string()),
+               pa.array(commit_ts, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+               pa.array([synced_at_us] * table.num_rows, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+               pa.array(unchanged, pa.list_(pa.string()))]
+    for meta, column in zip(METADATA_FIELDS, columns):
+        table = table.append_column(meta, column)
+    return table
+
+
+def write_parquet_file(folder: str, load_id: str, table: pa.Table, compression: str | None) -> str:
+    """Write ``table`` as a new file of load ``load_id``: temp name, fsync, rename, fsync the folder."""
+    os.makedirs(folder, exist_ok=True)
+    name = f"part-{load_id}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}.parquet"
+    tmp = os.path.join(folder, f".{name}.tmp")
+    try:
+        pq.write_table(table, tmp, compression=compression)
+        _fsync(tmp)
+        os.replace(tmp, os.path.join(folder, name))
+        _fsync(folder)
+    except OSError as exc:
+        raise DestinationError(f"parquet: cannot write {folder}: {exc.strerror or exc}") from None
+    return os.path.join(folder, name)
 
 
 def _format_op_id(op_id: Any, default: str | None) -> str | None:

@@ -25,6 +25,9 @@ class ScanTask:
     batch_rows: int = 10_000
     extra_data: dict[str, Any] | None = None
     spool_dir: str | None = None  # local runs: tasks write lines here instead of returning them
+    sink: Any = None  # sync: the destination's chunk writer; the task writes the rows itself
+    load_id: str | None = None
+    snapshot_key: str | None = None
 
 
 @dataclass
@@ -39,6 +42,8 @@ class ScanResult:
     error: OlakeError | None = None
     seconds: float = 0.0
     spool_path: str | None = None
+    files: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def emit(self, write: Callable[[bytes], Any]) -> None:
         """Hand the chunk's lines to ``write`` (from memory or from the spool file, then delete it)."""
@@ -76,6 +81,8 @@ def run_scan_task(task: ScanTask) -> ScanResult:
     """Scan one chunk and encode it as RECORD lines; errors come back as values, not exceptions."""
     from olake_cli.core.codec import encode_records
 
+    if task.sink is not None:
+        return _sink_chunk(task)
     started = time.monotonic()
     result = ScanResult(task.chunk_index, task.stream, task.namespace)
     spool = _open_spool(task, result)
@@ -99,6 +106,24 @@ def run_scan_task(task: ScanTask) -> ScanResult:
         spool.close()
         os.remove(result.spool_path)
         result.spool_path = None
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _sink_chunk(task: ScanTask) -> ScanResult:
+    """Scan one chunk and let the destination's sink write it (``olake sync``)."""
+    started = time.monotonic()
+    result = ScanResult(task.chunk_index, task.stream, task.namespace)
+    try:
+        batches = [b for b in read_batches(task) if b.num_rows]
+        path, result.rows, result.warnings = task.sink.write(
+            task.namespace, task.stream, task.load_id, task.snapshot_key, task.json_schema, batches)
+        result.files = [path] if path else []
+    except OlakeError as exc:
+        result.error = exc
+    except Exception as exc:  # driver errors arrive as many types; report them as one SourceError
+        message = f"chunk {task.chunk_index} of {task.namespace}.{task.stream}: {type(exc).__name__}: {exc}"
+        result.error = SourceError(_scrub(message, task.uri))
     result.seconds = time.monotonic() - started
     return result
 

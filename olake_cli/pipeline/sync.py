@@ -1,0 +1,52 @@
+"""``olake sync``: the read and write use cases in one process, joined by an in-memory pipe.
+
+Full-load chunks take the fast path: each Spark task converts its Arrow batches to the destination
+types and writes its own file, and only the chunk's STATE crosses the pipe. Everything else
+(incremental passes, change capture) flows as protocol lines exactly as in ``read | write``, so the
+two paths share every rule about states, load ids and commits.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Callable
+
+from olake_cli.core.catalog import Catalog
+from olake_cli.core.messages import MessageWriter
+from olake_cli.core.state import FileStateStore, State
+from olake_cli.pipeline.read import ReadPipeline
+from olake_cli.pipeline.write import WritePipeline
+
+
+def run_in_process(source, destination, catalog: Catalog, state: State, store: FileStateStore | None,
+                   sink: Any, runner, out: MessageWriter, log: Callable[[str], None]) -> None:
+    """Run ReadPipeline into a pipe drained by WritePipeline in a thread; re-raise the first failure."""
+    read_fd, write_fd = os.pipe()
+    pipe_in = os.fdopen(read_fd, "rb", buffering=1 << 20)
+    pipe_out = os.fdopen(write_fd, "wb", buffering=1 << 20)
+    failures: list[BaseException] = []
+
+    def drain() -> None:
+        try:
+            WritePipeline(destination, catalog, store, out, log).run(pipe_in)
+        except BaseException as exc:  # reported after the reader stops
+            failures.append(exc)
+        finally:
+            pipe_in.close()  # a reader still writing then gets BrokenPipeError instead of blocking
+
+    writer = threading.Thread(target=drain, name="olake-write", daemon=True)
+    writer.start()
+    try:
+        ReadPipeline(source, catalog, state, MessageWriter(pipe_out), runner, log, sink=sink).run()
+    except BrokenPipeError:
+        if not failures:
+            raise
+    finally:
+        try:
+            pipe_out.close()
+        except BrokenPipeError:
+            pass
+        writer.join()
+    if failures:
+        raise failures[0]
