@@ -4,7 +4,8 @@
 
 Starts a throwaway PostgreSQL, generates a table of N rows with mixed types (bigint, int, numeric,
 text, timestamptz, date, boolean, double, uuid, jsonb), then times both in one run and prints their
-wall time, rows/s and ratio. Nothing here is a test: it measures.
+wall time, rows/s and ratio, and the same for ``olake sync`` (the in-process path whose Spark tasks
+write the Parquet files themselves). Nothing here is a test: it measures.
 """
 
 from __future__ import annotations
@@ -64,14 +65,20 @@ def main() -> None:
         copy_s = timed(copy, work, env)
         olake_s = timed(f"{olake} read --config src.json --catalog cat.json --state st.json 2>read.log"
                         f" | {olake} write --config dst.json --state st.json > /dev/null 2>write.log", work, env)
+        (work / "dst-sync.json").write_text(json.dumps({"type": "parquet", "path": str(work / "out-sync")}))
+        sync_s = timed(f"{olake} sync --source src.json --destination dst-sync.json --catalog cat.json"
+                       f" --state st-sync.json > /dev/null 2>sync.log", work, env)
         import pyarrow.dataset as ds
 
-        landed = ds.dataset(str(work / "out" / "public" / "bench")).count_rows()
-        assert landed == args.rows, f"{landed} rows landed, expected {args.rows}"
+        for folder in ("out", "out-sync"):
+            landed = ds.dataset(str(work / folder / "public" / "bench")).count_rows()
+            assert landed == args.rows, f"{landed} rows landed in {folder}, expected {args.rows}"
         print(f"rows: {args.rows:,}  (chunk_rows {args.chunk_rows:,}, spark {args.spark_master}, {os.cpu_count()} cores)")
         print(f"COPY (FORMAT binary) > /dev/null : {copy_s:7.2f} s  {args.rows / copy_s:12,.0f} rows/s")
         print(f"olake read | olake write parquet : {olake_s:7.2f} s  {args.rows / olake_s:12,.0f} rows/s")
         print(f"ratio olake / COPY               : {olake_s / copy_s:7.2f} x")
+        print(f"olake sync (tasks write parquet) : {sync_s:7.2f} s  {args.rows / sync_s:12,.0f} rows/s")
+        print(f"ratio olake sync / COPY          : {sync_s / copy_s:7.2f} x")
     finally:
         cluster.stop()
         shutil.rmtree(work, ignore_errors=True)

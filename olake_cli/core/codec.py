@@ -326,11 +326,39 @@ def to_destination(batch: pa.RecordBatch | pa.Table, json_schema: dict) -> tuple
     arrays = []
     for field in schema:
         olake_type = olake_type_of(json_schema["properties"][field.name], field.name)
-        values = wire_values(batch.column(field.name), olake_type, field.name)
+        column = batch.column(field.name)
+        direct = _already_exact(column, olake_type, field.type, field.name)
+        if direct is not None:
+            arrays.append(direct)
+            continue
+        values = wire_values(column, olake_type, field.name)
         if olake_type == "uuid" or olake_type == "array<uuid>":
             values = _uuid_text(values)
         arrays.append(decode_column(values, olake_type, field.name, warnings))
     return pa.Table.from_arrays(arrays, schema=schema), warnings
+
+
+_PLAIN_TYPES = {"bool", "int16", "int32", "int64", "float32", "float64", "string"}
+
+
+def _already_exact(array: pa.Array | pa.ChunkedArray, olake_type: str, target: pa.DataType,
+                   column: str) -> pa.Array | None:
+    """The scanned column itself when it already is the destination value (no per-value work):
+    plain types of the right Arrow type, and dates/timestamps without infinities."""
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    if olake_type in _PLAIN_TYPES and array.type == target:
+        return array
+    if olake_type == "date" and pa.types.is_date32(array.type):
+        masks = _infinity_masks(array.view(pa.int32()), (INT32_MAX, _ADBC_DATE_POS_INF),
+                                (INT32_MIN, _ADBC_DATE_NEG_INF), (_DATE_MIN, _DATE_MAX), column)
+        return array if masks is None else None
+    if olake_type in ("timestamp", "timestamptz") and pa.types.is_timestamp(array.type) \
+            and array.type.unit == "us" and (array.type.tz is None) == (target.tz is None):
+        masks = _infinity_masks(array.view(pa.int64()), (INT64_MAX, _ADBC_TS_POS_INF),
+                                (INT64_MIN, _ADBC_TS_NEG_INF), (_TS_MIN_US, _TS_MAX_US), column)
+        return array.cast(target) if masks is None else None
+    return None
 
 
 def _uuid_text(values: list) -> list:
