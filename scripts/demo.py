@@ -70,6 +70,11 @@ def summarize(out: Path, elapsed: float, ds) -> None:
         print(f"  {stream['stream_namespace']}.{stream['stream_name']:<14} {rows:>7} rows  {len(files)} file(s)  {status}")
     print(f"State file: {out / 'state.json'} (sync_type per stream: "
           f"{sorted({s['sync_type'] for s in state['streams']})})")
+    types = out / "parquet" / "shop" / "all_types"
+    if types.is_dir():
+        schema = ds.dataset(str(types)).schema
+        shown = [f"{f.name}: {f.type}" for f in schema if not f.name.startswith("_olake_")]
+        print(f"Exact types kept, e.g. shop.all_types ({len(shown)} columns): " + ", ".join(shown[:14]) + ", ...")
 
 
 if __name__ == "__main__":
