@@ -171,44 +171,43 @@ class ChangeCapture:
     def _consume(self, feed, active: dict[tuple, CatalogStream]) -> None:
         from olake_cli.core.pgtext import make_row_converter
 
-        # per stream: (stream, line prefix, row converter, committed position)
-        routes = {k: (s, _record_prefix(s), make_row_converter(s.json_schema), position_of(self.state.find(*k)))
-                  for k, s in active.items()}
+        positions = {k: position_of(self.state.find(*k)) for k in active}
+        converters = {k: make_row_converter(s.json_schema) for k, s in active.items()}
+        prefixes = {k: _record_prefix(s) for k, s in active.items()}
         relation_seen: dict[tuple, int] = {}
         lines: list[bytes] = []
-        since, txn, emitted_at, data_of, dumps = 0, None, b"0", self._data, orjson.dumps
+        since, txn, emitted_at = 0, None, b"0"
         for ev in feed:
-            op_id = ev.op_id
-            if op_id[0] != txn:
+            if ev.op_id.commit_lsn != txn:
                 if txn is not None and since >= CHECKPOINT_EVERY and feed.last_end_lsn:
                     self._flush_lines(lines)
                     self._checkpoint(active, OpId(feed.last_end_lsn, 0))
                     since = 0
-                txn = op_id[0]
+                txn = ev.op_id.commit_lsn
             key = (ev.namespace, ev.table)
-            route = routes.get(key)
-            if route is None or op_id <= route[3]:
+            stream = active.get(key)
+            if stream is None or ev.op_id <= positions[key]:
                 continue
             if relation_seen.get(key) != id(ev.columns):
                 relation_seen[key] = id(ev.columns)
-                self._warn_new_columns(route[0], ev)
-            if not since & 1023:
+                self._warn_new_columns(stream, ev)
+            if not self.changes & 1023:
                 emitted_at = str(int(time.time() * 1000)).encode()
-            lines.append(b"".join((route[1], emitted_at, b',"data":', dumps(data_of(ev, route[2])), b"}}\n")))
+            lines.append(b"".join((prefixes[key], emitted_at, b',"data":',
+                                   orjson.dumps(self._data(ev, converters[key])), b"}}\n")))
+            self.changes += 1
             since += 1
             if len(lines) >= 1000:
                 self._flush_lines(lines)
             if since >= 5 * CHECKPOINT_EVERY:  # a huge transaction: checkpoint inside it
                 self._flush_lines(lines)
-                self._checkpoint(active, op_id)
+                self._checkpoint(active, ev.op_id)
                 since = 0
         self._flush_lines(lines)
         if feed.resume_lsn:
             self._checkpoint(active, OpId(feed.resume_lsn, 0))
 
     def _flush_lines(self, lines: list[bytes]) -> None:
-        """Write the buffered RECORD lines (and count them as changes)."""
-        self.changes += len(lines)
         if lines:
             self.out.write_raw(b"".join(lines))
             lines.clear()

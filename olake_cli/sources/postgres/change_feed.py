@@ -166,7 +166,7 @@ class ChangeStream:
                 try:
                     cur.execute(_PEEK_SQL, (self.slot, format_lsn(self.read_upto_lsn),
                                             quote_publication(self.publication)))
-                    yield from self._decode_rows(_fetch_blocks(cur, self._batch_size), encoding)
+                    yield from self._decode_rows(cur, encoding)
                 finally:
                     cur.close()
             self.finished = True
@@ -310,15 +310,6 @@ def _wait_for_flush(conn: psycopg.Connection, upto_lsn: int, timeout_s: float) -
 def _lsn_query(conn: psycopg.Connection, expression: str) -> int:
     query = sql.SQL("SELECT ({} - '0/0'::pg_lsn)::text").format(sql.SQL(expression))
     return int(conn.execute(query).fetchone()[0])
-
-
-def _fetch_blocks(cur, size: int) -> Iterator[tuple[int, bytes]]:
-    """The cursor's rows, fetched ``size`` at a time (iterating the cursor costs more per row)."""
-    while True:
-        block = cur.fetchmany(size)
-        if not block:
-            return
-        yield from block
 
 
 def _int_or_none(text: str | None) -> int | None:
