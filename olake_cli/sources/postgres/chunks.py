@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from psycopg import sql
@@ -90,8 +89,3 @@ def chunk_predicate(chunk_column: str | list[str], key_types: list[str], lo, hi)
                                  for v, t in zip(values, key_types))
         parts.append(sql.SQL("{} {} ({})").format(lhs, sql.SQL(op), rhs))
     return sql.SQL(" AND ").join(parts) if parts else sql.SQL("true")
-
-
-def chunk_count_hint(total_rows: int, chunk_rows: int) -> int:
-    """How many chunks a table of ``total_rows`` would get (for progress output)."""
-    return max(1, math.ceil(total_rows / max(1, chunk_rows)))

@@ -138,9 +138,9 @@ def _open_spool(task: ScanTask, result: ScanResult):
 
 
 def _scrub(text: str, uri: str) -> str:
+    """``text`` without the password that ``uri`` carries."""
     from urllib.parse import unquote, urlparse
 
-    password = urlparse(uri).password
-    if password:
-        text = text.replace(password, "***").replace(unquote(password), "***")
-    return text
+    from olake_cli.sources.postgres.connection import scrub
+
+    return scrub(text, unquote(urlparse(uri).password or ""))
