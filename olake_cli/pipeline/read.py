@@ -30,7 +30,6 @@ class StreamRun:
     kind: str = "full"  # full | incremental | cdc
     next_position: Any = None
     tasks: list[Any] = field(default_factory=list)
-    rows: int = 0
 
 
 def decide_work(stream: CatalogStream, previous: StreamState | None) -> str:
@@ -158,7 +157,6 @@ class ReadPipeline:
                 self.log(f"{run.stream.label}: chunk {result.chunk_index} failed: {result.error}")
             else:
                 result.emit(self.out.write_raw)
-                run.rows += result.rows
                 for warning in result.warnings:
                     self.log(f"{run.stream.label}: {warning}")
             progress.chunk_done(run.stream.label, result.rows, result.seconds)

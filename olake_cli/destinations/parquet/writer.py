@@ -53,8 +53,6 @@ class ParquetDestination:
         self.load_ids: dict[tuple, str] = {}
         self.loads_in_progress: set[tuple] = set()
         self.snapshot_keys: dict[tuple, str] = {}  # op id of full-load rows: the snapshot's position
-        self.files_written = 0
-        self.rows_written = 0
 
     def open(self, catalog: Catalog) -> None:
         """Prepare a buffer per stream of the catalog."""
@@ -147,8 +145,6 @@ class ParquetDestination:
         table = pa.concat_tables(buf.tables).cast(buf.schema)
         write_parquet_file(self.stream_dir(buf.stream), self.load_ids.get(buf.stream.key, UNKNOWN_LOAD),
                            table, self.compression)
-        self.files_written += 1
-        self.rows_written += table.num_rows
         buf.tables, buf.table_rows = [], 0
 
     def _truncate(self, buf: StreamBuffer) -> None:

@@ -42,7 +42,6 @@ class ScanResult:
     error: OlakeError | None = None
     seconds: float = 0.0
     spool_path: str | None = None
-    files: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
     def emit(self, write: Callable[[bytes], Any]) -> None:
@@ -116,9 +115,8 @@ def _sink_chunk(task: ScanTask) -> ScanResult:
     result = ScanResult(task.chunk_index, task.stream, task.namespace)
     try:
         batches = [b for b in read_batches(task) if b.num_rows]
-        path, result.rows, result.warnings = task.sink.write(
+        _, result.rows, result.warnings = task.sink.write(
             task.namespace, task.stream, task.load_id, task.snapshot_key, task.json_schema, batches)
-        result.files = [path] if path else []
     except OlakeError as exc:
         result.error = exc
     except Exception as exc:  # driver errors arrive as many types; report them as one SourceError
