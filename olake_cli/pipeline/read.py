@@ -112,8 +112,9 @@ class ReadPipeline:
                              chunks=[Chunk("pending", b.min, b.max) for b in plan.bounds],
                              extra={"chunk_column": chunk_column, "load_id": uuid.uuid4().hex[:12],
                                     "sync_mode": stream.sync_mode, "columns": stream.columns})
-            if stream.sync_mode == "cdc":  # full-load rows rank at the snapshot's log position
-                ss.extra["snapshot_lsn"] = format_lsn(snap.lsn_before)
+            if stream.sync_mode == "cdc":  # see ChangeCapture: how the load and the slot are stitched
+                ss.extra.update(snapshot_lsn=position, snapshot_txns=snap.txns,
+                                snapshot_upto=format_lsn(snap.lsn_after))
             self.log(f"{stream.label}: full load in {len(ss.chunks)} chunk(s)")
         self._publish(ss)
         run = StreamRun(stream, ss)

@@ -6,25 +6,31 @@ from olake_cli.sources.postgres.connection import PostgresSettings, connect
 
 
 class ExportedSnapshot:
-    """Holds a REPEATABLE READ transaction open and exports its snapshot id for the chunk tasks."""
+    """Holds a REPEATABLE READ transaction open and exports its snapshot id for the chunk tasks.
+
+    It also records the snapshot's transaction horizon (``pg_current_snapshot()``: xmin, xmax and
+    the transactions in progress) and the WAL insert position read just after it. Every transaction
+    the snapshot sees committed before that position, so change capture can decide, per replayed
+    transaction below it, whether the full load already contains it.
+    """
 
     def __init__(self, settings: PostgresSettings) -> None:
         self.settings = settings
         self.conn = None
         self.snapshot_id: str | None = None
-        self.lsn_before: int | None = None  # WAL insert position read just before the snapshot
+        self.txns: str | None = None  # pg_current_snapshot() text: 'xmin:xmax:xip,...'
+        self.lsn_after: int | None = None  # WAL insert position read just after the snapshot
 
     def __enter__(self) -> "ExportedSnapshot":
         import psycopg
 
-        with connect(self.settings) as probe:  # before the snapshot: every later commit lies above it
-            self.lsn_before = probe.execute(
-                "SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::text").fetchone()[0]
-            self.lsn_before = int(self.lsn_before)
         self.conn = connect(self.settings, autocommit=False)
         self.conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         self.conn.read_only = True
         self.snapshot_id = self.conn.execute("SELECT pg_export_snapshot()").fetchone()[0]
+        self.txns, lsn = self.conn.execute(
+            "SELECT pg_current_snapshot()::text, (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::text").fetchone()
+        self.lsn_after = int(lsn)
         return self
 
     def __exit__(self, *exc) -> None:
