@@ -141,6 +141,7 @@ class ChangeCapture:
         """Confirm committed positions to the slot, then read changes up to now and emit them."""
         from olake_cli.sources.postgres.change_feed import advance_slot, current_wal_lsn, read_changes
         from olake_cli.sources.postgres.connection import connect
+        from olake_cli.sources.postgres.relation_watch import RelationWatch
 
         active = {s.key: s for s in self.streams
                   if (self.state.find(s.namespace, s.name) or StreamState("", "", None)).sync_type == "cdc"}
@@ -151,10 +152,15 @@ class ChangeCapture:
         with connect(self.settings) as conn:
             advance_slot(conn, self.settings.replication_slot, confirm)
             upto = current_wal_lsn(conn)
+            routing = self._routing(conn, active)
         started = time.monotonic()
-        with read_changes(lambda: self._feed_connection(), self.settings.replication_slot,
-                          self.settings.publication, upto) as feed:
-            self._consume(feed, active)
+        watch = RelationWatch(self._connect, self.log)
+        try:
+            with read_changes(lambda: self._feed_connection(), self.settings.replication_slot,
+                              self.settings.publication, upto, routing=routing) as feed:
+                self._consume(feed, active, watch)
+        finally:
+            watch.close()
         elapsed = max(time.monotonic() - started, 1e-6)
         self.log(f"change capture: {self.changes} change(s) up to {format_lsn(upto)} in {elapsed:.1f}s "
                  f"({self.changes / elapsed:,.0f}/s)")
@@ -168,10 +174,20 @@ class ChangeCapture:
             conn.execute(f"SET {name} = '{value}'")
         return conn
 
-    def _consume(self, feed, active: dict[tuple, CatalogStream]) -> None:
+    def _routing(self, conn, active: dict[tuple, CatalogStream]):
+        """Leaf partitions of partitioned streams map to their root; each stream's key (key updates)."""
+        from olake_cli.sources.postgres.partitions import partition_roots
+        from olake_cli.sources.postgres.change_feed import FeedRouting
+
+        infos = [self.tables[key] for key in active]
+        roots = partition_roots(conn, [(t.schema, t.table) for t in infos])
+        return FeedRouting(roots=roots, keys={(t.schema, t.table): tuple(t.primary_key) for t in infos})
+
+    def _consume(self, feed, active: dict[tuple, CatalogStream], watch) -> None:
         from olake_cli.core.pgtext import make_row_converter
 
         positions = {k: position_of(self.state.find(*k)) for k in active}
+        horizons = {k: _load_horizon(self.state.find(*k)) for k in active}
         converters = {k: make_row_converter(s.json_schema) for k, s in active.items()}
         prefixes = {k: _record_prefix(s) for k, s in active.items()}
         relation_seen: dict[tuple, int] = {}
@@ -188,9 +204,21 @@ class ChangeCapture:
             stream = active.get(key)
             if stream is None or ev.op_id <= positions[key]:
                 continue
+            horizon = horizons[key]
+            if horizon is not None and ev.op_id.commit_lsn < horizon[1] and horizon[0].contains(ev.xid):
+                continue  # the full load's snapshot already holds this transaction
             if relation_seen.get(key) != id(ev.columns):
                 relation_seen[key] = id(ev.columns)
-                self._warn_new_columns(stream, ev)
+                widened = watch.check(stream, ev.columns)
+                if widened is not None:
+                    self._flush_lines(lines)
+                    stream = active[key] = widened
+                    converters[key] = make_row_converter(widened.json_schema)
+                    self.out.write(messages.catalog_message({"streams": [widened.to_dict()]}))
+            if ev.op == "t" and ev.partition is not None:
+                self._flush_lines(lines)
+                self._resync(active, key, f"partition {ev.partition} was truncated")
+                continue
             if not self.changes & 1023:
                 emitted_at = str(int(time.time() * 1000)).encode()
             lines.append(b"".join((prefixes[key], emitted_at, b',"data":',
@@ -243,11 +271,15 @@ class ChangeCapture:
             data.update({c: filled[c] for c in known if c in filled})
         return data, [c for c in unchanged if c not in known]
 
-    def _warn_new_columns(self, stream: CatalogStream, ev) -> None:
-        extra = [c[0] for c in ev.columns if c[0] not in stream.json_schema.get("properties", {})]
-        if extra:
-            self.log(f"{stream.label}: column(s) {', '.join(extra)} are not in the catalog and are not "
-                     f"copied; run discover and update the catalog to capture them")
+    def _resync(self, active: dict[tuple, CatalogStream], key: tuple, reason: str) -> None:
+        """Stop capturing a stream and mark it for a fresh full load on the next run."""
+        stream = active.pop(key)
+        self.log(f"{stream.label}: {reason}; the destination cannot remove just that partition's rows, "
+                 f"so the stream is loaded anew on the next run")
+        ss = StreamState("full-load", stream.name, stream.namespace, None, [],
+                         {"sync_mode": stream.sync_mode, "columns": stream.columns})
+        self.state.upsert(ss)
+        self.out.write(messages.state_message(State(level="stream", streams=[ss])))
 
     def _checkpoint(self, active: dict[tuple, CatalogStream], op: OpId) -> None:
         for key in active:
@@ -256,6 +288,21 @@ class ChangeCapture:
                 ss = with_position(ss, op)
                 self.state.upsert(ss)
                 self.out.write(messages.state_message(State(level="stream", streams=[ss])))
+
+
+def _load_horizon(ss: StreamState | None):
+    """(snapshot horizon, WAL position after it) of the stream's full load, or None.
+
+    A replayed transaction below that position that the load's snapshot already saw is skipped: the
+    full-load rows hold it, and an older image replayed over them could be incomplete. Everything else
+    ranks above the full-load rows (they carry the slot's start position as their operation id).
+    """
+    from olake_cli.sources.postgres.snapshot import SnapshotHorizon
+
+    extra = (ss.extra or {}) if ss is not None else {}
+    if not extra.get("snapshot_txns") or not extra.get("snapshot_upto"):
+        return None
+    return SnapshotHorizon(extra["snapshot_txns"]), parse_lsn(extra["snapshot_upto"])
 
 
 def _record_prefix(stream: CatalogStream) -> bytes:

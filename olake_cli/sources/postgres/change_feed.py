@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import struct
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Union
 
 import psycopg
@@ -27,6 +27,7 @@ from psycopg import sql
 from olake_cli.core.errors import (ConfigError, OlakeError, PositionLostError, SourceError,
                                    TransientError)
 from olake_cli.core.position import OpId, format_lsn
+from olake_cli.core.values import UNCHANGED_TOAST
 from olake_cli.sources.postgres.pgoutput import (Begin, Commit, Delete, Relation, Truncate,
                                                  Update, Value, decode, decode_tuple)
 
@@ -61,6 +62,21 @@ class ChangeEvent:
     old: dict[str, Value] | None
     columns: list[ColumnInfo]  # shared per relation version; a new Relation message gives a new list
     lsn: int  # LSN of the change's WAL record
+    xid: int = 0  # the transaction's id (32 bits, as pgoutput sends it)
+    partition: str | None = None  # the leaf partition it came from, when routed to its root stream
+
+
+@dataclass(frozen=True)
+class FeedRouting:
+    """What the feed needs to know about the streams it serves.
+
+    ``roots`` maps a leaf partition (schema, table) to its root stream (changes of leaves are reported
+    under the root, whatever ``publish_via_partition_root`` says); ``keys`` gives each stream's primary
+    key, so an update that changes it is reported as a delete of the old key followed by the update.
+    """
+
+    roots: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
+    keys: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
 
 
 def slot_info(conn: psycopg.Connection, slot: str) -> dict[str, Any] | None:
@@ -102,21 +118,22 @@ def advance_slot(conn: psycopg.Connection, slot: str, lsn: int) -> None:
 
 
 def read_changes(source: ConnectionSource, slot: str, publication: str, upto_lsn: int,
-                 batch_size: int = 10000, flush_wait_s: float = 10.0) -> ChangeStream:
+                 batch_size: int = 10000, flush_wait_s: float = 10.0,
+                 routing: FeedRouting | None = None) -> ChangeStream:
     """Stream committed changes of ``slot`` (pgoutput, ``publication``) up to ``upto_lsn``, in commit order.
 
     ``source`` is an open connection (left open) or a factory (its connection is closed at the end).
     The returned :class:`ChangeStream` is an iterator of :class:`ChangeEvent`; it also reports the
     last commit seen and, once exhausted, the position the whole range was read to.
     """
-    return ChangeStream(source, slot, publication, upto_lsn, batch_size, flush_wait_s)
+    return ChangeStream(source, slot, publication, upto_lsn, batch_size, flush_wait_s, routing or FeedRouting())
 
 
 class ChangeStream:
     """Iterator of ChangeEvents from one bounded peek; its attributes tell how far it got."""
 
     def __init__(self, source: ConnectionSource, slot: str, publication: str, upto_lsn: int,
-                 batch_size: int, flush_wait_s: float) -> None:
+                 batch_size: int, flush_wait_s: float, routing: FeedRouting) -> None:
         self.slot, self.publication, self.upto_lsn = slot, publication, upto_lsn
         self.read_upto_lsn: int | None = None  # upto_lsn clamped to the flushed WAL
         self.last_commit_lsn: int | None = None
@@ -125,6 +142,7 @@ class ChangeStream:
         self.transactions = 0
         self.finished = False
         self._source, self._batch_size, self._flush_wait_s = source, batch_size, flush_wait_s
+        self._routing = routing
         self._events = self._generate()
 
     def __iter__(self) -> Iterator[ChangeEvent]:
@@ -187,38 +205,43 @@ class ChangeStream:
 
     def _stamp_events(self, rows: Iterator[tuple[int, bytes]], encoding: str) -> Iterator[ChangeEvent]:
         relations: dict[int, _RelationView] = {}
-        commit_lsn = seq = ts = 0
+        commit_lsn = seq = ts = xid = 0
         for lsn, data in rows:
             if data[0] == _INSERT and data[5] == _NEW_TUPLE:  # hot path: no message object
                 rel = relations[_U32(data, 1)[0]]
                 values, _ = decode_tuple(data, 6, encoding)
                 seq += 1
                 yield ChangeEvent("c", rel.namespace, rel.name, _new_tuple(OpId, (commit_lsn, seq)), ts,
-                                  dict(zip(rel.names, values)), None, rel.columns, lsn)
+                                  dict(zip(rel.names, values)), None, rel.columns, lsn, xid, rel.partition)
                 continue
             msg = decode(data, encoding)
             kind = type(msg)
             if kind is Update or kind is Delete:
                 rel = relations[msg.rel_oid]
+                old = rel.old_row(msg.old, msg.old_kind)
+                new = dict(zip(rel.names, msg.new)) if kind is Update else None
+                if kind is Update and rel.key_changed(old, new):  # the old key is gone: delete it first
+                    seq += 1
+                    yield ChangeEvent("d", rel.namespace, rel.name, _new_tuple(OpId, (commit_lsn, seq)), ts,
+                                      None, old, rel.columns, lsn, xid, rel.partition)
                 seq += 1
                 yield ChangeEvent("u" if kind is Update else "d", rel.namespace, rel.name,
-                                  _new_tuple(OpId, (commit_lsn, seq)), ts,
-                                  dict(zip(rel.names, msg.new)) if kind is Update else None,
-                                  rel.old_row(msg.old, msg.old_kind), rel.columns, lsn)
+                                  _new_tuple(OpId, (commit_lsn, seq)), ts, new, old, rel.columns, lsn, xid,
+                                  rel.partition)
             elif kind is Begin:
                 if self.last_commit_lsn is not None and msg.final_lsn <= self.last_commit_lsn:
                     raise SourceError(f"pgoutput: transaction at {format_lsn(msg.final_lsn)} out of commit order")
-                commit_lsn, ts, seq = msg.final_lsn, msg.commit_ts_us, 0
+                commit_lsn, ts, seq, xid = msg.final_lsn, msg.commit_ts_us, 0, msg.xid
             elif kind is Commit:
                 self._on_commit(msg, commit_lsn)
             elif kind is Relation:
-                relations[msg.oid] = _RelationView(msg)
+                relations[msg.oid] = _RelationView(msg, self._routing)
             elif kind is Truncate:
                 for oid in msg.rel_oids:
                     rel = relations[oid]
                     seq += 1
                     yield ChangeEvent("t", rel.namespace, rel.name, _new_tuple(OpId, (commit_lsn, seq)), ts,
-                                      None, None, rel.columns, lsn)
+                                      None, None, rel.columns, lsn, xid, rel.partition)
             # Origin, Type and LogicalMessage carry nothing a destination needs.
 
     def _on_commit(self, msg: Commit, begin_lsn: int) -> None:
@@ -232,12 +255,28 @@ class ChangeStream:
 class _RelationView:
     """What events need from a Relation message, computed once per relation version."""
 
-    __slots__ = ("namespace", "name", "names", "columns", "key_flags")
+    __slots__ = ("namespace", "name", "partition", "names", "columns", "key_flags", "stream_key")
 
-    def __init__(self, rel: Relation) -> None:
-        self.namespace, self.name, self.names = rel.namespace, rel.name, rel.column_names
+    def __init__(self, rel: Relation, routing: FeedRouting) -> None:
+        root = routing.roots.get((rel.namespace, rel.name))
+        self.partition = None if root is None else f"{rel.namespace}.{rel.name}"
+        self.namespace, self.name = root or (rel.namespace, rel.name)
+        self.names = rel.column_names
         self.columns: list[ColumnInfo] = [(c.name, c.type_oid, c.typmod) for c in rel.columns]
         self.key_flags = tuple(c.is_key for c in rel.columns)
+        self.stream_key = routing.keys.get((self.namespace, self.name), ())
+
+    def key_changed(self, old: dict[str, Value] | None, new: dict[str, Value]) -> bool:
+        """Whether an update moved the row to another primary key (the old key must then be deleted)."""
+        if not old or not self.stream_key:
+            return False
+        for name in self.stream_key:
+            before = old.get(name, UNCHANGED_TOAST)
+            if before is UNCHANGED_TOAST or new.get(name, UNCHANGED_TOAST) is UNCHANGED_TOAST:
+                return False  # a key the server did not send did not change
+            if before != new[name]:
+                return True
+        return False
 
     def old_row(self, old: tuple[Value, ...] | None, old_kind: str | None) -> dict[str, Value] | None:
         """The old tuple as a dict: every column for 'O', only the key columns for 'K'."""

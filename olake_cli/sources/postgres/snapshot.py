@@ -40,3 +40,26 @@ class ExportedSnapshot:
             finally:
                 self.conn.close()
                 self.conn = None
+
+
+class SnapshotHorizon:
+    """Which transactions a snapshot sees as committed, from its ``pg_current_snapshot()`` text.
+
+    pgoutput reports 32-bit transaction ids; they are widened to 64 bits next to the snapshot's xmax,
+    which is exact for every transaction within 2^31 ids of the snapshot (all that can matter: the
+    filter applies only to transactions committed before ``snapshot_upto``).
+    """
+
+    def __init__(self, text: str) -> None:
+        xmin, xmax, xip = text.split(":")
+        self.xmin, self.xmax = int(xmin), int(xmax)
+        self.in_progress = frozenset(int(x) for x in xip.split(",") if x)
+
+    def contains(self, xid32: int) -> bool:
+        """Whether the transaction ``xid32`` had committed when the snapshot was taken."""
+        xid = (self.xmax & ~0xFFFFFFFF) | xid32
+        if xid > self.xmax + (1 << 31):
+            xid -= 1 << 32
+        elif xid < self.xmax - (1 << 31):
+            xid += 1 << 32
+        return xid < self.xmin or (xid < self.xmax and xid not in self.in_progress)

@@ -250,3 +250,18 @@ def _array_expression(col: PgColumn, ident: sql.Identifier) -> sql.Composable:
     return sql.SQL(
         "CASE WHEN array_ndims({v}) > 1 THEN ({msg} || array_ndims({v})::text)::{t} ELSE {value} END"
     ).format(v=ident, msg=message, t=array_type, value=value)
+
+
+def type_property(conn: psycopg.Connection, type_oid: int, typmod: int, nullable: bool = True) -> dict:
+    """The catalog json_schema property of a column of type ``type_oid`` (domains resolved).
+
+    Change capture uses it for the columns a pgoutput Relation message announces.
+    """
+    base = _resolve_base_type(conn, type_oid, typmod)
+    element = _resolve_base_type(conn, base.element_oid, base.typmod) if base.element_oid else None
+    owner = element if element is not None else base
+    column = PgColumn(name="", type_name=base.type_name, type_oid=base.oid,
+                      element_oid=element.oid if element else None, category=base.category,
+                      nullable=nullable, enum_labels=_enum_labels(conn, owner.oid) if owner.is_enum else None,
+                      olake_type=olake_type_for(base.oid, base.typmod, element.oid if element else None))
+    return json_schema_property(column)
