@@ -11,7 +11,8 @@ import pytest
 
 from olake_cli.core.errors import ConfigError
 from olake_cli.sources.postgres.cdc_setup import (CdcProblem, cdc_notes, cdc_problems,
-                                                  ensure_slot_and_publication, render_problems,
+                                                  ensure_slot_and_publication, publication_problems,
+                                                  render_problems,
                                                   replication_privilege_problem, wal_level_problem)
 from olake_cli.sources.postgres.connection import PostgresSettings
 from tests.support.pgcluster import PgCluster, create_database, start_cluster
@@ -241,17 +242,14 @@ def test_publication_covering_all_tables_or_the_schema_is_enough(cdc_db, scope):
     assert problems_about(cdc_problems(conn, settings, KEYED), "publication") == []
 
 
-def test_publication_operations_and_partition_root_are_fixed(cdc_db):
+def test_publication_operations_are_fixed_and_partition_root_is_not_required(cdc_db):
     conn, settings = cdc_db
     pub = settings.publication
     conn.execute(f'CREATE PUBLICATION "{pub}" FOR TABLE shop.orders, shop.events WITH (publish = \'insert\')')
     problems = problems_about(cdc_problems(conn, settings, KEYED[:1] + KEYED[2:]), "publication")
-    assert problems == [
-        CdcProblem(f"publication '{pub}' does not publish update, delete, truncate",
-                   f"ALTER PUBLICATION \"{pub}\" SET (publish = 'insert, update, delete, truncate');"),
-        CdcProblem(f"publication '{pub}' must publish via the partition root so changes to partitioned "
-                   "table(s) shop.events arrive under the parent's name",
-                   f'ALTER PUBLICATION "{pub}" SET (publish_via_partition_root = true);')]
+    assert problems == [  # leaf partitions map to their root stream: publish_via_partition_root is optional
+        CdcProblem(f"publication '{pub}' does not publish update, delete, truncate, so those changes would be lost",
+                   f"ALTER PUBLICATION \"{pub}\" SET (publish = 'insert, update, delete, truncate');")]
     for problem in problems:
         run_fix(conn, problem)
     assert problems_about(cdc_problems(conn, settings, KEYED), "publication") == [
@@ -265,7 +263,7 @@ def test_publication_row_filter_is_dropped_and_re_added(cdc_db):
     conn.execute(f'CREATE PUBLICATION "{pub}" FOR TABLE shop.orders WHERE (id > 10) '
                  'WITH (publish_via_partition_root = true)')
     [problem] = problems_about(cdc_problems(conn, settings, [("shop", "orders")]), "publication")
-    assert "has a row filter or column list on shop.orders" in problem.what
+    assert "has a row filter or column list on shop.orders, so some changes of shop.orders" in problem.what
     assert problem.fix_sql == (f'ALTER PUBLICATION "{pub}" DROP TABLE "shop"."orders";\n'
                                f'ALTER PUBLICATION "{pub}" ADD TABLE "shop"."orders";')
     run_fix(conn, problem)
@@ -283,24 +281,26 @@ def test_unknown_table_is_reported_without_fix(cdc_db):
 
 def test_tables_without_usable_replica_identity_get_replica_identity_full(cdc_db):
     conn, settings = cdc_db
+    pub = settings.publication
     conn.execute("CREATE TABLE shop.nothing (id int PRIMARY KEY); ALTER TABLE shop.nothing REPLICA IDENTITY NOTHING;"
                  "CREATE TABLE shop.by_index (id int NOT NULL); CREATE UNIQUE INDEX by_index_id ON shop.by_index (id);"
                  "ALTER TABLE shop.by_index REPLICA IDENTITY USING INDEX by_index_id; DROP INDEX shop.by_index_id;")
     tables = ALL_TABLES + [("shop", "nothing"), ("shop", "by_index")]
-    problems = problems_about(cdc_problems(conn, settings, tables), "replica identity")
-    assert [(p.what.split(":")[0], p.fix_sql) for p in problems] == [
-        ("table shop.nokey has no primary key (REPLICA IDENTITY DEFAULT)",
-         'ALTER TABLE "shop"."nokey" REPLICA IDENTITY FULL;'),
-        ("partition(s) shop.logs_a, shop.logs_b of shop.logs have no primary key (REPLICA IDENTITY DEFAULT)",
+    problems = problems_about(publication_problems(conn, settings, tables), "cannot use cdc")
+    assert [(p.what.split(";")[0], p.fix_sql) for p in problems] == [
+        ("table shop.nokey cannot use cdc: no primary key (REPLICA IDENTITY DEFAULT)",
+         f'ALTER TABLE "shop"."nokey" REPLICA IDENTITY FULL;\nALTER PUBLICATION "{pub}" ADD TABLE "shop"."nokey";'),
+        ("table shop.logs cannot use cdc: no primary key (REPLICA IDENTITY DEFAULT)",
          'ALTER TABLE "shop"."logs" REPLICA IDENTITY FULL;\nALTER TABLE "shop"."logs_a" REPLICA IDENTITY FULL;\n'
-         'ALTER TABLE "shop"."logs_b" REPLICA IDENTITY FULL;'),
-        ("table shop.nothing has REPLICA IDENTITY NOTHING", 'ALTER TABLE "shop"."nothing" REPLICA IDENTITY FULL;'),
-        ("table shop.by_index has a REPLICA IDENTITY USING INDEX whose index no longer exists",
-         'ALTER TABLE "shop"."by_index" REPLICA IDENTITY FULL;')]
-    assert problems[1].what.endswith("partitions created later need the same fix")
-    for problem in problems:
+         f'ALTER TABLE "shop"."logs_b" REPLICA IDENTITY FULL;\nALTER PUBLICATION "{pub}" ADD TABLE "shop"."logs";'),
+        ("table shop.nothing cannot use cdc: REPLICA IDENTITY NOTHING",
+         f'ALTER TABLE "shop"."nothing" REPLICA IDENTITY FULL;\nALTER PUBLICATION "{pub}" ADD TABLE "shop"."nothing";'),
+        ("table shop.by_index cannot use cdc: a REPLICA IDENTITY USING INDEX whose index no longer exists",
+         'ALTER TABLE "shop"."by_index" REPLICA IDENTITY FULL;\n'
+         f'ALTER PUBLICATION "{pub}" ADD TABLE "shop"."by_index";')]
+    for problem in publication_problems(conn, settings, tables):  # the publication is created first
         run_fix(conn, problem)
-    assert problems_about(cdc_problems(conn, settings, tables), "replica identity") == []
+    assert publication_problems(conn, settings, tables) == []
 
 
 def test_missing_replica_identity_really_blocks_updates_once_published(cdc_db):
@@ -309,7 +309,7 @@ def test_missing_replica_identity_really_blocks_updates_once_published(cdc_db):
     conn.execute("INSERT INTO shop.nokey VALUES (1)")
     with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState):
         conn.execute("UPDATE shop.nokey SET x = 2")
-    [problem] = problems_about(cdc_problems(conn, settings, [("shop", "nokey")]), "replica identity")
+    [problem] = problems_about(cdc_problems(conn, settings, [("shop", "nokey")]), "cannot use cdc")
     run_fix(conn, problem)
     conn.execute("UPDATE shop.nokey SET x = 2")
     assert conn.execute("SELECT x FROM shop.nokey").fetchall() == [(2,)]
@@ -334,10 +334,11 @@ def test_running_every_printed_fix_leaves_no_problem(cdc_db):
                  % settings.publication)
     conn.execute("SELECT pg_create_logical_replication_slot(%s, 'test_decoding')", (settings.replication_slot,))
     problems = cdc_problems(conn, settings, ALL_TABLES)
-    assert len(problems) == 6  # slot plugin; 4 tables not covered (one problem); operations; partition root; 2 identities
+    assert len(problems) == 3  # slot plugin; 2 keyed tables not covered (one problem); operations
     for problem in problems:
         run_fix(conn, problem)
     assert cdc_problems(conn, settings, ALL_TABLES) == []
+    assert any(note.startswith("2 table(s) cannot use cdc") for note in cdc_notes(conn, settings, ALL_TABLES))
 
 
 def test_render_problems_puts_each_fix_under_its_problem():

@@ -4,14 +4,15 @@ and (when the user allows it) create the replication slot and the publication.
 The change feed reads ``pg_logical_slot_peek_binary_changes(slot, ..., 'proto_version', '1',
 'publication_names', pub)``, so it needs: ``wal_level = logical``; a user with REPLICATION (or
 superuser); a ``pgoutput`` slot in this database whose WAL is still there; a publication that
-covers every selected table, publishes insert/update/delete/truncate and, for partitioned tables,
-publishes via the partition root; and a usable replica identity on every table (or partition).
+covers every selected table (each leaf partition, directly or through an ancestor), publishes
+insert/update/delete/truncate; and a usable replica identity on every selected table (see
+replica_identity: tables without one are never published by olake, so the source keeps working).
+Publication details live in ``publication``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -20,40 +21,27 @@ from psycopg import sql
 from olake_cli.core.errors import ConfigError, SourceError
 from olake_cli.sources.postgres.change_feed import slot_info
 from olake_cli.sources.postgres.connection import PostgresSettings
+from olake_cli.sources.postgres.publication import (PUBLISH_ACTIONS, CdcProblem, PublicationView, add_tables_sql,
+                                                    coverage_problems, create_publication_sql,
+                                                    inspect_publication, keyless_fix_sql, keyless_problem,
+                                                    publish_everything_sql, skipped_actions)
+from olake_cli.sources.postgres.replica_identity import (KeylessTable, ResolvedTable, keyless_tables,
+                                                         relation_identities, resolve_tables)
 
-PUBLISH_EVERYTHING = "insert, update, delete, truncate"
 DEFAULT_SLOT_NAME = "olake_slot"
 DEFAULT_PUBLICATION_NAME = "olake_publication"
 _SLOT_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
-
-
-@dataclass(frozen=True)
-class CdcProblem:
-    """One change-capture misconfiguration: a one-line explanation and the SQL that fixes it."""
-
-    what: str
-    fix_sql: str | None = None
-
-
-@dataclass(frozen=True)
-class ResolvedTable:
-    """A selected table found in ``pg_class``."""
-
-    schema: str
-    name: str
-    oid: int
-    partitioned: bool
-
-    @property
-    def label(self) -> str:
-        return f"{self.schema}.{self.name}"
 
 
 # ---------------------------------------------------------------- entry points
 
 def cdc_problems(conn: psycopg.Connection, settings: PostgresSettings,
                  tables: list[tuple[str, str]]) -> list[CdcProblem]:
-    """Every reason change capture of ``tables`` would not work, each with its fix SQL, in check order."""
+    """Every reason change capture of ``tables`` would not work, each with its fix SQL, in check order.
+
+    For ``check``, which sees every table: a keyless table is a problem only when it is already
+    published (the source's UPDATE and DELETE on it fail now); otherwise ``cdc_notes`` names it.
+    """
     problems = [p for p in (wal_level_problem(current_wal_level(conn)),
                             replication_privilege_problem(conn)) if p is not None]
     problems += config_problems(settings)
@@ -62,15 +50,45 @@ def cdc_problems(conn: psycopg.Connection, settings: PostgresSettings,
     resolved, missing = resolve_tables(conn, tables)
     problems += [CdcProblem(f"table {s}.{t} does not exist in database '{settings.database}'; "
                             "run discover again and fix the catalog") for s, t in missing]
+    keyless = keyless_tables(conn, resolved)
+    view = inspect_publication(conn, settings.publication, resolved) if settings.publication else None
+    if view is not None:
+        problems += coverage_problems(conn, view, [t for t in resolved if t.oid not in keyless])
+    return problems + [keyless_problem(conn, view, k) for k in keyless.values()
+                       if view is not None and view.covers(k.table)]
+
+
+def publication_problems(conn: psycopg.Connection, settings: PostgresSettings,
+                         tables: list[tuple[str, str]]) -> list[CdcProblem]:
+    """Why the selected ``cdc`` tables would not receive every change: the publication is missing, leaves a
+    table (or a leaf partition) out, filters it or skips an action; or a table has no usable replica
+    identity. Tables that do not exist are left to ``cdc_problems``."""
+    resolved, _ = resolve_tables(conn, tables)
+    keyless = keyless_tables(conn, resolved)
+    problems = []
+    view = None
     if settings.publication:
-        problems += publication_problems(conn, settings.publication, resolved)
-    problems += replica_identity_problems(conn, resolved)
-    return problems
+        view = inspect_publication(conn, settings.publication, resolved)
+        problems += coverage_problems(conn, view, [t for t in resolved if t.oid not in keyless])
+    return problems + [keyless_problem(conn, view, k) for k in keyless.values()]
+
+
+def require_publication_ready(conn: psycopg.Connection, settings: PostgresSettings,
+                              tables: list[tuple[str, str]]) -> None:
+    """Raise ConfigError (one line naming each table and its fix SQL) unless ``publication_problems`` is empty.
+
+    ``read`` and ``sync`` call it before reading anything, after ``ensure_slot_and_publication``.
+    """
+    problems = publication_problems(conn, settings, tables)
+    if problems:
+        raise ConfigError(f"postgres: change capture cannot start, {len(problems)} problem(s): "
+                          f"{one_line(problems)}")
 
 
 def cdc_notes(conn: psycopg.Connection, settings: PostgresSettings,
               tables: list[tuple[str, str]]) -> list[str]:
-    """Informational lines (not problems): key-only old rows on deletes, a slot close to losing WAL."""
+    """Informational lines (not problems): tables that cannot use cdc, key-only old rows on deletes, a slot
+    close to losing WAL."""
     notes = []
     if settings.replication_slot:
         info = slot_info(conn, settings.replication_slot)
@@ -78,13 +96,32 @@ def cdc_notes(conn: psycopg.Connection, settings: PostgresSettings,
             notes.append(f"replication slot '{settings.replication_slot}' is about to lose WAL it still "
                          "needs (wal_status = 'unreserved'); run the sync soon")
     resolved, _ = resolve_tables(conn, tables)
-    key_only = sorted({root.label for root, leaf in _leaf_identities(conn, resolved)
-                       if leaf["ident"] in ("d", "i") and _identity_usable(leaf)})
+    keyless = keyless_tables(conn, resolved)
+    view = inspect_publication(conn, settings.publication, resolved) if settings.publication else None
+    unpublished = [k for k in keyless.values() if view is None or not view.covers(k.table)]
+    if unpublished:
+        notes.append(_keyless_note(conn, view, unpublished))
+    identities = relation_identities(conn, [t.oid for t in resolved if t.oid not in keyless])
+    key_only = sorted({t.label for t in resolved for rel in identities.get(t.oid, [])
+                       if rel.is_leaf and rel.key_only})
     if key_only:
         shown = ", ".join(key_only[:5]) + (" ..." if len(key_only) > 5 else "")
         notes.append(f"{len(key_only)} table(s) ({shown}) send only the key columns of a deleted row; "
                      "for the whole old row run ALTER TABLE <table> REPLICA IDENTITY FULL;")
     return notes
+
+
+def _keyless_note(conn: psycopg.Connection, view: PublicationView | None, keyless: list[KeylessTable]) -> str:
+    names = ", ".join(f"{k.table.label} ({k.reason})" for k in keyless)
+    fix = " ".join(" ".join(keyless_fix_sql(conn, view, k).splitlines()) for k in keyless)
+    return (f"{len(keyless)} table(s) cannot use cdc (left out of the publication; full_refresh still works) "
+            f"until they get a primary key or REPLICA IDENTITY FULL: {names}; to enable it run: {fix}")
+
+
+def one_line(problems: list[CdcProblem]) -> str:
+    """All problems on one line: ``what (fix: sql sql)`` joined by ``; ``."""
+    return "; ".join(p.what + (f" (fix: {' '.join(p.fix_sql.splitlines())})" if p.fix_sql else "")
+                     for p in problems)
 
 
 def render_problems(problems: list[CdcProblem], notes: list[str] | tuple[str, ...] = ()) -> str:
@@ -200,161 +237,6 @@ def _after_loss(settings: PostgresSettings) -> str:
             "'resync' to re-sync the cdc streams with a new full load")
 
 
-# ---------------------------------------------------------------- publication
-
-def create_publication_sql(conn: psycopg.Connection, publication: str, tables: list[ResolvedTable]) -> str:
-    """``CREATE PUBLICATION "pub" FOR TABLE ... WITH (publish_via_partition_root = true);``"""
-    parts = [sql.SQL("CREATE PUBLICATION {}").format(sql.Identifier(publication))]
-    if tables:
-        parts.append(sql.SQL("FOR TABLE {}").format(_table_list(tables)))
-    parts.append(sql.SQL("WITH (publish_via_partition_root = true);"))
-    return sql.SQL(" ").join(parts).as_string(conn)
-
-
-def add_tables_sql(conn: psycopg.Connection, publication: str, tables: list[ResolvedTable]) -> str:
-    """``ALTER PUBLICATION "pub" ADD TABLE "s"."t1", "s"."t2";``"""
-    return sql.SQL("ALTER PUBLICATION {} ADD TABLE {};").format(
-        sql.Identifier(publication), _table_list(tables)).as_string(conn)
-
-
-def publication_problems(conn: psycopg.Connection, publication: str,
-                         tables: list[ResolvedTable]) -> list[CdcProblem]:
-    """Problems with the publication: missing, tables not covered or filtered, operations, partition root."""
-    pub = _publication_row(conn, publication)
-    if pub is None:
-        return [CdcProblem(f"publication '{publication}' does not exist in this database",
-                           create_publication_sql(conn, publication, tables))]
-    coverage = {} if pub["puballtables"] else _table_coverage(conn, pub["oid"], tables)
-    uncovered = [t for t in tables if t.oid in coverage and not coverage[t.oid][0]]
-    problems = []
-    if uncovered:
-        problems.append(CdcProblem(f"publication '{publication}' does not cover "
-                                   f"{', '.join(t.label for t in uncovered)}",
-                                   add_tables_sql(conn, publication, uncovered)))
-    for table in (t for t in tables if t.oid in coverage and coverage[t.oid][1]):
-        fix = sql.SQL("ALTER PUBLICATION {0} DROP TABLE {1};\nALTER PUBLICATION {0} ADD TABLE {1};").format(
-            sql.Identifier(publication), sql.Identifier(table.schema, table.name)).as_string(conn)
-        problems.append(CdcProblem(f"publication '{publication}' has a row filter or column list on "
-                                   f"{table.label}, so some changes would never arrive", fix))
-    return problems + _publish_option_problems(conn, publication, pub, tables)
-
-
-def _publish_option_problems(conn: psycopg.Connection, publication: str, pub: dict[str, Any],
-                             tables: list[ResolvedTable]) -> list[CdcProblem]:
-    problems = []
-    skipped = [op for op in ("insert", "update", "delete", "truncate") if not pub[f"pub{op}"]]
-    if skipped:
-        problems.append(CdcProblem(
-            f"publication '{publication}' does not publish {', '.join(skipped)}",
-            sql.SQL("ALTER PUBLICATION {} SET (publish = {});").format(
-                sql.Identifier(publication), sql.Literal(PUBLISH_EVERYTHING)).as_string(conn)))
-    partitioned = [t.label for t in tables if t.partitioned]
-    if partitioned and not pub["pubviaroot"]:
-        problems.append(CdcProblem(
-            f"publication '{publication}' must publish via the partition root so changes to partitioned "
-            f"table(s) {', '.join(partitioned)} arrive under the parent's name",
-            sql.SQL("ALTER PUBLICATION {} SET (publish_via_partition_root = true);").format(
-                sql.Identifier(publication)).as_string(conn)))
-    return problems
-
-
-def _publication_row(conn: psycopg.Connection, publication: str) -> dict[str, Any] | None:
-    cur = conn.execute("SELECT oid, puballtables, pubinsert, pubupdate, pubdelete, pubtruncate, pubviaroot"
-                       " FROM pg_publication WHERE pubname = %s", (publication,))
-    row = cur.fetchone()
-    return None if row is None else dict(zip([c.name for c in cur.description], row))
-
-
-def _table_coverage(conn: psycopg.Connection, pub_oid: int,
-                    tables: list[ResolvedTable]) -> dict[int, tuple[bool, bool]]:
-    """oid -> (covered, filtered): listed by name or by schema; a row filter or column list on it."""
-    if conn.info.server_version >= 150000:
-        by_schema = ("EXISTS (SELECT 1 FROM pg_publication_namespace pn"
-                     " WHERE pn.pnpubid = %(pub)s AND pn.pnnspid = c.relnamespace)")
-        filtered = "coalesce(pr.prqual IS NOT NULL OR pr.prattrs IS NOT NULL, false)"
-    else:
-        by_schema, filtered = "false", "false"
-    rows = conn.execute(
-        f"SELECT c.oid, pr.prrelid IS NOT NULL OR {by_schema}, {filtered}"
-        " FROM unnest(%(oids)s::oid[]) AS r(oid) JOIN pg_class c ON c.oid = r.oid"
-        " LEFT JOIN pg_publication_rel pr ON pr.prpubid = %(pub)s AND pr.prrelid = c.oid",
-        {"pub": pub_oid, "oids": [t.oid for t in tables]}).fetchall()
-    return {oid: (covered, is_filtered) for oid, covered, is_filtered in rows}
-
-
-def _table_list(tables: list[ResolvedTable]) -> sql.Composable:
-    return sql.SQL(", ").join(sql.Identifier(t.schema, t.name) for t in tables)
-
-
-# ---------------------------------------------------------------- tables and replica identity
-
-def resolve_tables(conn: psycopg.Connection, tables: list[tuple[str, str]]
-                   ) -> tuple[list[ResolvedTable], list[tuple[str, str]]]:
-    """(found tables in the given order, (schema, table) pairs that do not exist)."""
-    rows = conn.execute(
-        "SELECT t.ord, c.oid, c.relkind FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS t(s, n, ord)"
-        " JOIN pg_namespace ns ON ns.nspname = t.s"
-        " JOIN pg_class c ON c.relnamespace = ns.oid AND c.relname = t.n AND c.relkind IN ('r', 'p')",
-        ([s for s, _ in tables], [n for _, n in tables])).fetchall()
-    found = {ord_ - 1: (oid, kind) for ord_, oid, kind in rows}
-    resolved = [ResolvedTable(s, n, found[i][0], found[i][1] == "p")
-                for i, (s, n) in enumerate(tables) if i in found]
-    return resolved, [pair for i, pair in enumerate(tables) if i not in found]
-
-
-def replica_identity_problems(conn: psycopg.Connection, tables: list[ResolvedTable]) -> list[CdcProblem]:
-    """One problem per table whose own (or a partition's) replica identity makes changes unusable."""
-    bad: dict[int, list[dict[str, Any]]] = {}
-    for root, leaf in _leaf_identities(conn, tables):
-        if not _identity_usable(leaf):
-            bad.setdefault(root.oid, []).append(leaf)
-    problems = []
-    for table in tables:
-        if table.oid in bad:
-            problems.append(_identity_problem(conn, table, bad[table.oid]))
-    return problems
-
-
-def _identity_problem(conn: psycopg.Connection, table: ResolvedTable,
-                      leaves: list[dict[str, Any]]) -> CdcProblem:
-    reasons = {"n": "REPLICA IDENTITY NOTHING", "d": "no primary key (REPLICA IDENTITY DEFAULT)",
-               "i": "a REPLICA IDENTITY USING INDEX whose index no longer exists"}
-    targets = [(table.schema, table.name)] if table.partitioned else []
-    targets += [(leaf["schema"], leaf["name"]) for leaf in leaves]
-    fix = "\n".join(sql.SQL("ALTER TABLE {} REPLICA IDENTITY FULL;").format(
-        sql.Identifier(s, n)).as_string(conn) for s, n in targets)
-    if table.partitioned:
-        names = ", ".join(f"{leaf['schema']}.{leaf['name']}" for leaf in leaves)
-        subject = f"partition(s) {names} of {table.label} have {reasons[leaves[0]['ident']]}"
-        later = "; partitions created later need the same fix"
-    else:
-        subject, later = f"table {table.label} has {reasons[leaves[0]['ident']]}", ""
-    return CdcProblem(f"{subject}: PostgreSQL rejects UPDATE and DELETE on published tables without a "
-                      f"replica identity, and their changes would carry no key{later}", fix)
-
-
-def _identity_usable(leaf: dict[str, Any]) -> bool:
-    ident = leaf["ident"]
-    return ident == "f" or (ident == "d" and leaf["has_pk"]) or (ident == "i" and leaf["has_ident_index"])
-
-
-def _leaf_identities(conn: psycopg.Connection,
-                     tables: list[ResolvedTable]) -> list[tuple[ResolvedTable, dict[str, Any]]]:
-    """(table, leaf) for every leaf relation (the table itself, or each partition) with its identity."""
-    by_oid = {t.oid: t for t in tables}
-    rows = conn.execute(
-        "SELECT r.root, ln.nspname, l.relname, l.relreplident,"
-        " EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = l.oid AND i.indisprimary),"
-        " EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = l.oid AND i.indisreplident)"
-        " FROM unnest(%s::oid[]) AS r(root) CROSS JOIN LATERAL ("  # a plain table is its own leaf
-        "   SELECT pt.relid FROM pg_partition_tree(r.root::regclass) pt WHERE pt.isleaf"
-        "   UNION ALL SELECT c.oid::regclass FROM pg_class c WHERE c.oid = r.root AND c.relkind = 'r'"
-        " ) AS leaf(relid) JOIN pg_class l ON l.oid = leaf.relid JOIN pg_namespace ln ON ln.oid = l.relnamespace"
-        " ORDER BY ln.nspname, l.relname", ([t.oid for t in tables],)).fetchall()
-    keys = ("schema", "name", "ident", "has_pk", "has_ident_index")
-    return [(by_oid[row[0]], dict(zip(keys, row[1:]))) for row in rows]
-
-
 # ---------------------------------------------------------------- creation
 
 def ensure_slot_and_publication(conn: psycopg.Connection, settings: PostgresSettings,
@@ -385,19 +267,26 @@ def ensure_slot_and_publication(conn: psycopg.Connection, settings: PostgresSett
 
 def _ensure_publication(conn: psycopg.Connection, settings: PostgresSettings,
                         tables: list[ResolvedTable]) -> list[str]:
+    """Publish the keyed tables with every action; tables without a usable replica identity stay out."""
     publication = settings.publication
-    pub = _publication_row(conn, publication)
-    if pub is None:
-        if _run_ddl(conn, settings, create_publication_sql(conn, publication, tables)):
-            return [f"created publication '{publication}' for {len(tables)} table(s)"]
-        pub = _publication_row(conn, publication)  # created meanwhile by someone else
-    if pub["puballtables"]:
-        return []
-    coverage = _table_coverage(conn, pub["oid"], tables)
-    uncovered = [t for t in tables if not coverage[t.oid][0]]
-    if uncovered and _run_ddl(conn, settings, add_tables_sql(conn, publication, uncovered)):
-        return [f"added {', '.join(t.label for t in uncovered)} to publication '{publication}'"]
-    return []
+    keyless = keyless_tables(conn, tables)
+    keyed = [t for t in tables if t.oid not in keyless]
+    done = []
+    view = inspect_publication(conn, publication, keyed)
+    if view.row is None and _run_ddl(conn, settings, create_publication_sql(conn, publication, keyed)):
+        done.append(f"created publication '{publication}' for {len(keyed)} table(s)")
+    else:  # it existed, or was created meanwhile by someone else
+        view = inspect_publication(conn, publication, keyed)
+        uncovered = [t for t in keyed if not view.covers(t)]
+        if uncovered and _run_ddl(conn, settings, add_tables_sql(conn, publication, uncovered)):
+            done.append(f"added {', '.join(t.label for t in uncovered)} to publication '{publication}'")
+        if skipped_actions(view) and _run_ddl(conn, settings, publish_everything_sql(conn, publication)):
+            done.append(f"set publication '{publication}' to publish {', '.join(PUBLISH_ACTIONS)}")
+    if keyless:
+        names = ", ".join(sorted(k.table.label for k in keyless.values()))
+        done.append(f"left {names} out of publication '{publication}': without a primary key or REPLICA "
+                    "IDENTITY FULL, PostgreSQL would reject UPDATE and DELETE on them (run olake check for the fix)")
+    return done
 
 
 def _run_ddl(conn: psycopg.Connection, settings: PostgresSettings, statement: str) -> bool:

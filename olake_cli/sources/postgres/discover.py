@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from olake_cli.sources.postgres import types as pgtypes
+from olake_cli.sources.postgres.replica_identity import ResolvedTable, keyless_tables
 
 # olake types whose values order naturally and can serve as an incremental cursor.
 CURSOR_TYPES = ("int16", "int32", "int64", "date", "timestamp", "timestamptz", "numeric", "float32", "float64")
@@ -41,13 +42,17 @@ def is_cursor_candidate(olake_type: str) -> bool:
     return olake_type in CURSOR_TYPES or olake_type.startswith("decimal(")
 
 
-def discover_stream(conn, schema: str, table: str, relkind: str, oid: int) -> dict[str, Any]:
-    """One catalog stream entry for a table, with its JSON Schema, key and cursor candidates."""
+def discover_stream(conn, schema: str, table: str, relkind: str, oid: int,
+                    cdc_unsupported: str | None = None) -> dict[str, Any]:
+    """One catalog stream entry for a table, with its JSON Schema, key, cursor candidates and sync modes.
+
+    ``cdc_unsupported`` (why the table has no usable replica identity, with the fix) drops ``cdc``.
+    """
     columns = pgtypes.fetch_columns(conn, schema, table)
     properties = {col.name: pgtypes.json_schema_property(col) for col in columns}
     pkey = primary_key(conn, oid)
     candidates = [col.name for col in columns if is_cursor_candidate(col.olake_type)]
-    modes = ["full_refresh", "cdc"]
+    modes = ["full_refresh"] + ([] if cdc_unsupported else ["cdc"])
     if candidates:
         modes.insert(1, "incremental")
     default_cursor = _default_cursor(candidates)
@@ -61,7 +66,8 @@ def discover_stream(conn, schema: str, table: str, relkind: str, oid: int) -> di
         "cursor_candidates": candidates,
         "selected": True,
         "sync_mode": "full_refresh",
-        "x-olake": {"relkind": "partitioned" if relkind == "p" else "table"},
+        "x-olake": {"relkind": "partitioned" if relkind == "p" else "table",
+                    **({"cdc_unsupported": cdc_unsupported} if cdc_unsupported else {})},
     }
 
 
@@ -74,5 +80,8 @@ def _default_cursor(candidates: list[str]) -> str | None:
 
 def discover_catalog(conn, schemas: tuple[str, ...] | list[str]) -> dict[str, Any]:
     """The catalog object (``{"streams": [...]}``) of every table in ``schemas``."""
-    streams = [discover_stream(conn, *row) for row in list_tables(conn, schemas)]
-    return {"streams": streams}
+    rows = list_tables(conn, schemas)
+    keyless = keyless_tables(conn, [ResolvedTable(s, t, oid, kind == "p") for s, t, kind, oid in rows])
+    reasons = {oid: f"{k.reason}; for cdc run: {' '.join(k.fix_sql(conn).splitlines())}"
+               for oid, k in keyless.items()}
+    return {"streams": [discover_stream(conn, *row, reasons.get(row[3])) for row in rows]}

@@ -1,0 +1,168 @@
+"""The publication side of change capture: is every selected table published, with every action?
+
+A selected table is published when each of its leaf partitions (the table itself if it is not
+partitioned) is in the publication, directly, through an ancestor (the root or an intermediate
+parent), through its schema (FOR TABLES IN SCHEMA) or FOR ALL TABLES; whether the publication uses
+``publish_via_partition_root`` does not matter (change capture maps leaves to their root). Tables
+without a usable replica identity (see replica_identity) are never added by olake.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from olake_cli.sources.postgres.replica_identity import KeylessTable, ResolvedTable
+
+PUBLISH_ACTIONS = ("insert", "update", "delete", "truncate")
+PUBLISH_EVERYTHING = ", ".join(PUBLISH_ACTIONS)
+
+
+@dataclass(frozen=True)
+class CdcProblem:
+    """One change-capture misconfiguration: a one-line explanation and the SQL that fixes it."""
+
+    what: str
+    fix_sql: str | None = None
+
+
+@dataclass(frozen=True)
+class PublicationView:
+    """What one publication holds for a set of tables (``row`` is None when it does not exist)."""
+
+    name: str
+    row: dict[str, Any] | None
+    covered: dict[int, bool]
+    filtered: dict[int, list[tuple[str, str]]]
+
+    def covers(self, table: ResolvedTable) -> bool:
+        """Whether every leaf of ``table`` is published."""
+        return self.row is not None and self.covered.get(table.oid, False)
+
+
+_LEAVES_PUBLISHED_SQL = """
+SELECT r.root, pt.isleaf, EXISTS (
+  SELECT 1 FROM (SELECT pt.relid UNION SELECT relid FROM pg_partition_ancestors(pt.relid)) a(relid)
+  JOIN pg_class ac ON ac.oid = a.relid
+  WHERE EXISTS (SELECT 1 FROM pg_publication_rel pr WHERE pr.prpubid = %(pub)s AND pr.prrelid = a.relid)
+     OR {by_schema})
+FROM unnest(%(oids)s::oid[]) AS r(root) CROSS JOIN LATERAL (  -- a plain table (not a partition) has no partition tree: it is its own leaf
+  SELECT relid, isleaf, level FROM pg_partition_tree(r.root::regclass)
+  UNION ALL SELECT r.root::regclass, true, 0 WHERE NOT EXISTS (SELECT FROM pg_partition_tree(r.root::regclass))
+) pt
+WHERE pt.isleaf OR pt.level = 0
+"""
+_BY_SCHEMA = ("EXISTS (SELECT 1 FROM pg_publication_namespace pn"
+              " WHERE pn.pnpubid = %(pub)s AND pn.pnnspid = ac.relnamespace)")
+_FILTERED_SQL = """
+SELECT r.root, n.nspname, c.relname
+FROM unnest(%(oids)s::oid[]) AS r(root)
+JOIN pg_publication_rel pr ON pr.prpubid = %(pub)s AND (pr.prqual IS NOT NULL OR pr.prattrs IS NOT NULL)
+JOIN pg_class c ON c.oid = pr.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE pr.prrelid = r.root OR pr.prrelid IN (SELECT relid FROM pg_partition_tree(r.root::regclass)
+                     UNION SELECT relid FROM pg_partition_ancestors(r.root::regclass))
+ORDER BY r.root, n.nspname, c.relname
+"""
+
+
+def inspect_publication(conn: psycopg.Connection, publication: str,
+                        tables: list[ResolvedTable]) -> PublicationView:
+    """Read the publication and which of ``tables`` it covers (and filters)."""
+    cur = conn.execute("SELECT oid, puballtables, pubinsert, pubupdate, pubdelete, pubtruncate, pubviaroot"
+                       " FROM pg_publication WHERE pubname = %s", (publication,))
+    found = cur.fetchone()
+    row = None if found is None else dict(zip([c.name for c in cur.description], found))
+    if row is None or row["puballtables"]:
+        return PublicationView(publication, row, {t.oid: row is not None for t in tables}, {})
+    params = {"pub": row["oid"], "oids": [t.oid for t in tables]}
+    modern = conn.info.server_version >= 150000
+    leaves: dict[int, list[tuple[bool, bool]]] = {t.oid: [] for t in tables}
+    query = _LEAVES_PUBLISHED_SQL.format(by_schema=_BY_SCHEMA if modern else "false")
+    for root, is_leaf, is_published in conn.execute(query, params).fetchall():
+        leaves[root].append((is_leaf, is_published))
+    covered = {oid: all(p for leaf, p in rows if leaf) if any(leaf for leaf, _ in rows)
+               else all(p for _, p in rows) for oid, rows in leaves.items()}
+    filtered: dict[int, list[tuple[str, str]]] = {}
+    for root, schema, name in (conn.execute(_FILTERED_SQL, params).fetchall() if modern else []):
+        filtered.setdefault(root, []).append((schema, name))
+    return PublicationView(publication, row, covered, filtered)
+
+
+def create_publication_sql(conn: psycopg.Connection, publication: str, tables: list[ResolvedTable]) -> str:
+    """``CREATE PUBLICATION "pub" FOR TABLE ... WITH (publish_via_partition_root = true);``"""
+    parts = [sql.SQL("CREATE PUBLICATION {}").format(sql.Identifier(publication))]
+    if tables:
+        parts.append(sql.SQL("FOR TABLE {}").format(_table_list(tables)))
+    parts.append(sql.SQL("WITH (publish_via_partition_root = true);"))
+    return sql.SQL(" ").join(parts).as_string(conn)
+
+
+def add_tables_sql(conn: psycopg.Connection, publication: str, tables: list[ResolvedTable]) -> str:
+    """``ALTER PUBLICATION "pub" ADD TABLE "s"."t1", "s"."t2";``"""
+    return sql.SQL("ALTER PUBLICATION {} ADD TABLE {};").format(
+        sql.Identifier(publication), _table_list(tables)).as_string(conn)
+
+
+def publish_everything_sql(conn: psycopg.Connection, publication: str) -> str:
+    """``ALTER PUBLICATION "pub" SET (publish = 'insert, update, delete, truncate');``"""
+    return sql.SQL("ALTER PUBLICATION {} SET (publish = {});").format(
+        sql.Identifier(publication), sql.Literal(PUBLISH_EVERYTHING)).as_string(conn)
+
+
+def skipped_actions(view: PublicationView) -> list[str]:
+    """The publish actions (insert, update, delete, truncate) the existing publication leaves out."""
+    return [op for op in PUBLISH_ACTIONS if view.row is not None and not view.row[f"pub{op}"]]
+
+
+def coverage_problems(conn: psycopg.Connection, view: PublicationView,
+                      keyed: list[ResolvedTable]) -> list[CdcProblem]:
+    """The publication is missing, leaves some of ``keyed`` out, filters them, or skips an action."""
+    if view.row is None:
+        return [CdcProblem(f"publication '{view.name}' does not exist in this database",
+                           create_publication_sql(conn, view.name, keyed))]
+    problems = []
+    uncovered = [t for t in keyed if not view.covers(t)]
+    if uncovered:
+        problems.append(CdcProblem(f"publication '{view.name}' does not cover "
+                                   f"{', '.join(t.label for t in uncovered)}",
+                                   add_tables_sql(conn, view.name, uncovered)))
+    for table in keyed:
+        for schema, name in view.filtered.get(table.oid, []):
+            fix = sql.SQL("ALTER PUBLICATION {0} DROP TABLE {1};\nALTER PUBLICATION {0} ADD TABLE {1};").format(
+                sql.Identifier(view.name), sql.Identifier(schema, name)).as_string(conn)
+            problems.append(CdcProblem(f"publication '{view.name}' has a row filter or column list on "
+                                       f"{schema}.{name}, so some changes of {table.label} would never arrive",
+                                       fix))
+    skipped = skipped_actions(view)
+    if skipped:
+        problems.append(CdcProblem(f"publication '{view.name}' does not publish {', '.join(skipped)}, so "
+                                   "those changes would be lost", publish_everything_sql(conn, view.name)))
+    return problems
+
+
+def keyless_fix_sql(conn: psycopg.Connection, view: PublicationView | None, keyless: KeylessTable) -> str:
+    """REPLICA IDENTITY FULL on each failing relation, then ADD TABLE unless already published."""
+    fix = keyless.fix_sql(conn)
+    if view is not None and not view.covers(keyless.table):
+        fix += "\n" + add_tables_sql(conn, view.name, [keyless.table])
+    return fix
+
+
+def keyless_problem(conn: psycopg.Connection, view: PublicationView | None, keyless: KeylessTable) -> CdcProblem:
+    """Why ``keyless`` cannot use cdc, and the SQL that gives it a replica identity (and publishes it)."""
+    table = keyless.table
+    if view is not None and view.covers(table):
+        effect = "it is published, so PostgreSQL rejects UPDATE and DELETE on it now"
+    else:
+        effect = ("olake leaves it out of the publication, since PostgreSQL would then reject UPDATE and "
+                  "DELETE on it")
+    return CdcProblem(f"table {table.label} cannot use cdc: {keyless.reason}; {effect}; give it a primary key "
+                      "or REPLICA IDENTITY FULL (the fix), or copy it with full_refresh",
+                      keyless_fix_sql(conn, view, keyless))
+
+
+def _table_list(tables: list[ResolvedTable]) -> sql.Composable:
+    return sql.SQL(", ").join(sql.Identifier(t.schema, t.name) for t in tables)
