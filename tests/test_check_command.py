@@ -164,3 +164,36 @@ def test_check_parquet_path_under_a_regular_file(tmp_path):
     result = run_olake("check", "--config", config)
     assert_check_failed(result, f"cannot write into '{target}'", "Not a directory", failure_type="config_error")
     assert blocker.read_text() == "not a directory"
+
+
+def test_check_names_keyless_tables_with_the_sql_and_fails_once_one_is_published(pg_cluster, demo_db, tmp_path):
+    """shop.page_views has no primary key: a note while unpublished, a problem once published by hand."""
+    pub, slot = "check keyless", "check_keyless_slot"
+    with psycopg.connect(pg_cluster.dsn(DEMO_DB), autocommit=True) as conn:
+        keyed = [row[0] for row in conn.execute(
+            "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c JOIN pg_namespace n"
+            " ON n.oid = c.relnamespace WHERE n.nspname IN ('shop', 'public') AND c.relkind IN ('r', 'p')"
+            " AND NOT c.relispartition AND EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid"
+            " AND i.indisprimary) ORDER BY 1").fetchall()]
+        assert len(keyed) == 8
+        conn.execute(f'CREATE PUBLICATION "{pub}" FOR TABLE {", ".join(keyed)}')
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        try:
+            config = source_config(pg_cluster, tmp_path, replication_slot=slot, publication=pub)
+            result = run_olake("check", "--config", config)
+            assert result.returncode == 0, result.stderr.decode()
+            message = connection_statuses(result.stdout)[0]["message"]
+            assert ("change capture ready; note: 1 table(s) cannot use cdc (left out of the publication; "
+                    "full_refresh still works) until they get a primary key or REPLICA IDENTITY FULL: "
+                    "shop.page_views (no primary key (REPLICA IDENTITY DEFAULT)); to enable it run: "
+                    'ALTER TABLE "shop"."page_views" REPLICA IDENTITY FULL; '
+                    f'ALTER PUBLICATION "{pub}" ADD TABLE "shop"."page_views";') in message
+            conn.execute(f'ALTER PUBLICATION "{pub}" ADD TABLE shop.page_views')
+            failed = run_olake("check", "--config", config)
+            assert_check_failed(failed, "table shop.page_views cannot use cdc: no primary key",
+                                "PostgreSQL rejects UPDATE and DELETE on it now",
+                                'fix: ALTER TABLE "shop"."page_views" REPLICA IDENTITY FULL;',
+                                secrets=(pg_cluster.password,))
+        finally:
+            conn.execute(f'DROP PUBLICATION IF EXISTS "{pub}"')
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))

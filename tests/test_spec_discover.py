@@ -145,6 +145,8 @@ def test_discover_sync_modes_follow_cursor_candidates(streams):
         assert stream["sync_mode"] == "full_refresh" and stream["selected"] is True
         assert stream["supported_sync_modes"][0] == "full_refresh"
         assert ("incremental" in stream["supported_sync_modes"]) is bool(stream["cursor_candidates"]), key
+        # cdc needs a row identity: every demo table without a primary key has REPLICA IDENTITY DEFAULT
+        assert ("cdc" in stream["supported_sync_modes"]) is bool(stream["source_defined_primary_key"]), key
         if key != ("shop", "page_views"):
             assert "updated_at" in stream["cursor_candidates"]
             assert stream["default_cursor_field"] == ["updated_at"], key
@@ -165,6 +167,10 @@ def test_discover_without_cursor_candidates_offers_no_incremental(pg_cluster, de
         assert stream["cursor_candidates"] == [] and stream["default_cursor_field"] == []
     assert found["tags"]["source_defined_primary_key"] == [["tag"]]
     assert found["blobs"]["source_defined_primary_key"] == []
+    assert found["tags"]["supported_sync_modes"] == ["full_refresh", "cdc"]
+    assert found["blobs"]["supported_sync_modes"] == ["full_refresh"]
+    assert found["blobs"]["x-olake"]["cdc_unsupported"] == (
+        'no primary key (REPLICA IDENTITY DEFAULT); for cdc run: ALTER TABLE "extras"."blobs" REPLICA IDENTITY FULL;')
     assert pg_cluster.password not in result.stdout.decode() + result.stderr.decode()
 
 
