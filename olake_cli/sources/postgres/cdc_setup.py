@@ -50,12 +50,9 @@ def cdc_problems(conn: psycopg.Connection, settings: PostgresSettings,
     resolved, missing = resolve_tables(conn, tables)
     problems += [CdcProblem(f"table {s}.{t} does not exist in database '{settings.database}'; "
                             "run discover again and fix the catalog") for s, t in missing]
-    keyless = keyless_tables(conn, resolved)
-    view = inspect_publication(conn, settings.publication, resolved) if settings.publication else None
-    if view is not None:
-        problems += coverage_problems(conn, view, [t for t in resolved if t.oid not in keyless])
-    return problems + [keyless_problem(conn, view, k) for k in keyless.values()
-                       if view is not None and view.covers(k.table)]
+    view, keyless = _inspect(conn, settings, resolved)
+    return problems + _coverage_problems(conn, view, resolved, keyless) + [
+        keyless_problem(conn, view, k) for k in keyless.values() if view is not None and view.covers(k.table)]
 
 
 def publication_problems(conn: psycopg.Connection, settings: PostgresSettings,
@@ -64,13 +61,23 @@ def publication_problems(conn: psycopg.Connection, settings: PostgresSettings,
     table (or a leaf partition) out, filters it or skips an action; or a table has no usable replica
     identity. Tables that do not exist are left to ``cdc_problems``."""
     resolved, _ = resolve_tables(conn, tables)
-    keyless = keyless_tables(conn, resolved)
-    problems = []
-    view = None
-    if settings.publication:
-        view = inspect_publication(conn, settings.publication, resolved)
-        problems += coverage_problems(conn, view, [t for t in resolved if t.oid not in keyless])
-    return problems + [keyless_problem(conn, view, k) for k in keyless.values()]
+    view, keyless = _inspect(conn, settings, resolved)
+    return _coverage_problems(conn, view, resolved, keyless) + [
+        keyless_problem(conn, view, k) for k in keyless.values()]
+
+
+def _inspect(conn: psycopg.Connection, settings: PostgresSettings, resolved: list[ResolvedTable]
+             ) -> tuple[PublicationView | None, dict[int, KeylessTable]]:
+    """(the configured publication as seen for ``resolved``, or None without one; the keyless tables)."""
+    view = inspect_publication(conn, settings.publication, resolved) if settings.publication else None
+    return view, keyless_tables(conn, resolved)
+
+
+def _coverage_problems(conn: psycopg.Connection, view: PublicationView | None, resolved: list[ResolvedTable],
+                       keyless: dict[int, KeylessTable]) -> list[CdcProblem]:
+    if view is None:
+        return []
+    return coverage_problems(conn, view, [t for t in resolved if t.oid not in keyless])
 
 
 def require_publication_ready(conn: psycopg.Connection, settings: PostgresSettings,
@@ -96,8 +103,7 @@ def cdc_notes(conn: psycopg.Connection, settings: PostgresSettings,
             notes.append(f"replication slot '{settings.replication_slot}' is about to lose WAL it still "
                          "needs (wal_status = 'unreserved'); run the sync soon")
     resolved, _ = resolve_tables(conn, tables)
-    keyless = keyless_tables(conn, resolved)
-    view = inspect_publication(conn, settings.publication, resolved) if settings.publication else None
+    view, keyless = _inspect(conn, settings, resolved)
     unpublished = [k for k in keyless.values() if view is None or not view.covers(k.table)]
     if unpublished:
         notes.append(_keyless_note(conn, view, unpublished))

@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from olake_cli.sources.postgres.replica_identity import KeylessTable, ResolvedTable
+from olake_cli.sources.postgres.replica_identity import ROOT_AND_LEAVES_SQL, KeylessTable, ResolvedTable
 
 PUBLISH_ACTIONS = ("insert", "update", "delete", "truncate")
 PUBLISH_EVERYTHING = ", ".join(PUBLISH_ACTIONS)
@@ -43,17 +43,13 @@ class PublicationView:
         return self.row is not None and self.covered.get(table.oid, False)
 
 
-_LEAVES_PUBLISHED_SQL = """
+_LEAVES_PUBLISHED_SQL = f"""
 SELECT r.root, pt.isleaf, EXISTS (
   SELECT 1 FROM (SELECT pt.relid UNION SELECT relid FROM pg_partition_ancestors(pt.relid)) a(relid)
   JOIN pg_class ac ON ac.oid = a.relid
   WHERE EXISTS (SELECT 1 FROM pg_publication_rel pr WHERE pr.prpubid = %(pub)s AND pr.prrelid = a.relid)
-     OR {by_schema})
-FROM unnest(%(oids)s::oid[]) AS r(root) CROSS JOIN LATERAL (  -- a plain table (not a partition) has no partition tree: it is its own leaf
-  SELECT relid, isleaf, level FROM pg_partition_tree(r.root::regclass)
-  UNION ALL SELECT r.root::regclass, true, 0 WHERE NOT EXISTS (SELECT FROM pg_partition_tree(r.root::regclass))
-) pt
-WHERE pt.isleaf OR pt.level = 0
+     OR {{by_schema}})
+FROM unnest(%(oids)s::oid[]) AS r(root) CROSS JOIN LATERAL {ROOT_AND_LEAVES_SQL} pt
 """
 _BY_SCHEMA = ("EXISTS (SELECT 1 FROM pg_publication_namespace pn"
               " WHERE pn.pnpubid = %(pub)s AND pn.pnnspid = ac.relnamespace)")

@@ -17,17 +17,18 @@ from psycopg import sql
 _REASONS = {"n": "REPLICA IDENTITY NOTHING", "d": "no primary key (REPLICA IDENTITY DEFAULT)",
             "i": "a REPLICA IDENTITY USING INDEX whose index no longer exists"}
 
-_RELATIONS_SQL = """
+# For each table ``r.root``: rows (relid, isleaf, level) of the table itself (level 0) and its leaf
+# partitions at any depth. A plain table that is not a partition has no partition tree: its own leaf.
+ROOT_AND_LEAVES_SQL = """(
+  SELECT relid, isleaf, level FROM pg_partition_tree(r.root::regclass) WHERE isleaf OR level = 0
+  UNION ALL SELECT r.root::regclass, true, 0 WHERE NOT EXISTS (SELECT FROM pg_partition_tree(r.root::regclass))
+)"""
+_RELATIONS_SQL = f"""
 SELECT r.root, pt.level = 0, pt.isleaf, n.nspname, c.relname, c.relreplident,
        EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary),
        EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisreplident)
-FROM unnest(%s::oid[]) AS r(root)
-CROSS JOIN LATERAL (  -- a plain table (not a partition) has no partition tree: it is its own leaf
-  SELECT relid, isleaf, level FROM pg_partition_tree(r.root::regclass)
-  UNION ALL SELECT r.root::regclass, true, 0 WHERE NOT EXISTS (SELECT FROM pg_partition_tree(r.root::regclass))
-) pt
+FROM unnest(%s::oid[]) AS r(root) CROSS JOIN LATERAL {ROOT_AND_LEAVES_SQL} pt
 JOIN pg_class c ON c.oid = pt.relid JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE pt.isleaf OR pt.level = 0
 ORDER BY r.root, pt.level, n.nspname, c.relname
 """
 
