@@ -12,9 +12,9 @@ import pytest
 
 from olake_cli.core.codec import (
     INT32_MAX, INT64_MAX, INT64_MIN, arrow_schema, arrow_type, decode_rows, encode_records,
-    wire_values,
+    to_destination, wire_values,
 )
-from olake_cli.core.errors import CatalogError, ProtocolError, SourceError
+from olake_cli.core.errors import CatalogError, DestinationError, ProtocolError, SourceError
 
 U1 = uuid.UUID("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11")
 INTERVAL = pa.struct([("months", pa.int32()), ("days", pa.int32()), ("microseconds", pa.int64())])
@@ -68,10 +68,10 @@ def test_destination_types_round_trip_exactly():
                                                                   pa.binary(16))),
         "j": pa.array(['{"a":  1}', "[]", None], pa.json_()),
         "b": pa.array([b"\x00\xff", b"", None], pa.binary()),
-        "dt": pa.array([INT32_MAX, -719162, None], pa.int32()).cast(pa.date32()),
+        "dt": pa.array([-2440588, -719162, None], pa.int32()).cast(pa.date32()),
         "t": pa.array([86_400_000_000, 0, 86_399_999_999], pa.time64("us")),
-        "ts": pa.array([INT64_MAX, INT64_MIN, 1], pa.int64()).cast(pa.timestamp("us")),
-        "tz": pa.array([1, None, INT64_MIN], pa.int64()).cast(pa.timestamp("us", "UTC")),
+        "ts": pa.array([INT64_MAX - 1, -210866803200000000, 1], pa.int64()).cast(pa.timestamp("us")),
+        "tz": pa.array([1, None, -62135596800000001], pa.int64()).cast(pa.timestamp("us", "UTC")),
         "iv": pa.array([{"months": -1, "days": 2, "microseconds": INT64_MAX}, None,
                         {"months": 0, "days": 0, "microseconds": 0}], INTERVAL),
         "ad": pa.array([[Decimal("1.50"), None], [], None], arrow_type("array<decimal(10,2)>")),
@@ -92,10 +92,11 @@ def test_destination_types_round_trip_exactly():
     assert data[0]["f4"] == pytest.approx(0.1) and data[1]["f4"] == "NaN"
     assert data[2]["f4"] == "-Infinity" and data[1]["f8"] == "Infinity"
     assert data[0]["i"] == INT64_MAX and data[0]["d"] == "12.30" and data[0]["u"] == str(U1)
-    assert data[0]["b"] == "AP8=" and data[0]["dt"] == "infinity" and data[1]["dt"] == "0001-01-01"
+    assert data[0]["b"] == "AP8=" and data[0]["dt"] == "4714-11-24 BC" and data[1]["dt"] == "0001-01-01"
     assert data[0]["t"] == "24:00:00.000000" and data[2]["t"] == "23:59:59.999999"
-    assert data[0]["ts"] == "infinity" and data[1]["ts"] == "-infinity"
-    assert data[2]["ts"] == "1970-01-01T00:00:00.000001" and data[2]["tz"] == "-infinity"
+    assert data[0]["ts"] == "294247-01-10T04:00:54.775806" and data[1]["ts"] == "4714-11-24T00:00:00.000000 BC"
+    assert data[2]["ts"] == "1970-01-01T00:00:00.000001"
+    assert data[2]["tz"] == "0001-12-31T23:59:59.999999+00:00 BC"
     assert data[0]["tz"] == "1970-01-01T00:00:00.000001+00:00"
     assert data[0]["ad"] == ["1.50", None] and data[2]["ai"] == [None]
 
@@ -119,14 +120,62 @@ def test_adbc_wrapped_infinities_and_interval_shapes_are_understood():
         wire_values(pa.array(["1 day"]), "interval", "c")
 
 
-def test_years_outside_1_to_9999_raise_naming_the_column():
-    too_late = pa.array([dt.datetime(9999, 12, 31)], pa.timestamp("us"))
-    assert wire_values(too_late, "timestamp", "ok") == ["9999-12-31T00:00:00.000000"]
-    beyond = pa.array([253_402_300_800_000_000], pa.int64()).cast(pa.timestamp("us"))
-    with pytest.raises(SourceError, match="column 'when'.*years 1..9999"):
-        wire_values(beyond, "timestamp", "when")
-    with pytest.raises(SourceError, match="column 'd'"):
-        wire_values(pa.array([-719163], pa.int32()).cast(pa.date32()), "date", "d")
+PG_EPOCH_US = 946_684_800_000_000
+
+
+def test_every_postgresql_date_and_timestamp_is_carried_exactly():
+    """ADBC's shifted values (wrapped infinities, wrapped last 30 years) -> PostgreSQL's text -> Arrow."""
+    dates = pa.array([-2440588, -735160, -719163, 2932897, 2145042905, -2147472692, -2147472691, None],
+                     pa.int32()).cast(pa.date32())
+    assert wire_values(dates, "date", "d") == [
+        "4714-11-24 BC", "0044-03-15 BC", "0001-12-31 BC", "10000-01-01", "5874897-12-31",
+        "infinity", "-infinity", None]
+    pg_max = 9223371331199999999  # 294276-12-31 23:59:59.999999 in PostgreSQL's microseconds
+    wrapped_max = pg_max + PG_EPOCH_US - 2**64
+    stamps = pa.array([-210866803200000000, INT64_MAX - 1, INT64_MAX, wrapped_max, 1], pa.int64())
+    texts = wire_values(stamps.cast(pa.timestamp("us", "UTC")), "timestamptz", "t")
+    assert texts == ["4714-11-24T00:00:00.000000+00:00 BC", "294247-01-10T04:00:54.775806+00:00",
+                     "294247-01-10T04:00:54.775807+00:00", "294276-12-31T23:59:59.999999+00:00",
+                     "1970-01-01T00:00:00.000001+00:00"]
+    decoded, _ = decode_rows([{"d": v} for v in wire_values(dates, "date", "d")], schema_of(d="date"))
+    assert decoded.column("d").combine_chunks().view(pa.int32()).to_pylist() == [
+        -2440588, -735160, -719163, 2932897, 2145042905, INT32_MAX, -(2**31), None]
+    fits = [{"t": t} for t in texts[:2] + texts[4:] + ["infinity", "-infinity"]]
+    decoded, _ = decode_rows(fits, schema_of(t="timestamptz"))
+    assert decoded.column("t").combine_chunks().view(pa.int64()).to_pylist() == [
+        -210866803200000000, INT64_MAX - 1, 1, INT64_MAX, INT64_MIN]
+
+
+def test_timestamps_arrow_cannot_hold_fail_naming_stream_column_and_key():
+    rows = [{"id": 1, "t": "2000-01-01T00:00:00.000000"}, {"id": 7, "t": "294276-12-31T23:59:59.999999"}]
+    schema = {"properties": {"id": {"type": "integer", "x-olake-type": "int32"},
+                             "t": {"type": ["null", "string"], "x-olake-type": "timestamp"}}}
+    with pytest.raises(DestinationError, match=r"stream 'public.s', column 't', row with key id=7: "
+                                               r"timestamp '294276-12-31T23:59:59.999999' lies beyond"):
+        decode_rows(rows, schema, stream="public.s", key_columns=("id",))
+    rows[1]["t"] = "294247-01-10T04:00:54.775807"  # int64 max: taken by +infinity
+    with pytest.raises(DestinationError, match="column 't', row 2 of the batch"):
+        decode_rows(rows, schema)
+    batch = pa.record_batch({"id": pa.array([3, 9], pa.int32()), "t": pa.array(
+        [0, 9223371331199999999 + PG_EPOCH_US - 2**64], pa.int64()).cast(pa.timestamp("us"))})
+    with pytest.raises(DestinationError, match="stream 'x', column 't', row with key id=9"):
+        to_destination(batch, schema, "x", ("id",))
+
+
+def test_nested_arrays_round_trip_and_bad_depth_names_the_row():
+    texts = pa.array(['{{1,2},{3,NULL}}', None, '{}', '{{{1}}}'])
+    schema = {"properties": {"id": {"type": "integer", "x-olake-type": "int32"},
+                             "m": {"type": ["null", "array"], "x-olake-type": "array<array<int32>>"}}}
+    batch = pa.record_batch({"id": pa.array([1, 2, 3, 4], pa.int32()), "m": texts})
+    with pytest.raises(SourceError, match=r"stream 'n.s', column 'm', row with key id=4: .*"
+                                          "3-dimensional value in a column declared with 2"):
+        encode_records(batch, schema, "s", "n", 1, key_columns=("id",))
+    table, _, data = roundtrip(pa.table(batch.slice(0, 3)), schema)
+    assert [d["m"] for d in data] == [[[1, 2], [3, None]], None, []]
+    assert table.column("m").to_pylist() == [[[1, 2], [3, None]], None, []]
+    assert table.schema.field("m").type == arrow_type("array<array<int32>>")
+    direct, _ = to_destination(batch.slice(0, 3), schema)
+    assert direct.column("m").equals(table.column("m"))
 
 
 @pytest.mark.parametrize("olake_type, value, type_name", [

@@ -7,33 +7,30 @@ slot (TimeZone=UTC, DateStyle=ISO, IntervalStyle=iso_8601, extra_float_digits=3)
 ``codec.decode_rows`` gives identical Arrow values on both paths.  ``make_row_converter`` resolves
 one converter per column once per json_schema (the hot path of change capture).
 
-Arrays must be one-dimensional (a lower bound other than 1 is dropped, as the full-load scan does);
-dates and timestamps outside years 1..9999 (BC included) fail with a SourceError naming the column.
+Arrays become nested lists of the column's declared depth (``array<array<T>>`` for ``T[][]``); a
+value of another depth, or with a lower bound other than 1 (``[0:2]={1,2,3}``), fails naming the
+column. Dates and timestamps cover PostgreSQL's whole range (BC, years beyond 9999; see pgcalendar).
 """
 
 from __future__ import annotations
 
 import binascii
-import datetime as dt
 import re
 import struct
 from decimal import Decimal
 from functools import lru_cache
 from typing import Any, Callable
 
-from olake_cli.core.codec import olake_type_of, parse_iso_interval
+from olake_cli.core.codec import BadValue, olake_type_of, parse_iso_interval, value_error
 from olake_cli.core.errors import CatalogError, SourceError
+from olake_cli.core.pgcalendar import parse_date, parse_timestamp, timestamp_text
 
 from olake_cli.core.values import UNCHANGED_TOAST
 
 Converter = Callable[[str], Any]
 RowConverter = Callable[[dict], "tuple[dict, list[str]]"]
 
-_DATE_RE = re.compile(r"\d{4}-\d\d-\d\d")
 _TIME_RE = re.compile(r"(\d\d:\d\d:\d\d)(?:\.(\d{1,6}))?")
-_TIMESTAMP_RE = re.compile(r"(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d)(?:\.(\d{1,6}))?")
-_TIMESTAMPTZ_RE = re.compile(
-    r"(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d)(?:\.(\d{1,6}))?([+-])(\d\d)(?::(\d\d))?(?::(\d\d))?")
 _ESCAPED_CHAR_RE = re.compile(r"\\(.)", re.DOTALL)
 _BYTEA_ESCAPE_RE = re.compile(rb"\\(\\|[0-7]{3})")
 _INFINITIES = ("infinity", "-infinity")
@@ -99,9 +96,9 @@ def _bytea_unescape(match: re.Match) -> bytes:
 def _date(text: str) -> str:
     if len(text) == 10 and text[4] == "-":  # fast path: a 4-digit year, no " BC"
         return text
-    if _DATE_RE.fullmatch(text) or text in _INFINITIES:
-        return text
-    raise _BadText("dates outside years 1..9999 are not supported")
+    if text not in _INFINITIES:
+        parse_date(text)  # validates; PostgreSQL's text (" BC", 5+ digit years) is the wire form
+    return text
 
 
 def _time(text: str) -> str:
@@ -116,34 +113,24 @@ def _time(text: str) -> str:
 def _timestamp(text: str) -> str:
     if len(text) == 26 and text[4] == "-" and text[19] == ".":  # fast path: 4-digit year, micros
         return f"{text[:10]}T{text[11:]}"
-    match = _TIMESTAMP_RE.fullmatch(text)
-    if match is None:
-        if text in _INFINITIES:
-            return text
-        raise _BadText("timestamps outside years 1..9999 are not supported")
-    return f"{match[1]}T{match[2]}.{(match[3] or '').ljust(6, '0')}"
+    if text in _INFINITIES:
+        return text
+    micros, has_offset = parse_timestamp(text)
+    if has_offset:
+        raise _BadText("a timestamp without time zone printed with an offset")
+    return timestamp_text(micros, False)
 
 
 def _timestamptz(text: str) -> str:
     """A timestamptz as codec's UTC text; offsets other than +00 (TimeZone not UTC) are applied."""
     if len(text) == 29 and text[4] == "-" and text[19] == "." and text[26:] == "+00":  # fast path
         return f"{text[:10]}T{text[11:26]}+00:00"
-    match = _TIMESTAMPTZ_RE.fullmatch(text)
-    if match is None:
-        if text in _INFINITIES:
-            return text
-        raise _BadText("timestamps outside years 1..9999 are not supported")
-    day, clock, fraction, sign, hours, minutes, seconds = match.groups()
-    local = f"{day}T{clock}.{(fraction or '').ljust(6, '0')}"
-    offset = int(hours) * 3600 + int(minutes or 0) * 60 + int(seconds or 0)
-    if offset == 0:
-        return local + "+00:00"
-    shift = dt.timedelta(seconds=offset if sign == "+" else -offset)
-    try:
-        utc = dt.datetime.fromisoformat(local) - shift
-    except OverflowError:
-        raise _BadText("timestamps outside years 1..9999 are not supported") from None
-    return utc.isoformat(timespec="microseconds") + "+00:00"
+    if text in _INFINITIES:
+        return text
+    micros, has_offset = parse_timestamp(text)
+    if not has_offset:
+        raise _BadText("a timestamptz printed without an offset")
+    return timestamp_text(micros, True)
 
 
 def _interval(text: str) -> dict:
@@ -160,20 +147,25 @@ def _interval(text: str) -> dict:
 # ----------------------------------------------------------------------------- arrays
 
 
+def _strip_bounds(text: str) -> str:
+    """The literal without its ``[lo:hi]...=`` prefix, which PostgreSQL prints only when a lower bound
+    is not 1: nested lists cannot carry it, so it fails rather than being dropped."""
+    if text.startswith("["):
+        raise _BadText(f"array lower bounds {text[:text.find('=')]} are not 1; lists cannot carry "
+                       "them")
+    return text
+
+
 def parse_array_literal(text: str, delimiter: str = ",") -> list[str | None]:
     """The elements of a one-dimensional PostgreSQL array literal (text or None); ValueError if bad."""
-    if text.startswith("["):  # "[0:2]={...}": a lower bound other than 1, dropped like the scan does
-        equals = text.find("=")
-        if text.count("[", 0, equals) > 1:
-            raise _BadText("multi-dimensional arrays are not supported")
-        text = text[equals + 1:]
+    text = _strip_bounds(text)
     if len(text) < 2 or text[0] != "{" or text[-1] != "}":
         raise _BadText("not an array literal")
     body = text[1:-1]
     if not body:
         return []
     if body[0] == "{":
-        raise _BadText("multi-dimensional arrays are not supported")
+        raise _BadText(f"a {_depth_of(text)}-dimensional value in a column declared with 1 dimension")
     if '"' not in body:  # unquoted elements never hold quotes, backslashes, spaces or delimiters
         items = body.split(delimiter)
         if "" in items:
@@ -234,7 +226,65 @@ def _element_patterns(delimiter: str) -> tuple[re.Pattern, re.Pattern]:
     return body, re.compile(rf"(?:^|{d})(?:{element})", re.DOTALL)
 
 
-def _array_converter(element: Converter | None, delimiter: str) -> Converter:
+def _depth_of(text: str) -> int:
+    return len(text) - len(text.lstrip("{"))
+
+
+def parse_nested_literal(text: str, delimiter: str, depth: int) -> list:
+    """The nested lists of a ``depth``-dimensional PostgreSQL array literal (elements text or None)."""
+    text = _strip_bounds(text)
+    if text != "{}" and _depth_of(text) != depth:
+        raise _BadText(f"a {_depth_of(text)}-dimensional value in a column declared with {depth} "
+                       "dimensions")
+    value, end = _parse_level(text, 0, delimiter)
+    if end != len(text):
+        raise _BadText("malformed array literal")
+    return value
+
+
+def _parse_level(text: str, pos: int, delimiter: str) -> tuple[list, int]:
+    """One ``{...}`` level of an array literal starting at ``pos``; returns it and the end position."""
+    if text[pos] != "{":
+        raise _BadText("malformed array literal")
+    pos += 1
+    items: list = []
+    if text[pos] == "}":
+        return items, pos + 1
+    while True:
+        if text[pos] == "{":
+            item, pos = _parse_level(text, pos, delimiter)
+        elif text[pos] == '"':
+            end, chars = pos + 1, []
+            while text[end] != '"':
+                end += text[end] == "\\"  # a backslash escapes the next character
+                chars.append(text[end])
+                end += 1
+            item, pos = "".join(chars), end + 1
+        else:
+            end = pos
+            while text[end] != delimiter and text[end] != "}":
+                end += 1
+            if end == pos:
+                raise _BadText("malformed array literal")
+            item, pos = (None if text[pos:end] == "NULL" else text[pos:end]), end
+        items.append(item)
+        if text[pos] == "}":
+            return items, pos + 1
+        if text[pos] != delimiter:
+            raise _BadText("malformed array literal")
+        pos += 1
+
+
+def _map_nested(value: list, element: Converter) -> list:
+    return [None if item is None else _map_nested(item, element) if isinstance(item, list)
+            else element(item) for item in value]
+
+
+def _array_converter(element: Converter | None, delimiter: str, depth: int) -> Converter:
+    if depth > 1:
+        if element is None:
+            return lambda text: parse_nested_literal(text, delimiter, depth)
+        return lambda text: _map_nested(parse_nested_literal(text, delimiter, depth), element)
     if element is None:
         return lambda text: parse_array_literal(text, delimiter)
 
@@ -258,10 +308,10 @@ _SCALAR_CONVERTERS: dict[str, Converter | None] = {
 def converter_for(olake_type: str, delimiter: str = ",") -> Converter | None:
     """The text -> wire function of an olake type; None means the text is the wire value."""
     if olake_type.startswith("array<") and olake_type.endswith(">"):
-        element_type = olake_type[6:-1]
-        if element_type.startswith("array<"):
-            raise CatalogError(f"nested array type {olake_type!r} is not supported")
-        return _array_converter(converter_for(element_type), delimiter)
+        depth = 0
+        while olake_type.startswith("array<") and olake_type.endswith(">"):
+            olake_type, depth = olake_type[6:-1], depth + 1
+        return _array_converter(converter_for(olake_type), delimiter, depth)
     kind = olake_type.split("(")[0]
     if kind not in _SCALAR_CONVERTERS:
         raise CatalogError(f"unknown x-olake-type {olake_type!r}")
@@ -273,13 +323,25 @@ def _array_delimiter(prop: dict) -> str:
     return ";" if str(prop.get("x-pg-type", "")).startswith("box") else ","
 
 
-def _conversion_error(column: str, olake_type: str, text: str, exc: Exception) -> SourceError:
+def _reason(olake_type: str, text: str, exc: Exception) -> str:
     reason = str(exc) if isinstance(exc, _BadText) else f"{type(exc).__name__}: {exc}"
-    return SourceError(f"column {column!r}: cannot convert PostgreSQL text {text[:80]!r} to "
-                       f"{olake_type}: {reason}")
+    return f"cannot convert PostgreSQL text {text[:80]!r} to {olake_type}: {reason}"
+
+
+def _conversion_error(column: str, olake_type: str, text: str, exc: Exception) -> SourceError:
+    return SourceError(f"column {column!r}: {_reason(olake_type, text, exc)}")
 
 
 _CONVERSION_ERRORS = (ValueError, KeyError, OverflowError, IndexError, binascii.Error)
+
+
+def convert_or_bad(olake_type: str, text: str, index: int, delimiter: str = ",") -> Any:
+    """``text_to_wire`` for the value at ``index`` of a column; a BadValue when it cannot convert."""
+    convert = converter_for(olake_type, delimiter)
+    try:
+        return text if convert is None else convert(text)
+    except _CONVERSION_ERRORS as exc:
+        raise BadValue(index, _reason(olake_type, text, exc)) from None
 
 
 def text_to_wire(olake_type: str, text: str | None, column: str, delimiter: str = ",") -> Any:
@@ -297,8 +359,13 @@ def text_to_wire(olake_type: str, text: str | None, column: str, delimiter: str 
         raise _conversion_error(column, olake_type, text, exc) from None
 
 
-def make_row_converter(json_schema: dict) -> RowConverter:
-    """A fast ``row_to_wire`` bound to one json_schema (converters resolved once)."""
+def make_row_converter(json_schema: dict, stream: str | None = None,
+                       key_columns: tuple = ()) -> RowConverter:
+    """A fast ``row_to_wire`` bound to one json_schema (converters resolved once).
+
+    A value that cannot be converted raises a SourceError naming ``stream``, the column and the
+    row's ``key_columns`` (their PostgreSQL text).
+    """
     properties = json_schema.get("properties", {})
     olake_types = {name: olake_type_of(prop, name) for name, prop in properties.items()}
     converters = {name: converter_for(olake_types[name], _array_delimiter(properties[name]))
@@ -322,7 +389,9 @@ def make_row_converter(json_schema: dict) -> RowConverter:
                 else:
                     data[name] = convert(value)
         except _CONVERSION_ERRORS as exc:
-            raise _conversion_error(name, olake_types[name], str(value), exc) from None
+            key = {k: values.get(k) for k in key_columns}
+            raise value_error(SourceError, stream, name, key, None,
+                              _reason(olake_types[name], str(value), exc)) from None
         return data, toasted
 
     return convert_row

@@ -11,8 +11,11 @@ the SELECT-list expression the chunk scan uses so that the ADBC driver yields an
   enums, inet, money, timetz and every type olake does not know;
 * interval as an exact ``int8[3]`` of (months, days, microseconds): ADBC's month_day_nano fails on
   intervals longer than about 292 years of hours, and extract() returns exact numerics since PG 14;
-* arrays keep their element's native type (or ``text[]``); a multi-dimensional value fails the scan
-  with an error naming the column, because ADBC silently flattens it.  Array lower bounds are lost.
+* arrays of the declared depth ``pg_attribute.attndims`` (at least 1): ``array<array<T>>`` for
+  ``T[][]``.  One-dimensional columns keep their element's native type (or ``text[]``); a value of
+  another depth or with a lower bound other than 1 fails the scan with an error naming the column
+  (ADBC would silently flatten it and drop the bounds).  Deeper columns are read as PostgreSQL's
+  array text, which the codec parses exactly as change capture does (``core/pgtext``).
 """
 
 from __future__ import annotations
@@ -76,10 +79,12 @@ class _BaseType:
     domain_not_null: bool
 
 
-def olake_type_for(type_oid: int, typmod: int = -1, element_oid: int | None = None) -> str:
-    """The olake type of a (domain-resolved) PostgreSQL type; arrays pass their element's OID."""
+def olake_type_for(type_oid: int, typmod: int = -1, element_oid: int | None = None, dims: int = 1) -> str:
+    """The olake type of a (domain-resolved) PostgreSQL type; arrays pass their element's OID and
+    their declared number of dimensions (nested ``array<...>``)."""
     if element_oid is not None:
-        return f"array<{olake_type_for(element_oid, typmod)}>"
+        depth = max(dims, 1)
+        return "array<" * depth + olake_type_for(element_oid, typmod) + ">" * depth
     if type_oid == _NUMERIC_OID:
         return _numeric_olake_type(typmod)
     return _OLAKE_TYPE_BY_OID.get(type_oid, "string")
@@ -98,7 +103,7 @@ def _numeric_olake_type(typmod: int) -> str:
 
 
 _COLUMNS_SQL = """
-SELECT a.attname, a.atttypid, a.atttypmod, a.attnotnull
+SELECT a.attname, a.atttypid, a.atttypmod, a.attnotnull, a.attndims
 FROM pg_attribute a
 JOIN pg_class c ON c.oid = a.attrelid
 JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -119,7 +124,7 @@ def fetch_columns(conn: psycopg.Connection, schema: str, table: str) -> list[PgC
     if not rows:
         raise CatalogError(f"table {schema}.{table} not found or has no columns")
     columns = []
-    for name, type_oid, typmod, not_null in rows:
+    for name, type_oid, typmod, not_null, dims in rows:
         base = _resolve_base_type(conn, type_oid, typmod)
         element = _resolve_base_type(conn, base.element_oid, base.typmod) if base.element_oid else None
         labels_owner = element if element is not None else base
@@ -128,7 +133,7 @@ def fetch_columns(conn: psycopg.Connection, schema: str, table: str) -> list[PgC
             name=name, type_name=base.type_name, type_oid=base.oid,
             element_oid=element.oid if element else None, category=base.category,
             nullable=not (not_null or base.domain_not_null), enum_labels=labels,
-            olake_type=olake_type_for(base.oid, base.typmod, element.oid if element else None)))
+            olake_type=olake_type_for(base.oid, base.typmod, element.oid if element else None, dims)))
     return columns
 
 
@@ -202,11 +207,16 @@ def _scalar_json_schema(olake_type: str) -> dict:
     return prop
 
 
-def select_expression(col: PgColumn) -> sql.Composable:
-    """The chunk-scan SELECT-list expression for a column, aliased to the column's name."""
+def select_expression(col: PgColumn, key_columns: tuple = ()) -> sql.Composable:
+    """The chunk-scan SELECT-list expression for a column, aliased to the column's name.
+
+    An array value that cannot be carried fails the scan naming the column (and ``key_columns``).
+    """
     ident = sql.Identifier(col.name)
-    if col.olake_type.startswith("array<"):
-        expr = _array_expression(col, ident)
+    if col.olake_type.startswith("array<array<"):
+        expr = sql.SQL("{}::text").format(ident)  # nested lists: the codec parses PostgreSQL's text
+    elif col.olake_type.startswith("array<"):
+        expr = _array_expression(col, ident, key_columns)
     elif col.olake_type == "interval":
         expr = _interval_triple(ident)
     elif col.olake_type in _NATIVE_PG_TYPE:
@@ -231,8 +241,9 @@ def _interval_triple(value: sql.Composable) -> sql.Composable:
     ).format(v=value)
 
 
-def _array_expression(col: PgColumn, ident: sql.Identifier) -> sql.Composable:
-    """Cast an array to a type ADBC decodes exactly; fail loudly on multi-dimensional values."""
+def _array_expression(col: PgColumn, ident: sql.Identifier, key_columns: tuple) -> sql.Composable:
+    """Cast a one-dimensional array to a type ADBC decodes exactly; a value of more dimensions or
+    with a lower bound other than 1 fails the scan (ADBC would flatten it and drop its bounds)."""
     element_type = col.olake_type[len("array<"):-1]
     if element_type in _NATIVE_PG_TYPE:
         array_type = sql.SQL(_NATIVE_PG_TYPE[element_type] + "[]")
@@ -240,20 +251,28 @@ def _array_expression(col: PgColumn, ident: sql.Identifier) -> sql.Composable:
         array_type = sql.SQL("bpchar[]")
     else:
         array_type = sql.SQL("text[]")  # intervals too: the codec parses their iso_8601 text
-    message = sql.Literal(f"olake: column {col.name!r} holds a multi-dimensional array (unsupported),"
-                          " dimensions: ")
+    message = sql.SQL("{} || array_dims({v}) || {}").format(
+        sql.Literal(f"olake: column {col.name!r}: array with dimensions "), sql.Literal(
+            " cannot be carried: the column is declared with 1 dimension and lists cannot carry lower"
+            " bounds other than 1" + (f"; row with key ({', '.join(key_columns)}) = " if key_columns else "")),
+        v=ident)
+    if key_columns:
+        message = sql.SQL("{} || ROW({})::text").format(
+            message, sql.SQL(", ").join(sql.Identifier(k) for k in key_columns))
     value: sql.Composable = sql.SQL("{v}::{t}").format(v=ident, t=array_type)
     if col.element_oid == _INET_OID:  # each element through inet's output function, as pgoutput does
         value = sql.SQL("CASE WHEN {v} IS NULL THEN NULL ELSE ARRAY(SELECT CASE WHEN e IS NULL THEN NULL "
                         "ELSE format('%s', e) END FROM unnest({v}) WITH ORDINALITY AS u(e, i) ORDER BY i) "
                         "END").format(v=ident)
     return sql.SQL(
-        "CASE WHEN array_ndims({v}) > 1 THEN ({msg} || array_ndims({v})::text)::{t} ELSE {value} END"
+        "CASE WHEN array_ndims({v}) > 1 OR array_lower({v}, 1) <> 1 THEN ({msg})::{t} ELSE {value} END"
     ).format(v=ident, msg=message, t=array_type, value=value)
 
 
-def type_property(conn: psycopg.Connection, type_oid: int, typmod: int, nullable: bool = True) -> dict:
-    """The catalog json_schema property of a column of type ``type_oid`` (domains resolved).
+def type_property(conn: psycopg.Connection, type_oid: int, typmod: int, nullable: bool = True,
+                  dims: int = 1) -> dict:
+    """The catalog json_schema property of a column of type ``type_oid`` (domains resolved); ``dims``
+    is an array column's declared number of dimensions (pg_attribute.attndims).
 
     Change capture uses it for the columns a pgoutput Relation message announces.
     """
@@ -263,5 +282,5 @@ def type_property(conn: psycopg.Connection, type_oid: int, typmod: int, nullable
     column = PgColumn(name="", type_name=base.type_name, type_oid=base.oid,
                       element_oid=element.oid if element else None, category=base.category,
                       nullable=nullable, enum_labels=_enum_labels(conn, owner.oid) if owner.is_enum else None,
-                      olake_type=olake_type_for(base.oid, base.typmod, element.oid if element else None))
+                      olake_type=olake_type_for(base.oid, base.typmod, element.oid if element else None, dims))
     return json_schema_property(column)

@@ -1,0 +1,301 @@
+"""Decoding: RECORD wire values (or scanned Arrow batches) -> the destination Arrow types.
+
+The representations are those of ``olake_cli.core.codec`` (which re-exports this module's public
+names); a value the destination type cannot hold raises an error naming the stream, the column and
+the row's key.
+"""
+
+from __future__ import annotations
+
+import binascii
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from olake_cli.core.codec import (
+    _DATE_MAX, _DATE_MIN, _DAY_US, _FLOAT_WIRE, _INT_TYPES, _INTERVAL_FIELDS, _INTERVAL_TYPE,
+    _TS_MAX_US, _TS_MIN_US, _UUID_PATTERN, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, BadValue,
+    _fast_mask, arrow_schema, arrow_type, olake_type_of, value_error, wire_values,
+)
+from olake_cli.core.errors import CatalogError, DestinationError, ProtocolError
+from olake_cli.core.pgcalendar import parse_date, parse_timestamp
+
+def decode_rows(rows: list[dict], json_schema: dict, all_nullable: bool = False,
+                stream: str | None = None, key_columns: tuple = ()) -> tuple[pa.Table, list[str]]:
+    """RECORD data dicts as an Arrow table of ``arrow_schema(json_schema)``, plus human warnings.
+
+    ``all_nullable`` accepts nulls and missing keys in every column and makes every field nullable
+    (CDC delete records carry only the key columns). A value the destination type cannot hold
+    raises a DestinationError naming ``stream``, the column and the row's ``key_columns``.
+    """
+    schema = arrow_schema(json_schema)
+    if all_nullable:
+        schema = pa.schema([field.with_nullable(True) for field in schema], metadata=schema.metadata)
+    warnings: list[str] = []
+    arrays = []
+    for field in schema:
+        name = field.name
+        try:
+            values = [row.get(name) for row in rows]
+        except AttributeError:
+            raise ProtocolError("record.data must be a JSON object") from None
+        try:
+            array = decode_column(values, olake_type_of(json_schema["properties"][name], name), name,
+                                  warnings)
+        except BadValue as bad:
+            key = {k: rows[bad.index].get(k) for k in key_columns}
+            raise value_error(DestinationError, stream, name, key, bad.index, bad.detail) from None
+        if not field.nullable and array.null_count:
+            raise ProtocolError(f"column {name!r}: null (or missing) value in a non-nullable column")
+        arrays.append(array)
+    return pa.Table.from_arrays(arrays, schema=schema), warnings
+
+
+def to_destination(batch: pa.RecordBatch | pa.Table, json_schema: dict, stream: str | None = None,
+                   key_columns: tuple = ()) -> tuple[pa.Table, list[str]]:
+    """A scanned batch converted straight to the destination types (no JSON in between).
+
+    The same per-column encoders and decoders as the JSON path, so both give identical tables; a
+    value that cannot be carried names ``stream``, the column and the row's ``key_columns``.
+    """
+    schema = arrow_schema(json_schema)
+    schema = pa.schema([field.with_nullable(True) for field in schema], metadata=schema.metadata)
+    warnings: list[str] = []
+    arrays = []
+    for field in schema:
+        olake_type = olake_type_of(json_schema["properties"][field.name], field.name)
+        column = batch.column(field.name)
+        direct = _already_exact(column, olake_type, field.type)
+        if direct is not None:
+            arrays.append(direct)
+            continue
+        try:
+            values = wire_values(column, olake_type, field.name)
+            if olake_type == "uuid" or olake_type == "array<uuid>":
+                values = _uuid_text(values)
+            arrays.append(decode_column(values, olake_type, field.name, warnings))
+        except BadValue as bad:
+            key = {k: batch.column(k)[bad.index].as_py() for k in key_columns}
+            raise value_error(DestinationError, stream, field.name, key, bad.index, bad.detail) from None
+    return pa.Table.from_arrays(arrays, schema=schema), warnings
+
+
+_PLAIN_TYPES = {"bool", "int16", "int32", "int64", "float32", "float64", "string"}
+
+
+def _already_exact(array: pa.Array | pa.ChunkedArray, olake_type: str,
+                   target: pa.DataType) -> pa.Array | None:
+    """The scanned column itself when it already is the destination value (no per-value work):
+    plain types of the right Arrow type, and dates/timestamps all within years 1..9999."""
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    if olake_type in _PLAIN_TYPES and array.type == target:
+        return array
+    if olake_type == "date" and pa.types.is_date32(array.type):
+        return array if _fast_mask(array.view(pa.int32()), (_DATE_MIN, _DATE_MAX)) is None else None
+    if olake_type in ("timestamp", "timestamptz") and pa.types.is_timestamp(array.type) \
+            and array.type.unit == "us" and (array.type.tz is None) == (target.tz is None):
+        fast = _fast_mask(array.view(pa.int64()), (_TS_MIN_US, _TS_MAX_US))
+        return array.cast(target) if fast is None else None
+    return None
+
+
+def _uuid_text(values: list) -> list:
+    """uuid.UUID objects (what the encoder hands orjson) as their canonical text."""
+    return [v if v is None or isinstance(v, str) else
+            [None if u is None else str(u) for u in v] if isinstance(v, list) else str(v) for v in values]
+
+
+def decode_column(values: list, olake_type: str, column: str, warnings: list[str]) -> pa.Array:
+    """Wire values of one column as an Arrow array of ``arrow_type(olake_type)``."""
+    kind = olake_type.split("<")[0].split("(")[0]
+    decoder = _DECODERS.get(kind)
+    if decoder is None:
+        raise CatalogError(f"column {column!r}: unknown x-olake-type {olake_type!r}")
+    try:
+        return decoder(values, olake_type, column, warnings)
+    except BadValue:
+        raise
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError, binascii.Error) as exc:
+        raise ProtocolError(f"column {column!r}: invalid {olake_type} value: {exc}") from None
+
+
+def _check_types(values: list, allowed: tuple[type, ...], olake_type: str, column: str) -> set:
+    """The Python types present; ProtocolError names the first value of a type not allowed."""
+    present = set(map(type, values))
+    present.discard(type(None))
+    if present.issubset(allowed):
+        return present
+    for value in values:
+        if value is not None and type(value) not in allowed:
+            raise ProtocolError(f"column {column!r}: expected a {olake_type} wire value, got "
+                                f"{type(value).__name__} {str(value)[:60]!r}")
+    return present
+
+
+def _plain_column(values: list, olake_type: str, column: str, warnings: list[str]) -> pa.Array:
+    allowed = {"bool": (bool,)}.get(olake_type, (int,) if olake_type in _INT_TYPES else (str,))
+    _check_types(values, allowed, olake_type, column)
+    return pa.array(values, type=arrow_type(olake_type))
+
+
+def _float_column(values: list, olake_type: str, column: str, warnings: list[str]) -> pa.Array:
+    if str in _check_types(values, (float, int, str), olake_type, column):
+        try:
+            values = [_FLOAT_WIRE[v] if type(v) is str else v for v in values]
+        except KeyError as exc:
+            raise ProtocolError(f"column {column!r}: string {exc.args[0]!r} is not a float") from None
+    return pa.array(values, type=arrow_type(olake_type))
+
+
+def _decimal_column(values: list, olake_type: str, column: str, warnings: list[str]) -> pa.Array:
+    _check_types(values, (str,), olake_type, column)
+    text = pa.array(values, type=pa.string())
+    nan = pc.fill_null(pc.equal(text, "NaN"), False)
+    nan_count = pc.sum(nan).as_py() or 0
+    if nan_count:
+        text = pc.if_else(nan, None, text)
+        warnings.append(f"column {column!r}: {nan_count} NaN value(s) stored as null in {olake_type}")
+    return pc.cast(text, arrow_type(olake_type))
+
+
+def _uuid_column(values: list, olake_type: str, column: str, warnings: list[str]) -> pa.Array:
+    _check_types(values, (str,), olake_type, column)
+    text = pa.array(values, type=pa.string())
+    canonical = pc.fill_null(pc.match_substring_regex(text, _UUID_PATTERN), True)
+    if not pc.all(canonical).as_py():
+        bad = text.filter(pc.invert(canonical))[0].as_py()
+        raise ProtocolError(f"column {column!r}: {bad[:60]!r} is not a canonical uuid")
+    hex_text = pc.fill_null(pc.replace_substring(text, "-", ""), "0" * 32)
+    raw = bytes.fromhex("".join(hex_text.to_pylist()))
+    storage = pa.FixedSizeBinaryArray.from_buffers(pa.binary(16), len(text), [None, pa.py_buffer(raw)])
+    storage = pc.if_else(pc.is_null(text), None, storage)
+    return pa.ExtensionArray.from_storage(pa.uuid(), storage)
+
+
+def _bytes_column(values: list, olake_type: str, column: str, warnings: list[str]) -> pa.Array:
+    _check_types(values, (str,), olake_type, column)
+    a2b = binascii.a2b_base64
+    return pa.array([None if v is None else a2b(v, strict_mode=True) for v in values], pa.binary())
+
+
+def _plain_texts(values: list) -> tuple[pa.Array, pa.Array | None]:
+    """The texts, and a mask of those Arrow's own parser takes (a 4-digit year, no " BC"; None
+    when all are): the others hold infinities, BC or years beyond 9999."""
+    text = pa.array(values, type=pa.string())
+    four_digits = pc.equal(pc.utf8_slice_codeunits(text, 4, 5), "-")
+    plain = pc.fill_null(pc.and_(four_digits, pc.invert(pc.ends_with(text, " BC"))), True)
+    return text, (None if pc.all(plain).as_py() else plain)
+
+
+def _date_column(values: list, olake_type: str, column: str, warnings: list[str]) -> pa.Array:
+    _check_types(values, (str,), olake_type, column)
+    text, plain = _plain_texts(values)
+    if plain is None:
+        return pc.cast(text, pa.date32())
+    days = pc.cast(pc.cast(pc.if_else(plain, text, None), pa.date32()), pa.int32()).to_pylist()
+    for index in pc.indices_nonzero(pc.invert(plain)).to_pylist():
+        days[index] = _date_days(values[index], index)
+    return pa.array(days, pa.int32()).cast(pa.date32())
+
+
+def _date_days(value: str, index: int) -> int:
+    """Days since 1970 of one wire date that Arrow's parser does not take."""
+    if value in ("infinity", "-infinity"):
+        return INT32_MAX if value == "infinity" else INT32_MIN
+    days = parse_date(value)
+    if not INT32_MIN < days < INT32_MAX:
+        raise BadValue(index, f"date {value!r} lies outside Arrow's date32")
+    return days
+
+
+def _timestamp_column(values: list, olake_type: str, column: str, warnings: list[str]) -> pa.Array:
+    _check_types(values, (str,), olake_type, column)
+    target = arrow_type(olake_type)
+    with_zone = olake_type == "timestamptz"
+    text, plain = _plain_texts(values)
+    if plain is None:
+        return pc.cast(text, target)
+    micros = pc.cast(pc.cast(pc.if_else(plain, text, None), target), pa.int64()).to_pylist()
+    for index in pc.indices_nonzero(pc.invert(plain)).to_pylist():
+        micros[index] = _timestamp_micros(values[index], with_zone, index)
+    return pa.array(micros, pa.int64()).cast(target)
+
+
+def _timestamp_micros(value: str, with_zone: bool, index: int) -> int:
+    """Microseconds since 1970 of one wire timestamp that Arrow's parser does not take."""
+    if value in ("infinity", "-infinity"):
+        return INT64_MAX if value == "infinity" else INT64_MIN
+    micros, has_offset = parse_timestamp(value)
+    if has_offset != with_zone:
+        raise ValueError(f"{value[:40]!r} {'lacks' if with_zone else 'has'} a zone offset")
+    if not INT64_MIN < micros < INT64_MAX:
+        raise BadValue(index, f"timestamp {value!r} lies beyond Arrow's timestamp[us] (microseconds "
+                              "since 1970 in 64 bits end at 294247-01-10T04:00:54.775806; int64 "
+                              "max/min stand for infinity)")
+    return micros
+
+
+def _time_column(values: list, olake_type: str, column: str, warnings: list[str]) -> pa.Array:
+    _check_types(values, (str,), olake_type, column)
+    text = pa.array(values, type=pa.string())
+    midnight = pc.fill_null(pc.match_substring_regex(text, r"^24:00:00(\.0{1,6})?$"), False)
+    as_timestamp = pc.binary_join_element_wise("1970-01-01T", pc.if_else(midnight, None, text), "")
+    micros = pc.cast(pc.cast(as_timestamp, pa.timestamp("us")), pa.int64())
+    if not pc.all(pc.fill_null(pc.less(micros, _DAY_US), True)).as_py():
+        raise ProtocolError(f"column {column!r}: time value with a date part")
+    micros = pc.if_else(midnight, _DAY_US, micros)
+    return pc.cast(micros, pa.time64("us"))
+
+
+def _interval_column(values: list, olake_type: str, column: str, warnings: list[str]) -> pa.Array:
+    _check_types(values, (dict,), olake_type, column)
+    try:
+        if any(len(v) != 3 for v in values if v is not None):
+            raise KeyError
+        parts = [[None if v is None else v[key] for v in values] for key in _INTERVAL_FIELDS]
+        for part in parts:
+            _check_types(part, (int,), olake_type, column)
+    except (KeyError, ProtocolError):
+        bad = next(v for v in values if v is not None and not _is_interval_object(v))
+        raise ProtocolError(f"column {column!r}: interval must be an object of exactly the "
+                            f"integers months, days, microseconds; got {str(bad)[:80]!r}") from None
+    children = [pa.array(part, type=field.type) for part, field in zip(parts, _INTERVAL_TYPE)]
+    mask = pa.array([value is None for value in values], pa.bool_())
+    return pa.StructArray.from_arrays(children, fields=list(_INTERVAL_TYPE), mask=mask)
+
+
+def _is_interval_object(value: dict) -> bool:
+    return sorted(value) == sorted(_INTERVAL_FIELDS) and all(type(v) is int for v in value.values())
+
+
+def _json_column(values: list, olake_type: str, column: str, warnings: list[str]) -> pa.Array:
+    _check_types(values, (str,), olake_type, column)
+    return pa.ExtensionArray.from_storage(pa.json_(), pa.array(values, type=pa.string()))
+
+
+def _array_column(values: list, olake_type: str, column: str, warnings: list[str]) -> pa.Array:
+    _check_types(values, (list,), olake_type, column)
+    offsets, flat = [0], []
+    for value in values:
+        if value is not None:
+            flat.extend(value)
+        offsets.append(len(flat))
+    try:
+        elements = decode_column(flat, olake_type[6:-1], f"{column}[]", warnings)
+    except BadValue as bad:
+        raise BadValue(next(row for row, end in enumerate(offsets[1:]) if end > bad.index),
+                       bad.detail) from None
+    mask = pa.array([value is None for value in values], pa.bool_())
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), elements,
+                                    type=arrow_type(olake_type), mask=mask)
+
+
+_DECODERS = {
+    "bool": _plain_column, "int16": _plain_column, "int32": _plain_column, "int64": _plain_column,
+    "numeric": _plain_column, "string": _plain_column, "float32": _float_column,
+    "float64": _float_column, "decimal": _decimal_column, "uuid": _uuid_column,
+    "bytes": _bytes_column, "json": _json_column, "date": _date_column, "time": _time_column,
+    "timestamp": _timestamp_column, "timestamptz": _timestamp_column,
+    "interval": _interval_column, "array": _array_column,
+}
