@@ -20,7 +20,7 @@ import pytest
 from psycopg import sql
 
 from olake_cli.core.codec import decode_rows, encode_records
-from olake_cli.core.errors import CatalogError, ProtocolError, SourceError
+from olake_cli.core.errors import CatalogError, DestinationError, ProtocolError, SourceError
 from olake_cli.core.pgtext import (converter_for, make_row_converter, parse_array_literal,
                                    row_to_wire, text_to_wire)
 from olake_cli.sources.postgres.change_feed import current_wal_lsn, read_changes
@@ -40,7 +40,8 @@ CREATE TABLE every (
   a_int int[], a_int8 int8[], a_text text[], a_dec numeric(10,2)[], a_num numeric[],
   a_tstz timestamptz[], a_ts timestamp[], a_enum mood[], a_interval interval[], a_uuid uuid[],
   a_bytea bytea[], a_float4 real[], a_float8 float8[], a_date date[], a_time time[], a_bool bool[],
-  a_char char(3)[], a_jsonb jsonb[], a_box box[]
+  a_char char(3)[], a_jsonb jsonb[], a_box box[], m_int int[][], m_text text[][][],
+  m_date date[][], m_tstz timestamptz[][]
 );
 """
 TEXT = 'quote " backslash \\ newline \n tab \t cr \r emoji \U0001F600 ünï {,} NULL'
@@ -71,7 +72,7 @@ ROWS = [
       VALUES (3, false, 32767, 2147483647, 9223372036854775807, 4294967295, 'Infinity', 'NaN',
       'NaN', 9999999999999999999999999999.9999999999, 'Infinity', '', 'ffffffff-ffff-ffff-ffff-ffffffffffff',
       '[]', '[]', '', 'infinity', '23:59:59.999999', 'infinity', 'infinity',
-      '178000000 years 2147483647 days 2562047788:00:54.775807', '[0:2]={7,8,9}', '{}', '{}')""",
+      '178000000 years 2147483647 days 2562047788:00:54.775807', '{7,8,9}', '{}', '{}')""",
     # minima, -infinities, negative zero, trimmed fractions
     """INSERT INTO every (id, c_int2, c_int4, c_int8, c_oid, c_float4, c_float8, c_dec, c_dec38,
       c_num, c_text, c_json, c_jsonb, c_date, c_time, c_ts, c_tstz, c_interval)
@@ -85,6 +86,17 @@ ROWS = [
     """INSERT INTO every (id, c_float4, c_float8, c_num, c_ts, c_tstz, c_interval, c_time)
       VALUES (6, 1e-45, 4.9e-324, 0.000000000000000000001000, '2024-02-29 12:34:56.5',
       '0001-01-01 00:00:00+00', '-0.5 sec', '12:00')""",
+    # the ends of PostgreSQL's range; multi-dimensional arrays
+    """INSERT INTO every (id, c_date, c_ts, c_tstz, a_date, a_ts, m_int, m_text, m_date, m_tstz)
+      VALUES (7, '4714-11-24 BC', '4714-11-24 00:00:00 BC', '294247-01-10 04:00:54.775806+00',
+      '{0044-03-15 BC,10000-01-01,5874897-12-31,NULL}',
+      '{"0001-12-31 23:59:59.999999 BC","12345-06-07 08:09:10.5"}',
+      '{{1,2},{3,NULL}}', '{{{a,"q\\"uote"},{NULL,"NULL"}},{{"b,c","{x}"},{"",back\\\\slash}}}',
+      '{{"0044-03-15 BC",infinity},{10000-01-01,NULL}}',
+      '{{"0044-03-15 12:00:00+00 BC","2000-01-01 00:00:00+00"}}')""",
+    """INSERT INTO every (id, c_date, c_ts, c_tstz, m_int, m_text)
+      VALUES (8, '5874897-12-31', '0044-03-15 12:34:56.000001 BC', '4714-11-24 00:00:00+00 BC',
+      '{}', '{{{x}}}')""",
 ]
 PUBLICATION = "pgtext_pub"
 
@@ -187,6 +199,19 @@ def test_select_output_text_gives_the_full_load_wire_values(pg_cluster, pg_db):
     assert row2["a_bytea"] == ["AA==", None, "", "XCI="]
     assert actual[2]["a_int"] == [7, 8, 9] and actual[3]["c_num"] == BIG_NUMERIC
     assert actual[3]["c_float8"] == -0.0 and str(actual[3]["c_float8"]) == "-0.0"
+    row7, row8 = actual[6], actual[7]
+    assert row7["c_date"] == "4714-11-24 BC" and row7["c_ts"] == "4714-11-24T00:00:00.000000 BC"
+    assert row7["c_tstz"] == "294247-01-10T04:00:54.775806+00:00"
+    assert row7["a_date"] == ["0044-03-15 BC", "10000-01-01", "5874897-12-31", None]
+    assert row7["a_ts"] == ["0001-12-31T23:59:59.999999 BC", "12345-06-07T08:09:10.500000"]
+    assert row7["m_int"] == [[1, 2], [3, None]]
+    assert row7["m_text"] == [[["a", 'q"uote'], [None, "NULL"]], [["b,c", "{x}"], ["", "back\\slash"]]]
+    assert row7["m_date"] == [["0044-03-15 BC", "infinity"], ["10000-01-01", None]]
+    assert row7["m_tstz"] == [["0044-03-15T12:00:00.000000+00:00 BC", "2000-01-01T00:00:00.000000+00:00"]]
+    assert row8["c_date"] == "5874897-12-31" and row8["c_ts"] == "0044-03-15T12:34:56.000001 BC"
+    assert row8["c_tstz"] == "4714-11-24T00:00:00.000000+00:00 BC"
+    assert row8["m_int"] == [] and row8["m_text"] == [[["x"]]]
+    assert json_schema["properties"]["m_text"]["x-olake-type"] == "array<array<array<string>>>"
     expected_table, expected_warnings = decode_rows(expected, json_schema)
     actual_table, actual_warnings = decode_rows(actual, json_schema)
     assert actual_warnings == expected_warnings
@@ -214,6 +239,36 @@ def test_pgoutput_changes_give_the_full_load_wire_values(pg_cluster, pg_db):
         assert_same_wire(want, data, f"row {index + 1}")
         actual.append(data)
     assert_same_arrow(decode_rows(expected, json_schema)[0], decode_rows(actual, json_schema)[0])
+
+
+def test_values_that_cannot_be_carried_fail_on_both_paths_naming_stream_column_and_key(pg_cluster, pg_db):
+    dsn = pg_cluster.dsn(pg_db)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE odd (id int PRIMARY KEY, a int[], ts timestamp)")
+        conn.execute("INSERT INTO odd VALUES (1, '{1}', '294276-12-31 23:59:59.999999'), "
+                     "(2, '[0:2]={7,8,9}', NULL), (3, '{{1,2},{3,4}}', NULL)")
+    columns, json_schema = table_schema(dsn, "odd")
+    texts = output_texts(dsn, "odd")
+    convert = make_row_converter(json_schema, "public.odd", ("id",))
+    for row, shape in ((texts[1], r"lower bounds \[0:2\]"), (texts[2], "2-dimensional value")):
+        with pytest.raises(SourceError, match=f"stream 'public.odd', column 'a', row with key "
+                                              f"id='{row['id']}': .*{shape}"):
+            convert(row)
+    for wanted_id in (2, 3):  # the scan refuses them too, naming the column, its shape and the key
+        select = sql.SQL("SELECT {} FROM odd WHERE id = {}").format(
+            sql.SQL(", ").join(select_expression(c, ("id",)) for c in columns), wanted_id)
+        with psycopg.connect(dsn) as conn:
+            query = select.as_string(conn)
+        with adbc.connect(pg_cluster.uri(pg_db)) as conn, conn.cursor() as cur:
+            with pytest.raises(Exception, match=rf"column 'a': array with dimensions \[.*row with key "
+                                                rf"\(id\) = \({wanted_id}\)"):
+                cur.execute(query)
+                cur.fetch_arrow_table()
+    first = convert(texts[0])[0]
+    assert first["ts"] == "294276-12-31T23:59:59.999999"  # the wire carries PostgreSQL's last instant
+    with pytest.raises(DestinationError, match="stream 'public.odd', column 'ts', row with key id=1: "
+                                               "timestamp '294276-12-31T23:59:59.999999' lies beyond"):
+        decode_rows([first], json_schema, stream="public.odd", key_columns=("id",))
 
 
 def test_unchanged_toast_is_reported_and_delete_keys_decode_all_nullable(pg_cluster, pg_db):
@@ -289,8 +344,6 @@ def test_float4_text_round_trips_to_the_exact_float32(pg_cluster, pg_db):
     ('{"x\\\\y","\\\\x00",null,Null}', ["x\\y", "\\x00", "null", "Null"]),
     ('{"{",",","}"}', ["{", ",", "}"]),
     ('{"multi\nline",plain}', ["multi\nline", "plain"]),
-    ("[0:2]={7,8,9}", ["7", "8", "9"]),
-    ('[-1:0]={"a b",NULL}', ["a b", None]),
 ])
 def test_array_literal_parser(literal, expected):
     assert parse_array_literal(literal) == expected
@@ -301,6 +354,7 @@ def test_array_literal_parser_with_box_delimiter():
 
 
 @pytest.mark.parametrize("literal", ["{{1,2},{3,4}}", "[1:2][1:2]={{1,2},{3,4}}", "{{}}",
+                                     "[0:2]={7,8,9}", '[-1:0]={"a b",NULL}',
                                      '{"unterminated}', "{1,2", '{"a"b}', "1,2", '{"a""b"}',
                                      '{1"2"}', "{,1}", '{,"1"}', '{"1",,2}', '{"1\\"}',
                                      '{"1",{2}}'])
@@ -328,15 +382,22 @@ def test_scalar_conversions():
         "months": 10, "days": 3, "microseconds": -4 * 3_600_000_000 + 300_000_000 - 6_000_007}
     assert text_to_wire("array<interval>", "{P1D,NULL}", "c") == [
         {"months": 0, "days": 1, "microseconds": 0}, None]
+    assert text_to_wire("timestamptz", "0001-01-01 00:30:00+01", "c") == "0001-12-31T23:30:00.000000+00:00 BC"
+    assert text_to_wire("timestamptz", "294276-12-31 23:59:59.999999+00", "c") == \
+        "294276-12-31T23:59:59.999999+00:00"
+    assert text_to_wire("date", "0001-01-01 BC", "c") == "0001-01-01 BC"
+    assert text_to_wire("array<array<string>>", '{{"a\\\\b",NULL},{"",x}}', "c") == [["a\\b", None], ["", "x"]]
     assert text_to_wire("string", None, "c") is None
     assert converter_for("string") is None and converter_for("array<json>") is not None
 
 
 @pytest.mark.parametrize("olake_type, text, reason", [
-    ("date", "0044-03-15 BC", "years 1..9999"),
-    ("date", "10000-01-01", "years 1..9999"),
-    ("timestamp", "0001-12-31 23:00:00 BC", "years 1..9999"),
-    ("timestamptz", "0001-01-01 00:30:00+01", "years 1..9999"),
+    ("date", "2023-02-29 BC", "no such date"),
+    ("date", "0000-01-01 BC", "no year 0"),
+    ("timestamp", "10000-01-01 24:00:00", "not a time of day"),
+    ("timestamptz", "0001-01-01 00:30:00 BC", "without an offset"),
+    ("array<array<int32>>", "{1,2}", "1-dimensional value in a column declared with 2"),
+    ("array<array<int32>>", "[0:1][1:1]={{1},{2}}", r"lower bounds \[0:1\]\[1:1\] are not 1"),
     ("interval", "1 day", "IntervalStyle=iso_8601"),
     ("int32", "twelve", "ValueError"),
     ("bool", "yes", "KeyError"),

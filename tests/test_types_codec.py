@@ -24,7 +24,6 @@ from psycopg.types.numeric import IntLoader
 from psycopg.types.string import TextLoader
 
 from olake_cli.core.codec import arrow_schema, decode_rows, encode_records
-from olake_cli.core.errors import SourceError
 from olake_cli.sources.postgres.types import (
     SCAN_SESSION_SETTINGS, fetch_columns, json_schema_property, select_expression,
 )
@@ -337,26 +336,49 @@ def test_wire_values_are_the_documented_ones(pg_cluster, everything_db):
     assert row5["c_tstz"] == "2024-07-01T12:44:59.999999+00:00"
 
 
-def test_dates_before_year_one_fail_naming_the_column(pg_cluster, pg_db):
+def test_dates_and_timestamps_of_every_year_round_trip_exactly(pg_cluster, pg_db, tmp_path):
+    """BC, beyond 9999, the ends of PostgreSQL's range: Parquet holds the server's own day and
+    microsecond counts since 1970 (infinities as int max/min)."""
     dsn = pg_cluster.dsn(pg_db)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE old (d date, ts timestamp)")
-        conn.execute("INSERT INTO old VALUES ('0044-03-15 BC', '2000-01-01')")
+        conn.execute("CREATE TABLE old (id int PRIMARY KEY, d date, ts timestamp, tz timestamptz)")
+        conn.execute("""INSERT INTO old VALUES
+          (1, '4714-11-24 BC', '4714-11-24 00:00:00 BC', '4714-11-24 00:00:00+00 BC'),
+          (2, '0044-03-15 BC', '0044-03-15 12:00:00.000001 BC', '0001-12-31 23:59:59.999999+00 BC'),
+          (3, '10000-01-01', '12345-06-07 08:09:10.5', '294247-01-10 04:00:54.775806+00'),
+          (4, '5874897-12-31', '294247-01-10 04:00:54.775806', '2000-01-01 00:00:00+05'),
+          (5, 'infinity', '-infinity', 'infinity'), (6, NULL, NULL, NULL)""")
         columns = fetch_columns(conn, "public", "old")
+        expected = conn.execute("""SELECT
+            CASE d WHEN 'infinity' THEN 2147483647 WHEN '-infinity' THEN -2147483648
+              ELSE d - '1970-01-01'::date END,
+            CASE ts WHEN 'infinity' THEN 9223372036854775807 WHEN '-infinity' THEN -9223372036854775808
+              ELSE (extract(epoch FROM ts) * 1000000)::int8 END,
+            CASE tz WHEN 'infinity' THEN 9223372036854775807 WHEN '-infinity' THEN -9223372036854775808
+              ELSE (extract(epoch FROM tz) * 1000000)::int8 END
+                                 FROM old ORDER BY id""").fetchall()
     json_schema = {"properties": {c.name: json_schema_property(c) for c in columns}}
-    select = sql.SQL("SELECT {} FROM old").format(
+    select = sql.SQL("SELECT {} FROM old ORDER BY id").format(
         sql.SQL(", ").join(select_expression(c) for c in columns))
     scanned = scan_with_adbc(pg_cluster.uri(pg_db), select, dsn)
-    with pytest.raises(SourceError, match="column 'd'.*years 1..9999"):
-        encode_records(scanned.to_batches()[0], json_schema, "old", "public", 1)
+    lines = encode_records(scanned.to_batches()[0], json_schema, "old", "public", 1)
+    data = [orjson.loads(line)["record"]["data"] for line in lines.splitlines()]
+    assert data[0]["d"] == "4714-11-24 BC" and data[2]["ts"] == "12345-06-07T08:09:10.500000"
+    table, _ = decode_rows(data, json_schema)
+    pq.write_table(table, tmp_path / "old.parquet")
+    back = pq.read_table(tmp_path / "old.parquet")
+    actual = list(zip(back.column("d").combine_chunks().view(pa.int32()).to_pylist(),
+                      *(back.column(c).combine_chunks().view(pa.int64()).to_pylist() for c in ("ts", "tz"))))
+    assert actual == [tuple(row) for row in expected]
 
 
-def test_multidimensional_array_fails_the_scan_naming_the_column(pg_cluster, pg_db):
+def test_multidimensional_value_in_a_one_dimensional_column_fails_the_scan_naming_the_column(pg_cluster, pg_db):
     dsn = pg_cluster.dsn(pg_db)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE grid (m int[])")
         conn.execute("INSERT INTO grid VALUES ('{1,2}'), ('{{1,2},{3,4}}')")
         columns = fetch_columns(conn, "public", "grid")
         select = sql.SQL("SELECT {} FROM grid").format(select_expression(columns[0]))
-        with pytest.raises(psycopg.errors.InvalidTextRepresentation, match="column 'm'"):
+        with pytest.raises(psycopg.errors.InvalidTextRepresentation,
+                           match=r"column 'm': array with dimensions \[1:2\]\[1:2\] cannot be carried"):
             conn.execute(select)

@@ -70,11 +70,9 @@ def timestamp_text(micros: int, with_zone: bool) -> str:
 
 def _astronomical(year_text: str, bc: str | None) -> int:
     year = int(year_text)
-    if bc:
-        if year == 0:
-            raise ValueError("there is no year 0 BC")
-        return 1 - year
-    return year
+    if year == 0:
+        raise ValueError("there is no year 0 (1 BC precedes 1 AD)")
+    return 1 - year if bc else year
 
 
 def parse_date(text: str) -> int:
