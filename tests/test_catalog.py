@@ -123,3 +123,39 @@ def test_load_catalog_errors_name_the_file(tmp_path: Path) -> None:
     path.write_text(json.dumps(with_changes(ORDERS, sync_mode="incremental", cursor_field="zzz")))
     with pytest.raises(CatalogError, match=f"^{path}: stream 'public.orders': cursor_field 'zzz'"):
         load_catalog(path)
+
+
+TYPED = {"name": "typed", "namespace": "public", "json_schema": {"type": "object", "properties": {
+    "id": {"type": "integer", "x-olake-type": "int64"},
+    "doc": {"type": ["object", "null"], "x-olake-type": "json"},
+    "flag": {"type": "boolean", "x-olake-type": "bool"},
+    "at": {"type": "string", "x-olake-type": "timestamptz"},
+    "price": {"type": "string", "x-olake-type": "decimal(10,2)"}}}}
+
+
+@pytest.mark.parametrize("changes, expected", [
+    ({"cursor_field": "doc"}, "cursor_field 'doc' has type json, whose values cannot be ordered; "
+                              "choose a number, date or timestamp column"),
+    ({"cursor_field": "flag"}, "cursor_field 'flag' has type bool, whose values cannot be ordered; "
+                               "choose a number, date or timestamp column"),
+    ({"cursor_field": "at", "cursor_lookback": 600},
+     "cursor_lookback 600 must be an interval such as '10 minutes' for the timestamptz cursor 'at'"),
+    ({"cursor_field": "at", "cursor_lookback": "ten minutes"},
+     "cursor_lookback 'ten minutes' must be an interval such as '10 minutes' for the timestamptz cursor 'at'"),
+    ({"cursor_field": "price", "cursor_lookback": "10 minutes"},
+     "cursor_lookback '10 minutes' must be a non-negative number for the decimal(10,2) cursor 'price'"),
+])
+def test_cursor_types_and_lookback_windows_are_checked(changes: dict, expected: str) -> None:
+    with pytest.raises(CatalogError) as info:
+        parse_catalog(with_changes(TYPED, sync_mode="incremental", **changes), "catalog.json")
+    assert info.value.message == "catalog.json: stream 'public.typed': " + expected
+
+
+def test_a_fitting_lookback_is_kept_and_written_back() -> None:
+    for cursor, lookback in (("at", "1 hour 30 minutes"), ("id", 1000), ("price", 2.5)):
+        entry = with_changes(TYPED, sync_mode="incremental", cursor_field=cursor, cursor_lookback=lookback)
+        stream = parse_catalog(entry).streams[0]
+        assert stream.cursor_lookback == lookback
+        assert stream.to_dict()["cursor_lookback"] == lookback
+    with pytest.raises(CatalogError, match="cursor_lookback"):  # the schema refuses negative windows
+        parse_catalog(with_changes(TYPED, sync_mode="incremental", cursor_field="id", cursor_lookback=-1))

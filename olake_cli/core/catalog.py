@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,22 @@ from olake_cli.core.validation import load_json_file, validate
 SYNC_MODES = ("full_refresh", "incremental", "cdc")
 _KNOWN_KEYS = ("name", "namespace", "json_schema", "supported_sync_modes", "source_defined_primary_key",
                "default_cursor_field", "cursor_candidates", "selected", "sync_mode", "cursor_field",
-               "primary_key", "x-olake")
+               "cursor_lookback", "primary_key", "x-olake")
+# olake types whose values PostgreSQL orders and that can serve as an incremental cursor
+TEMPORAL_CURSOR_TYPES = ("date", "timestamp", "timestamptz")
+NUMERIC_CURSOR_TYPES = ("int16", "int32", "int64", "float32", "float64", "numeric")
+_INTERVAL = re.compile(r"\s*(\d+(\.\d+)?\s*(microsecond|millisecond|second|minute|hour|day|week|month|year)s?\s*)+",
+                       re.IGNORECASE)
+
+
+def is_cursor_type(olake_type: str) -> bool:
+    """Whether a column of this olake type can be an incremental cursor (its values are ordered)."""
+    return olake_type in TEMPORAL_CURSOR_TYPES or is_numeric_cursor_type(olake_type)
+
+
+def is_numeric_cursor_type(olake_type: str) -> bool:
+    """Whether this olake type is a number (its look-back window is a number, not an interval)."""
+    return olake_type in NUMERIC_CURSOR_TYPES or olake_type.startswith("decimal(")
 
 
 @dataclass
@@ -31,6 +47,7 @@ class CatalogStream:
     selected: bool = True
     sync_mode: str = "full_refresh"
     cursor_field: list[str] | None = None
+    cursor_lookback: str | int | float | None = None  # incremental: each pass reads from saved - lookback
     primary_key: list[list[str]] | None = None
     x_olake: dict = field(default_factory=dict)
     additional: dict = field(default_factory=dict)  # keys other tools added; written back unchanged
@@ -80,6 +97,7 @@ class CatalogStream:
             selected=obj.get("selected", True),
             sync_mode=obj.get("sync_mode", "full_refresh"),
             cursor_field=[cursor] if isinstance(cursor, str) else cursor,
+            cursor_lookback=obj.get("cursor_lookback"),
             primary_key=obj.get("primary_key"),
             x_olake=dict(obj.get("x-olake", {})),
             additional={k: v for k, v in obj.items() if k not in _KNOWN_KEYS},
@@ -99,6 +117,8 @@ class CatalogStream:
         out["sync_mode"] = self.sync_mode
         if self.cursor_field is not None:
             out["cursor_field"] = list(self.cursor_field)
+        if self.cursor_lookback is not None:
+            out["cursor_lookback"] = self.cursor_lookback
         if self.primary_key is not None:
             out["primary_key"] = [list(p) for p in self.primary_key]
         if self.x_olake:
@@ -161,10 +181,35 @@ def _check_stream_choices(stream: CatalogStream, what: str) -> None:
                                "use a top-level column")
         if cursor[0] not in columns:
             raise CatalogError(f"{where}: cursor_field '{cursor[0]}' is not a column of the stream")
+        _check_cursor_type(stream, where)
     if stream.primary_key is not None and "properties" in stream.json_schema:
         unknown = [c for c in stream.primary_key_columns if c not in columns]
         if unknown:
             raise CatalogError(f"{where}: primary_key column '{unknown[0]}' is not a column of the stream")
+
+
+def _check_cursor_type(stream: CatalogStream, where: str) -> None:
+    """The cursor column's type orders its values, and the look-back window fits that type."""
+    column = stream.cursor_column
+    olake_type = (stream.json_schema["properties"][column] or {}).get("x-olake-type")
+    if olake_type is not None:
+        check_cursor_column(where, column, olake_type, stream.cursor_lookback)
+
+
+def check_cursor_column(where: str, column: str, olake_type: str, lookback: Any) -> None:
+    """CatalogError unless ``olake_type`` can be a cursor and ``lookback`` (if any) suits it."""
+    if not is_cursor_type(olake_type):
+        raise CatalogError(f"{where}: cursor_field '{column}' has type {olake_type}, whose values cannot be "
+                           f"ordered; choose a number, date or timestamp column")
+    if lookback is None:
+        return
+    if is_numeric_cursor_type(olake_type):
+        if isinstance(lookback, bool) or not isinstance(lookback, (int, float)) or lookback < 0:
+            raise CatalogError(f"{where}: cursor_lookback {lookback!r} must be a non-negative number for "
+                               f"the {olake_type} cursor '{column}'")
+    elif not isinstance(lookback, str) or not _INTERVAL.fullmatch(lookback):
+        raise CatalogError(f"{where}: cursor_lookback {lookback!r} must be an interval such as "
+                           f"'10 minutes' for the {olake_type} cursor '{column}'")
 
 
 def load_catalog(path: str | Path) -> Catalog:

@@ -35,15 +35,10 @@ class StreamRun:
 def decide_work(stream: CatalogStream, previous: StreamState | None) -> str:
     """'resume', 'new' (full load) or 'continue' (incremental pass / change capture).
 
-    A stream whose sync mode or columns changed since its load began is loaded anew: its files and
-    its position would not match the catalog any more.
+    A stream whose sync mode, columns or cursor column changed since its load began is loaded anew:
+    its files and its position would not match the catalog any more.
     """
-    if previous is None:
-        return "new"
-    extra = previous.extra or {}
-    if extra.get("sync_mode", stream.sync_mode) != stream.sync_mode:
-        return "new"
-    if extra.get("columns", stream.columns) != stream.columns:
+    if previous is None or reload_reason(stream, previous) is not None:
         return "new"
     if previous.sync_type == "full-load":
         if previous.chunks and any(c.status != "succeed" for c in previous.chunks):
@@ -52,6 +47,18 @@ def decide_work(stream: CatalogStream, previous: StreamState | None) -> str:
     if previous.sync_type == NEXT_SYNC_TYPE[stream.sync_mode]:
         return "continue"
     return "new"
+
+
+def reload_reason(stream: CatalogStream, previous: StreamState) -> str | None:
+    """Why the catalog no longer matches the load ``previous`` belongs to (None: it still does)."""
+    extra = previous.extra or {}
+    if extra.get("sync_mode", stream.sync_mode) != stream.sync_mode:
+        return f"sync mode changed from '{extra['sync_mode']}' to '{stream.sync_mode}'"
+    if extra.get("columns", stream.columns) != stream.columns:
+        return "columns changed"
+    if stream.sync_mode == "incremental" and extra.get("cursor_column", stream.cursor_column) != stream.cursor_column:
+        return f"cursor changed from '{extra['cursor_column']}' to '{stream.cursor_column}'"
+    return None
 
 
 class ReadPipeline:
@@ -74,6 +81,8 @@ class ReadPipeline:
         streams = self.catalog.selected_streams()
         with connect(self.source.settings) as conn:
             tables = self.source.resolve_tables(conn, streams)
+        for warning in (w for info in tables.values() for w in info.warnings):
+            self.log(warning)
         self.out.write(messages.catalog_message(Catalog(streams).to_dict()))
         cdc_streams = [s for s in streams if s.sync_mode == "cdc"]
         capture = ChangeCapture(self.source, cdc_streams, tables, self.state, self.out, self.log) if cdc_streams else None
@@ -97,25 +106,19 @@ class ReadPipeline:
             if stream.sync_mode == "cdc":
                 return StreamRun(stream, previous, kind="cdc")
             return self._prepare_incremental(stream, info, snap, previous)
+        if decision == "resume" and not self._same_physical_table(stream, info, snap, previous):
+            decision = "new"
         if decision == "resume":
             ss, chunk_column = previous, previous.extra.get("chunk_column", "ctid")
             self.log(f"{stream.label}: resuming full load, "
                      f"{sum(c.status != 'succeed' for c in ss.chunks)} of {len(ss.chunks)} chunk(s) left")
         else:
-            if previous is not None and previous.sync_type != "full-load":
-                self.log(f"{stream.label}: sync mode or columns changed since the last load; loading it anew")
-            position = self._position_before_load(stream, info, snap, capture)
-            plan = self.source.plan_full_load(snap.conn, info)
-            chunk_column = plan.chunk_column
-            ss = StreamState(sync_type="full-load", stream_name=stream.name, stream_namespace=stream.namespace,
-                             cursor_field=position,
-                             chunks=[Chunk("pending", b.min, b.max) for b in plan.bounds],
-                             extra={"chunk_column": chunk_column, "load_id": uuid.uuid4().hex[:12],
-                                    "sync_mode": stream.sync_mode, "columns": stream.columns})
-            if stream.sync_mode == "cdc":  # see ChangeCapture: how the load and the slot are stitched
-                ss.extra.update(snapshot_lsn=position, snapshot_txns=snap.txns,
-                                snapshot_upto=format_lsn(snap.lsn_after))
-            self.log(f"{stream.label}: full load in {len(ss.chunks)} chunk(s)")
+            reason = previous is not None and (reload_reason(stream, previous) or (
+                "sync mode or columns changed" if previous.sync_type != "full-load" else None))
+            if reason:
+                self.log(f"{stream.label}: {reason} since the last load; loading it anew")
+            ss = self._new_load(stream, info, snap, capture)
+            chunk_column = ss.extra["chunk_column"]
         self._publish(ss)
         run = StreamRun(stream, ss)
         for index, chunk in enumerate(ss.chunks):
@@ -124,16 +127,60 @@ class ReadPipeline:
                                                        chunk.min, chunk.max, snap.snapshot_id))
         return run
 
+    def _new_load(self, stream: CatalogStream, info, snap, capture) -> StreamState:
+        """The state of a fresh full load: chunks planned in the snapshot, the position before it."""
+        position = self._position_before_load(stream, info, snap, capture)
+        plan = self.source.plan_full_load(snap.conn, info)
+        chunk_column = plan.chunk_column
+        ss = StreamState(sync_type="full-load", stream_name=stream.name, stream_namespace=stream.namespace,
+                         cursor_field=position,
+                         chunks=[Chunk("pending", b.min, b.max) for b in plan.bounds],
+                         extra={"chunk_column": chunk_column, "load_id": uuid.uuid4().hex[:12],
+                                "sync_mode": stream.sync_mode, "columns": stream.columns})
+        if stream.sync_mode == "incremental":
+            ss.extra["cursor_column"] = stream.cursor_column
+        if plan.table_identity is not None:
+            ss.extra["table_identity"] = plan.table_identity
+        if stream.sync_mode == "cdc":  # see ChangeCapture: how the load and the slot are stitched
+            ss.extra.update(snapshot_lsn=position, snapshot_txns=snap.txns,
+                            snapshot_upto=format_lsn(snap.lsn_after))
+        self.log(f"{stream.label}: full load in {len(ss.chunks)} chunk(s)")
+        return ss
+
+    def _same_physical_table(self, stream: CatalogStream, info, snap, previous: StreamState) -> bool:
+        """Whether a ctid load can resume: the table was not rewritten since its chunks were planned.
+
+        Key-range chunks do not depend on the physical layout and always resume.
+        """
+        if previous.extra.get("chunk_column", "ctid") != "ctid":
+            return True
+        recorded = previous.extra.get("table_identity")
+        if recorded == self.source.table_identity(snap.conn, info):
+            return True
+        if recorded is None:
+            self.log(f"{stream.label}: the state does not record which physical table its ctid chunks "
+                     f"refer to (written by an older olake); loading it anew")
+            return False
+        self.log(f"{stream.label}: the table was rewritten since its full load began (VACUUM FULL, CLUSTER, "
+                 f"a rewriting ALTER TABLE or a partition change), so its ctid chunks no longer name the "
+                 f"same rows; loading it anew")
+        return False
+
     def _prepare_incremental(self, stream: CatalogStream, info, snap, previous: StreamState) -> StreamRun:
         cursor = stream.cursor_column
         upto = self.source.max_cursor(snap.conn, info, cursor)
-        run = StreamRun(stream, previous, kind="incremental", next_position=upto)
+        run = StreamRun(stream, previous, kind="incremental",
+                        next_position=previous.cursor_field if upto is None else upto)
+        lookback = f" (look-back {stream.cursor_lookback})" if stream.cursor_lookback is not None else ""
         if upto is None:
-            self.log(f"{stream.label}: incremental on '{cursor}': the table has no cursor values yet")
-            return run
-        self.log(f"{stream.label}: incremental on '{cursor}' from {previous.cursor_field!r} up to {upto!r}")
+            self.log(f"{stream.label}: incremental on '{cursor}': no finite cursor value yet; "
+                     f"reading rows whose cursor is NaN or infinite")
+        else:
+            self.log(f"{stream.label}: incremental on '{cursor}' from {previous.cursor_field!r}{lookback} "
+                     f"up to {upto!r}")
+        after = previous.cursor_field if upto is not None else None
         run.tasks.append(self.source.incremental_task(
-            snap.conn, info, stream, cursor, previous.cursor_field, upto, snap.snapshot_id,
+            snap.conn, info, stream, cursor, after, upto, snap.snapshot_id,
             extra_data={"_olake_op_id": [self.run_started_ms, 0]}))
         return run
 

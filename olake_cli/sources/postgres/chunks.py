@@ -39,6 +39,23 @@ def table_pages_and_rows(conn, schema: str, table: str) -> tuple[int, float]:
     return max_pages, max(tuples / max(max_pages, 1), 1.0)
 
 
+def table_identity(conn, schema: str, table: str) -> dict[str, int]:
+    """``schema.name`` -> relfilenode of the table, or of every leaf partition of a partitioned table.
+
+    ctid ranges name physical places: a rewrite (VACUUM FULL, CLUSTER, a rewriting ALTER TABLE) or a
+    partition attached or detached changes this map, and chunks planned before no longer cover the
+    same rows.
+    """
+    qualified = f"{sql.Identifier(schema).as_string(conn)}.{sql.Identifier(table).as_string(conn)}"
+    rows = conn.execute(
+        """SELECT n.nspname || '.' || c.relname, pg_relation_filenode(c.oid)::bigint
+           FROM (SELECT relid FROM pg_partition_tree(%s::regclass) WHERE isleaf
+                 UNION SELECT %s::regclass) t JOIN pg_class c ON c.oid = t.relid
+           JOIN pg_namespace n ON n.oid = c.relnamespace
+           WHERE c.relkind IN ('r', 'm') ORDER BY 1""", (qualified, qualified)).fetchall()
+    return {name: int(node) for name, node in rows}
+
+
 def plan_ctid_chunks(conn, schema: str, table: str, chunk_rows: int) -> list[ChunkBounds]:
     """Page ranges sized toward ``chunk_rows`` rows each; the last range is open-ended."""
     pages, rows_per_page = table_pages_and_rows(conn, schema, table)
