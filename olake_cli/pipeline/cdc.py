@@ -68,7 +68,7 @@ class ChangeCapture:
 
     def preflight(self) -> None:
         """Create what is allowed, detect lost positions (re-sync or fail), capture the start position."""
-        from olake_cli.sources.postgres.cdc_setup import ensure_slot_and_publication
+        from olake_cli.sources.postgres.cdc_setup import ensure_slot_and_publication, require_publication_ready
         from olake_cli.sources.postgres.change_feed import slot_info
 
         slot = self.settings.replication_slot
@@ -78,6 +78,7 @@ class ChangeCapture:
             if self.settings.create_slot_and_publication:
                 for line in ensure_slot_and_publication(conn, self.settings, table_names):
                     self.log(line)
+            require_publication_ready(conn, self.settings, table_names)
             info = slot_info(conn, slot)
         if info is None:
             raise ConfigError(f"postgres: replication slot '{slot}' does not exist; run: SELECT "
