@@ -39,6 +39,9 @@ def check_connector(role: str, kind: str, config: dict[str, Any]) -> str:
 
 def check_parquet_path(path: str) -> str:
     """The Parquet folder exists (or can be created) and accepts files."""
+    from olake_cli.destinations.parquet.writer import check_root
+
+    check_root(path)
     try:
         os.makedirs(path, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path, prefix=".olake-check-"):
@@ -84,6 +87,7 @@ def run_sync(source_path: str, dest_path: str, catalog_path: str, state_path: st
         from olake_cli.destinations.parquet.chunk_sink import ParquetChunkSink
 
         sink = ParquetChunkSink.from_config(dest_config)
+        destination.open(catalog)  # roll back/forward an interrupted run before any task stages files
     runner = _runner(spark_master, max_parallel or source_config.get("max_parallel"))
     try:
         run_in_process(source, destination, catalog, state, store, sink, runner, out, log)
@@ -108,7 +112,7 @@ def run_recover(config_path: str, catalog_path: str, out: MessageWriter, log: Ca
     _, kind, config = load_config(config_path, role="destination")
     catalog = load_catalog(catalog_path)
     destination = make_destination(kind, config, log)
-    out.write(state_message(recover_state(destination.stream_dir, catalog, log)))
+    out.write(state_message(recover_state(destination.committed_state, catalog, log)))
 
 
 def run_write(config_path: str, catalog_path: str | None, state_path: str | None, stdin: BinaryIO,

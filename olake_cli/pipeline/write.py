@@ -9,6 +9,8 @@ import orjson
 from olake_cli.core import messages
 from olake_cli.core.catalog import Catalog, parse_catalog
 from olake_cli.core.errors import CatalogError, OlakeError, ProtocolError, UpstreamError
+from olake_cli.core.faults import crash_point
+from olake_cli.core.schema_change import SchemaDiff, compare_columns, olake_type_of
 from olake_cli.core.state import FileStateStore, State, parse_state
 from olake_cli.core.validation import validate_message
 
@@ -50,7 +52,8 @@ class WritePipeline:
             if line.strip():
                 self._handle(self._parse(line, lineno), lineno)
                 keys, add = self.keys, self.destination.add
-        self.destination.commit()
+        if self.destination.has_uncommitted():
+            self.log("records after the last STATE were not committed (no STATE covers them)")
         self.log(f"wrote {self.records} record(s), committed {self.states} state(s) from {lineno} line(s)")
         if self.upstream_error:
             message, failure_type = self.upstream_error
@@ -94,16 +97,16 @@ class WritePipeline:
 
     def _commit_state(self, msg: dict[str, Any]) -> None:
         state = parse_state(msg["state"], what="STATE message")
-        self.destination.observe_state(state)
-        self.destination.commit()
+        self.destination.commit(state)  # the rows before it become live with it (manifest)
         if self.store is not None:
             self.store.merge_and_save(state)
+            crash_point("state-saved")
         self.out.write(msg)
         self.out.flush()
-        self.destination.after_commit(state)
         self.states += 1
 
     def _on_catalog(self, incoming: Catalog) -> None:
+        """Adopt the first catalog; later ones (or the reader's against --catalog) may only widen types."""
         if self.catalog is None:
             self._adopt(incoming)
             return
@@ -112,9 +115,15 @@ class WritePipeline:
             if mine is None:
                 raise CatalogError(f"catalog: stream '{stream.namespace}.{stream.name}' from the reader "
                                    f"is not in --catalog")
-            if mine.json_schema.get("properties") != stream.json_schema.get("properties"):
+            diff = compare_columns(mine.json_schema.get("properties", {}), _olake_types(stream))
+            if diff.added or diff.dropped or diff.incompatible:
                 raise CatalogError(f"catalog: the reader's schema of '{stream.namespace}.{stream.name}' "
-                                   f"differs from --catalog (run discover again)")
+                                   f"differs from the one in use: {_describe(diff)} (run discover again)")
+            if diff.widened:
+                self.destination.widen(stream)
+                self.catalog.streams[self.catalog.streams.index(mine)] = stream
+                changes = ", ".join(f"'{c}' {old} -> {new}" for c, (old, new) in diff.widened.items())
+                self.log(f"{stream.label}: column(s) widened: {changes}; later files use the wider type")
 
     def _adopt(self, catalog: Catalog) -> None:
         self.catalog = catalog
@@ -122,3 +131,16 @@ class WritePipeline:
         self.keys = {s.key for s in catalog.streams}
         if self.known_state is not None:
             self.destination.observe_state(self.known_state)  # which load the first records belong to
+
+
+def _olake_types(stream) -> dict[str, str]:
+    """Column name -> olake type of a catalog stream (columns without one compare as equal)."""
+    props = stream.json_schema.get("properties", {})
+    return {name: olake_type_of(prop) or "" for name, prop in props.items()}
+
+
+def _describe(diff: SchemaDiff) -> str:
+    """The column differences that are not widenings, naming each column."""
+    parts = [f"column '{c}' added" for c in diff.added] + [f"column '{c}' dropped" for c in diff.dropped]
+    parts += [f"column '{c}' {old} -> {new}" for c, (old, new) in diff.incompatible.items()]
+    return "; ".join(parts)

@@ -1,13 +1,13 @@
 """The fast path of ``olake sync``: a Spark task writes its chunk's Parquet file itself.
 
 The rows never become JSON lines: the scanned Arrow batches are converted to the destination types
-in the task (``codec.to_destination``) and written under the stream's current load id, so the file
-is indistinguishable from one ``olake write`` would have made.
+in the task (``codec.to_destination``) and written under the chunk's deterministic staged name in the
+load's directory (``_staged.part-<load>-c<chunk>-0000.parquet``), so a retried task replaces its own
+file. The task returns only counts; the driver's commit of the chunk's STATE makes the file live.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -15,12 +15,14 @@ from typing import Any
 import pyarrow as pa
 
 from olake_cli.core import codec
-from olake_cli.destinations.parquet.writer import METADATA_FIELDS, append_metadata, write_parquet_file
+from olake_cli.destinations.parquet.paths import StreamPaths, chunk_file_name, staged_name
+from olake_cli.destinations.parquet.writer import (METADATA_FIELDS, UNKNOWN_LOAD, append_metadata,
+                                                   write_staged)
 
 
 @dataclass(frozen=True)
 class ParquetChunkSink:
-    """Picklable: where and how a task writes a chunk (one file per chunk)."""
+    """Picklable: where and how a task writes a chunk (one staged file per chunk)."""
 
     root: str
     compression: str | None = "zstd"
@@ -31,20 +33,23 @@ class ParquetChunkSink:
         compression = config.get("compression", "zstd")
         return cls(config["path"], None if compression == "none" else compression)
 
-    def write(self, namespace: str | None, stream: str, load_id: str, snapshot_key: str | None,
-              json_schema: dict, batches: list[Any]) -> tuple[str | None, int, list[str]]:
-        """Convert and write the batches of one chunk; returns (file, rows, warnings)."""
+    def write(self, namespace: str | None, stream: str, load_id: str | None, chunk_index: int,
+              snapshot_key: str | None, json_schema: dict, batches: list[Any]) -> tuple[int, list[str]]:
+        """Convert and stage the batches of one chunk; returns (rows, warnings)."""
         tables, warnings = [], []
         for batch in batches:
             table, batch_warnings = codec.to_destination(batch, json_schema)
             tables.append(table)
             warnings += [w for w in batch_warnings if w not in warnings]
         if not tables:
-            return None, 0, warnings
+            return 0, warnings
         table = pa.concat_tables(tables)
         rows = table.num_rows
         table = append_metadata(table, ["r"] * rows, [snapshot_key] * rows, [None] * rows, [None] * rows,
                                 int(time.time() * 1_000_000))
-        folder = os.path.join(self.root, namespace or "default", stream)
         schema = pa.schema(list(table.schema)[: -len(METADATA_FIELDS)] + METADATA_FIELDS)
-        return write_parquet_file(folder, load_id, table.cast(schema), self.compression), rows, warnings
+        load_id = load_id or UNKNOWN_LOAD
+        folder = StreamPaths.of(self.root, namespace, stream).load_dir(load_id)
+        write_staged(folder, staged_name(chunk_file_name(load_id, chunk_index, 0)), table.cast(schema),
+                     self.compression)
+        return rows, warnings

@@ -1,4 +1,9 @@
-"""Parquet destination: ``<path>/<namespace>/<stream>/part-*.parquet``, files appear atomically."""
+"""Parquet destination: ``<path>/<namespace>/<stream>/part-*.parquet``, committed with the state.
+
+Rows are buffered per stream and spilled to hidden files; a STATE makes the rows before it live for
+the streams it names (deterministic names, a manifest per stream, a symlink swap when a load replaces
+another: see manifest.py, commit_plan.py and paths.py). Rows no STATE covers are never made live.
+"""
 
 from __future__ import annotations
 
@@ -13,9 +18,15 @@ import pyarrow.parquet as pq
 
 from olake_cli.core import codec
 from olake_cli.core.catalog import Catalog, CatalogStream
-from olake_cli.core.errors import DestinationError
+from olake_cli.core.errors import ConfigError, DestinationError
 from olake_cli.core.position import OpId, parse_lsn
-from olake_cli.core.state import State
+from olake_cli.core.state import State, StreamState
+from olake_cli.destinations.parquet.commit_plan import commit_key, newly_done_chunks, next_manifest
+from olake_cli.core.faults import crash_point
+from olake_cli.destinations.parquet.manifest import (Manifest, fsync_path, load_manifest, remove_unlisted,
+                                                     roll_forward, save_manifest)
+from olake_cli.destinations.parquet.paths import (StreamPaths, chunk_file_name, chunk_prefix,
+                                                  commit_file_name, staged_name)
 
 METADATA_FIELDS = [
     pa.field("_olake_op", pa.string(), nullable=False),          # r (full load), c, u, d
@@ -30,47 +41,63 @@ UNKNOWN_LOAD = "0"
 
 @dataclass
 class StreamBuffer:
-    """Rows of one stream waiting to be written: raw dicts, then decoded Arrow tables."""
+    """One stream: rows waiting to be written (raw dicts, decoded tables, staged spill files)."""
 
     stream: CatalogStream
     schema: pa.Schema
+    paths: StreamPaths
+    manifest: Manifest
+    load_id: str = UNKNOWN_LOAD
     rows: list[dict] = field(default_factory=list)
     tables: list[pa.Table] = field(default_factory=list)
     table_rows: int = 0
+    spills: list[tuple[str, str, str]] = field(default_factory=list)  # (dir id, load id, spill path)
+    truncated_into: str | None = None  # a TRUNCATE was seen: later rows go to this new directory
     warned: set[str] = field(default_factory=set)
 
 
 class ParquetDestination:
-    """Buffers records per stream and writes exact-typed Parquet files on commit."""
+    """Buffers records per stream; each STATE commits the rows before it with a manifest (see manifest.py)."""
 
     def __init__(self, config: dict[str, Any], log: Callable[[str], None]) -> None:
         self.root = config["path"]
+        check_root(self.root)
         self.rows_per_file = int(config.get("rows_per_file", 1_000_000))
         compression = config.get("compression", "zstd")
         self.compression = None if compression == "none" else compression
         self.log = log
         self.buffers: dict[tuple, StreamBuffer] = {}
-        self.load_ids: dict[tuple, str] = {}
-        self.loads_in_progress: set[tuple] = set()
         self.snapshot_keys: dict[tuple, str] = {}  # op id of full-load rows: the snapshot's position
 
     def open(self, catalog: Catalog) -> None:
-        """Prepare a buffer per stream of the catalog."""
+        """Prepare each stream of the catalog: roll its last commit forward, delete uncommitted files."""
         for stream in catalog.streams:
             if stream.key not in self.buffers:
-                data_schema = codec.arrow_schema(stream.json_schema)
-                # every data column is nullable here: a delete carries only the key
-                schema = pa.schema([f.with_nullable(True) for f in data_schema])
-                for meta in METADATA_FIELDS:
-                    schema = schema.append(meta)
-                self.buffers[stream.key] = StreamBuffer(stream, schema)
+                paths = self.stream_paths(stream)
+                manifest = load_manifest(paths) or Manifest()
+                roll_forward(paths, manifest, delete=manifest.retired)
+                if remove_unlisted(paths, manifest):
+                    self.log(f"{stream.label}: removed files no commit made live (an interrupted run)")
+                buf = StreamBuffer(stream, destination_schema(stream), paths, manifest)
+                committed = manifest.state or {}
+                buf.load_id = (committed.get("stream_state") or {}).get("load_id") or UNKNOWN_LOAD
+                self.buffers[stream.key] = buf
+
+    def stream_paths(self, stream: CatalogStream) -> StreamPaths:
+        """Where one stream's files and manifest live."""
+        return StreamPaths.of(self.root, stream.namespace, stream.name)
+
+    def committed_state(self, stream: CatalogStream) -> dict | None:
+        """The stream state last committed with the stream's files (its manifest), or None."""
+        manifest = load_manifest(self.stream_paths(stream))
+        return None if manifest is None else manifest.state
 
     def stream_dir(self, stream: CatalogStream) -> str:
-        """The folder holding one stream's files."""
-        return os.path.join(self.root, stream.namespace or "default", stream.name)
+        """The documented folder of one stream (``<path>/<namespace>/<stream>``)."""
+        return self.stream_paths(stream).link
 
     def add(self, key: tuple, data: dict) -> None:
-        """Buffer one record's data (a truncate record empties the stream first)."""
+        """Buffer one record's data (a truncate record drops what came before it in this commit)."""
         buf = self.buffers[key]
         if data.get("_olake_op") == "t":
             self._truncate(buf)
@@ -79,45 +106,76 @@ class ParquetDestination:
         if len(buf.rows) >= DECODE_EVERY:
             self._decode(buf)
             if buf.table_rows >= self.rows_per_file:
-                self._write_file(buf)
+                self._spill(buf)
 
-    def commit(self) -> None:
-        """Make every buffered record durable (written, fsynced, renamed into place)."""
-        for buf in self.buffers.values():
-            self._flush(buf)
-
-    def _flush(self, buf: StreamBuffer) -> None:
-        self._decode(buf)
-        if buf.table_rows:
-            self._write_file(buf)
+    def widen(self, stream: CatalogStream) -> None:
+        """Later rows of ``stream`` use its new (widened) schema; buffered rows are written first."""
+        buf = self.buffers[stream.key]
+        self._spill(buf)
+        buf.stream, buf.schema = stream, destination_schema(stream)
 
     def observe_state(self, state: State) -> None:
-        """Track which full load each stream's next records belong to (called before records follow).
-
-        Rows buffered under an earlier load are written under that load's id before switching.
-        """
+        """Track which full load each stream's next records belong to (called before records follow)."""
         for ss in state.streams:
-            key = (ss.stream_namespace, ss.stream_name)
+            buf = self.buffers.get(ss.key)
             load_id = (ss.extra or {}).get("load_id")
-            if not load_id:
-                continue
-            if key in self.buffers and self.load_ids.get(key, load_id) != load_id:
-                self._flush(self.buffers[key])
-            self.load_ids[key] = load_id
+            if buf is not None and load_id and load_id != buf.load_id:
+                self._spill(buf)  # rows of the earlier load stay with that load
+                buf.load_id = load_id
             if (ss.extra or {}).get("snapshot_lsn"):
-                self.snapshot_keys[key] = OpId(parse_lsn(ss.extra["snapshot_lsn"]), 0).to_key()
-            if ss.chunks:
-                self.loads_in_progress.add((key, load_id))
+                self.snapshot_keys[ss.key] = OpId(parse_lsn(ss.extra["snapshot_lsn"]), 0).to_key()
 
-    def after_commit(self, state: State) -> None:
-        """Called once ``state`` is committed: a full load seen in progress and now complete replaces
-        the files of earlier loads of its stream (so full_refresh and re-syncs do not append)."""
+    def commit(self, state: State) -> None:
+        """Make the rows before ``state`` of each stream it names live, together with that state."""
         for ss in state.streams:
-            key = (ss.stream_namespace, ss.stream_name)
-            load_id = (ss.extra or {}).get("load_id")
-            if not ss.chunks and (key, load_id) in self.loads_in_progress and key in self.buffers:
-                self.loads_in_progress.discard((key, load_id))
-                self._drop_other_loads(self.buffers[key].stream, load_id)
+            buf = self.buffers.get(ss.key)
+            if buf is not None:
+                self._commit_stream(buf, ss)
+        self.observe_state(state)
+
+    def has_uncommitted(self) -> bool:
+        """Whether rows arrived that no STATE has covered yet (they are never made live)."""
+        return any(b.rows or b.table_rows or b.spills for b in self.buffers.values())
+
+    def _commit_stream(self, buf: StreamBuffer, ss: StreamState) -> None:
+        self._spill(buf)
+        load_id = (ss.extra or {}).get("load_id") or buf.load_id
+        done = newly_done_chunks(buf.manifest.state, ss, load_id)
+        files = self._name_spills(buf, commit_key(ss), done[0] if len(done) == 1 else None, load_id)
+        for index in done:  # files the Spark tasks of ``olake sync`` staged for these chunks
+            names = files.setdefault((load_id, load_id), [])
+            names += [n for n in self._sink_files(buf.paths, load_id, index) if n not in names]
+        crash_point("staged")
+        manifest = next_manifest(buf.manifest, ss, load_id, files, buf.truncated_into)
+        save_manifest(buf.paths, manifest)
+        roll_forward(buf.paths, manifest, delete=buf.manifest.retired)
+        buf.manifest, buf.spills, buf.truncated_into = manifest, [], None
+
+    def _name_spills(self, buf: StreamBuffer, key: str, chunk: int | None,
+                     load_id: str) -> dict[tuple[str, str], list[str]]:
+        """Rename this commit's spill files to deterministic staged names; (dir id, load id) -> names.
+
+        Rows of the chunk this STATE marks done are named by that chunk, any others by ``key``.
+        """
+        files: dict[tuple[str, str], list[str]] = {}
+        for dir_id, file_load, spill in buf.spills:
+            names = files.setdefault((dir_id, file_load), [])
+            if chunk is not None and file_load == load_id:
+                name = chunk_file_name(load_id, chunk, len(names))
+            else:
+                name = commit_file_name(file_load, key, len(names))
+            os.replace(spill, os.path.join(os.path.dirname(spill), staged_name(name)))
+            names.append(name)
+        return files
+
+    @staticmethod
+    def _sink_files(paths: StreamPaths, load_id: str, chunk_index: int) -> list[str]:
+        """Final names of the staged files a Spark task wrote for one chunk (``olake sync``)."""
+        folder = paths.load_dir(load_id)
+        prefix = staged_name(chunk_prefix(load_id, chunk_index))
+        if not os.path.isdir(folder):
+            return []
+        return sorted(n[len(staged_name("")):] for n in os.listdir(folder) if n.startswith(prefix))
 
     def _decode(self, buf: StreamBuffer) -> None:
         if not buf.rows:
@@ -128,7 +186,7 @@ class ParquetDestination:
                 buf.warned.add(warning)
                 self.log(f"{buf.stream.namespace}.{buf.stream.name}: {warning}")
         table = self._with_metadata(table, buf.rows, self.snapshot_keys.get(buf.stream.key))
-        buf.tables.append(table)
+        buf.tables.append(table.cast(buf.schema))
         buf.table_rows += table.num_rows
         buf.rows = []
 
@@ -141,35 +199,41 @@ class ParquetDestination:
         unchanged = [r.get("_olake_toast_unchanged") for r in rows]
         return append_metadata(table, ops, op_ids, commit_ts, unchanged, now)
 
-    def _write_file(self, buf: StreamBuffer) -> None:
-        table = pa.concat_tables(buf.tables).cast(buf.schema)
-        write_parquet_file(self.stream_dir(buf.stream), self.load_ids.get(buf.stream.key, UNKNOWN_LOAD),
-                           table, self.compression)
+    def _spill(self, buf: StreamBuffer) -> None:
+        """Write the decoded rows to a hidden file in the directory they belong to (not yet live)."""
+        self._decode(buf)
+        if not buf.table_rows:
+            return
+        dir_id = buf.truncated_into or buf.manifest.dir_of(buf.load_id) or buf.load_id
+        folder = buf.paths.load_dir(dir_id)
+        path = write_staged(folder, f"_spill-{uuid.uuid4().hex}.parquet", pa.concat_tables(buf.tables),
+                            self.compression)
+        buf.spills.append((dir_id, buf.load_id, path))
         buf.tables, buf.table_rows = [], 0
 
     def _truncate(self, buf: StreamBuffer) -> None:
-        """The source table was truncated: forget buffered rows and remove the stream's files."""
+        """The source table was truncated: at the next commit the stream's earlier files stop being live."""
         buf.rows, buf.tables, buf.table_rows = [], [], 0
-        folder = self.stream_dir(buf.stream)
-        if os.path.isdir(folder):
-            for name in os.listdir(folder):
-                if name.startswith("part-") and name.endswith(".parquet"):
-                    os.remove(os.path.join(folder, name))
-            _fsync(folder)
-        self.log(f"{buf.stream.label}: truncated at the source; its files were removed")
+        for _, _, path in buf.spills:
+            os.remove(path)
+        buf.spills = []
+        buf.truncated_into = f"{buf.load_id}.t{buf.manifest.commit + 1}"
+        self.log(f"{buf.stream.label}: truncated at the source; the stream is emptied at the next commit")
 
-    def _drop_other_loads(self, stream: CatalogStream, load_id: str) -> None:
-        folder = self.stream_dir(stream)
-        if not os.path.isdir(folder):
-            return
-        stale = [n for n in os.listdir(folder)
-                 if n.startswith("part-") and n.endswith(".parquet") and not n.startswith(f"part-{load_id}-")]
-        for name in stale:
-            os.remove(os.path.join(folder, name))
-        if stale:
-            _fsync(folder)
-            self.log(f"{stream.namespace}.{stream.name}: full load {load_id} complete; "
-                     f"removed {len(stale)} file(s) of earlier loads")
+
+def destination_schema(stream: CatalogStream) -> pa.Schema:
+    """The Arrow schema of a stream's files: every data column nullable (a delete carries only the
+    key), then the _olake_* columns."""
+    schema = pa.schema([f.with_nullable(True) for f in codec.arrow_schema(stream.json_schema)])
+    for meta in METADATA_FIELDS:
+        schema = schema.append(meta)
+    return schema
+
+
+def check_root(root: str) -> None:
+    """The destination folder is usable: refuse a path that exists and is not a directory."""
+    if os.path.exists(root) and not os.path.isdir(root):
+        raise ConfigError(f"parquet: the destination path '{root}' is a file, not a folder")
 
 
 def append_metadata(table: pa.Table, ops: list, op_ids: list, commit_ts: list, unchanged: list,
@@ -184,19 +248,21 @@ def append_metadata(table: pa.Table, ops: list, op_ids: list, commit_ts: list, u
     return table
 
 
-def write_parquet_file(folder: str, load_id: str, table: pa.Table, compression: str | None) -> str:
-    """Write ``table`` as a new file of load ``load_id``: temp name, fsync, rename, fsync the folder."""
-    os.makedirs(folder, exist_ok=True)
-    name = f"part-{load_id}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}.parquet"
-    tmp = os.path.join(folder, f".{name}.tmp")
+def write_staged(folder: str, name: str, table: pa.Table, compression: str | None) -> str:
+    """Write ``table`` to ``folder/name`` (a hidden, not yet live name): temp file, fsync, rename.
+
+    Writing the same name again (a retried task) replaces the file whole.
+    """
+    path = os.path.join(folder, name)
+    tmp = os.path.join(folder, f"_tmp-{uuid.uuid4().hex}.parquet")
     try:
+        os.makedirs(folder, exist_ok=True)
         pq.write_table(table, tmp, compression=compression)
-        _fsync(tmp)
-        os.replace(tmp, os.path.join(folder, name))
-        _fsync(folder)
+        fsync_path(tmp)
+        os.replace(tmp, path)
     except OSError as exc:
         raise DestinationError(f"parquet: cannot write {folder}: {exc.strerror or exc}") from None
-    return os.path.join(folder, name)
+    return path
 
 
 def _format_op_id(op_id: Any, default: str | None) -> str | None:
@@ -206,12 +272,3 @@ def _format_op_id(op_id: Any, default: str | None) -> str | None:
     if type(op_id) is list and len(op_id) == 2:
         return f"{op_id[0]:016X}{op_id[1]:016X}"
     return str(op_id)
-
-
-def _fsync(path: str) -> None:
-    """fsync a file or a directory (so a rename inside it is durable)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -115,8 +115,9 @@ def _sink_chunk(task: ScanTask) -> ScanResult:
     result = ScanResult(task.chunk_index, task.stream, task.namespace)
     try:
         batches = [b for b in read_batches(task) if b.num_rows]
-        _, result.rows, result.warnings = task.sink.write(
-            task.namespace, task.stream, task.load_id, task.snapshot_key, task.json_schema, batches)
+        result.rows, result.warnings = task.sink.write(
+            task.namespace, task.stream, task.load_id, task.chunk_index, task.snapshot_key,
+            task.json_schema, batches)
     except OlakeError as exc:
         result.error = exc
     except Exception as exc:  # driver errors arrive as many types; report them as one SourceError

@@ -1,0 +1,24 @@
+"""Deterministic fault injection for kill tests: SIGKILL this process at a named step.
+
+With ``OLAKE_TEST_CRASH_AT=<step>`` the process kills itself (SIGKILL, no cleanup) when it reaches that
+step; ``OLAKE_TEST_CRASH_AFTER=<n>`` lets the first n occurrences pass. Steps of a Parquet commit:
+``staged`` (data files written under staged names), ``manifest-written`` (the commit point),
+``renamed`` (staged files renamed to their final names), ``swapped`` (the stream's symlink replaced),
+``state-saved`` (the --state file written, the STATE not yet echoed). Unset, it does nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+_seen: dict[str, int] = {}
+
+
+def crash_point(step: str) -> None:
+    """SIGKILL this process at ``step`` when OLAKE_TEST_CRASH_AT names it (tests only)."""
+    if os.environ.get("OLAKE_TEST_CRASH_AT") != step:
+        return
+    _seen[step] = _seen.get(step, 0) + 1
+    if _seen[step] > int(os.environ.get("OLAKE_TEST_CRASH_AFTER", "0")):
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,98 @@
+"""Pure decisions of a Parquet commit: file names for the rows a STATE covers, and which load is live.
+
+Full-load rows are named by the chunk the STATE marks done (``part-<load>-c<chunk>-<part>``), so a
+replayed chunk or a retried Spark task overwrites the same files instead of adding copies. Other rows
+(changes, incremental passes) are named by a key derived from the STATE that commits them
+(``part-<load>-k<key>-<part>``): replaying the same range up to the same position rewrites the same
+names.
+
+Loads: a stream's first load is live from its first commit (its chunks appear as they commit). A later
+load (full_refresh run, re-sync, new load after a catalog change) is written beside the live one and
+replaces it only when its last chunk commits, by one symlink swap; the old directory is deleted at the
+stream's next commit.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+
+import orjson
+
+from olake_cli.core.state import StreamState
+from olake_cli.destinations.parquet.manifest import Manifest
+
+
+def pending_chunks(state: dict | None, load_id: str) -> set[int] | None:
+    """Indexes of the chunks of load ``load_id`` not yet done in a state dict (None: not that load)."""
+    if state is None:
+        return None
+    inner = state.get("stream_state") or {}
+    if inner.get("load_id") != load_id:
+        return None
+    chunks = inner.get("chunks")
+    if state.get("sync_type") != "full-load" or not chunks:
+        return set()
+    return {i for i, chunk in enumerate(chunks) if chunk["status"] != "succeed"}
+
+
+def newly_done_chunks(previous: dict | None, ss: StreamState, load_id: str) -> list[int]:
+    """Chunks of ``load_id`` that ``ss`` marks done and the previously committed state did not."""
+    now = pending_chunks(ss.to_dict(), load_id) or set()
+    before = pending_chunks(previous, load_id)
+    if before is None:  # first commit of this load seen here: every chunk it marks done is new
+        before = set(range(len(ss.chunks or [])))
+    return sorted(before - now)
+
+
+def commit_key(ss: StreamState) -> str:
+    """A deterministic key of the STATE that commits a batch of rows."""
+    return hashlib.sha1(orjson.dumps(ss.to_dict(), option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+
+
+def load_complete(ss: StreamState) -> bool:
+    """Whether ``ss`` says its load has every chunk done."""
+    return not (ss.sync_type == "full-load" and ss.chunks and any(c.status != "succeed" for c in ss.chunks))
+
+
+def next_manifest(current: Manifest, ss: StreamState, load_id: str,
+                  files: dict[tuple[str, str], list[str]], truncated_into: str | None) -> Manifest:
+    """The manifest after committing ``ss`` with new ``files`` ((dir id, its load id) -> final names).
+
+    ``truncated_into``: a TRUNCATE was seen; rows after it went to this new directory, which replaces
+    the load's directory (the files before the truncate stop being live).
+    """
+    new = copy.deepcopy(current)
+    new.commit, new.retired, new.state = current.commit + 1, [], ss.to_dict()
+    if truncated_into is not None:
+        old_dir = new.dir_of(load_id)
+        new.loads[truncated_into] = {"load_id": load_id, "files": []}
+        if old_dir is not None:
+            if new.live == old_dir:
+                new.live = truncated_into
+            _retire(new, old_dir)
+    for (dir_id, dir_load), names in files.items():
+        entry = new.loads.setdefault(dir_id, {"load_id": dir_load, "files": []})
+        groups = {_group(name) for name in names}  # a re-committed chunk replaces all its parts
+        entry["files"] = [f for f in entry["files"] if _group(f) not in groups] + names
+    load_dir = new.dir_of(load_id)
+    if load_dir is None:
+        load_dir = load_id
+        new.loads[load_dir] = {"load_id": load_id, "files": []}
+    if new.live is None or load_complete(ss):
+        new.live = load_dir
+    for dir_id in list(new.loads):
+        if dir_id not in (new.live, load_dir):
+            _retire(new, dir_id)
+    return new
+
+
+def _group(name: str) -> str:
+    """A file name without its part number (``part-<load>-c<chunk>``)."""
+    return name.rsplit("-", 1)[0]
+
+
+def _retire(manifest: Manifest, dir_id: str) -> None:
+    manifest.loads.pop(dir_id, None)
+    if dir_id not in manifest.retired:
+        manifest.retired.append(dir_id)

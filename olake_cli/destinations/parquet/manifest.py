@@ -1,0 +1,152 @@
+"""The per-stream manifest of the Parquet destination: which files are live, and the committed state.
+
+A commit of one stream is, in order:
+
+1. data files are written under staged names (``_staged.part-*.parquet``, ignored by readers);
+2. the manifest is replaced atomically (``atomic_write_bytes``): this is the commit point;
+3. ``roll_forward``: staged files the manifest lists are renamed to their final names, the stream's
+   symlink is pointed at the live load directory (a new symlink renamed over the old one, atomic for
+   readers), and load directories retired by the previous commit are deleted (one commit later, so a
+   reader that resolved the old link just before the swap can finish).
+
+A process killed anywhere in between leaves either the old manifest (the staged files are leftovers,
+deleted when the destination opens) or the new one (opening rolls it forward). Readers of the
+documented folder therefore only ever see one complete commit.
+
+Kill tests: ``OLAKE_TEST_CRASH_AT=<step>`` SIGKILLs the process at a step of a commit (core/faults.py:
+``staged``, ``manifest-written``, ``renamed``, ``swapped``; ``state-saved`` in the write pipeline).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from olake_cli.core.errors import DestinationError
+from olake_cli.core.faults import crash_point
+from olake_cli.core.state import atomic_write_bytes
+from olake_cli.destinations.parquet.paths import StreamPaths, staged_name
+
+MANIFEST_VERSION = 1
+
+
+@dataclass
+class Manifest:
+    """What one stream's destination holds: load directories, their live files, the committed state."""
+
+    live: str | None = None  # the load directory the stream's symlink points to
+    loads: dict[str, dict[str, Any]] = field(default_factory=dict)  # dir id -> {"load_id", "files"}
+    retired: list[str] = field(default_factory=list)  # directories to delete at the next commit
+    state: dict[str, Any] | None = None  # the stream state committed with these files
+    commit: int = 0
+
+    def files(self, dir_id: str) -> list[str]:
+        """The live file names of one load directory."""
+        return self.loads[dir_id]["files"]
+
+    def dir_of(self, load_id: str) -> str | None:
+        """The newest directory holding load ``load_id``."""
+        found = [d for d, entry in self.loads.items() if entry["load_id"] == load_id]
+        return found[-1] if found else None
+
+    def to_bytes(self) -> bytes:
+        """The manifest as JSON."""
+        return orjson.dumps({"version": MANIFEST_VERSION, "commit": self.commit, "live": self.live,
+                             "loads": self.loads, "retired": self.retired, "state": self.state},
+                            option=orjson.OPT_INDENT_2)
+
+
+def load_manifest(paths: StreamPaths) -> Manifest | None:
+    """The stream's manifest, or None if it has none yet."""
+    try:
+        with open(paths.manifest, "rb") as handle:
+            obj = orjson.loads(handle.read())
+    except FileNotFoundError:
+        return None
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise DestinationError(f"parquet: cannot read manifest '{paths.manifest}': {exc}") from None
+    if not isinstance(obj, dict) or obj.get("version") != MANIFEST_VERSION:
+        raise DestinationError(f"parquet: manifest '{paths.manifest}' has an unknown format")
+    return Manifest(obj["live"], obj["loads"], obj["retired"], obj["state"], obj["commit"])
+
+
+def save_manifest(paths: StreamPaths, manifest: Manifest) -> None:
+    """Replace the manifest atomically (the commit point)."""
+    try:
+        os.makedirs(paths.parent, exist_ok=True)
+        atomic_write_bytes(paths.manifest, manifest.to_bytes())
+    except OSError as exc:
+        raise DestinationError(f"parquet: cannot write '{paths.manifest}': {exc.strerror or exc}") from None
+    crash_point("manifest-written")
+
+
+def roll_forward(paths: StreamPaths, manifest: Manifest, delete: list[str]) -> None:
+    """Make the disk match a saved manifest: final names, the symlink, directories in ``delete`` gone."""
+    try:
+        for dir_id in manifest.loads:
+            folder = paths.load_dir(dir_id)
+            os.makedirs(folder, exist_ok=True)
+            renamed = False
+            for name in manifest.files(dir_id):
+                staged = os.path.join(folder, staged_name(name))
+                if os.path.exists(staged):
+                    os.replace(staged, os.path.join(folder, name))
+                    renamed = True
+            if renamed:
+                fsync_path(folder)
+        crash_point("renamed")
+        _point_link(paths, manifest.live)
+        for dir_id in delete:
+            if dir_id != manifest.live and dir_id not in manifest.loads:
+                shutil.rmtree(paths.load_dir(dir_id), ignore_errors=True)
+    except OSError as exc:
+        raise DestinationError(f"parquet: cannot commit files in '{paths.parent}': {exc.strerror or exc}") from None
+
+
+def remove_unlisted(paths: StreamPaths, manifest: Manifest) -> int:
+    """Delete what no manifest lists (staged leftovers of killed runs, abandoned loads); returns a count."""
+    removed = 0
+    for dir_id in paths.dir_ids_on_disk():
+        folder = paths.load_dir(dir_id)
+        if dir_id not in manifest.loads:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed += 1
+            continue
+        listed = set(manifest.files(dir_id))
+        for name in os.listdir(folder):
+            if name not in listed:
+                os.remove(os.path.join(folder, name))
+                removed += 1
+    return removed
+
+
+def _point_link(paths: StreamPaths, dir_id: str | None) -> None:
+    """Point the stream's symlink at ``dir_id``'s directory, atomically (rename of a new link over it)."""
+    if dir_id is None:
+        return
+    target = paths.dir_name(dir_id)
+    if os.path.islink(paths.link) and os.readlink(paths.link) == target:
+        return
+    if os.path.exists(paths.link) and not os.path.islink(paths.link):
+        raise DestinationError(f"parquet: '{paths.link}' is not a folder this destination manages "
+                               f"(written by an older version?); move it away and run again")
+    temp = os.path.join(paths.parent, f".{paths.component}%.link-tmp")
+    if os.path.lexists(temp):
+        os.remove(temp)
+    os.symlink(target, temp)
+    os.replace(temp, paths.link)
+    fsync_path(paths.parent)
+    crash_point("swapped")
+
+
+def fsync_path(path: str) -> None:
+    """fsync a file or a directory (so a rename inside it is durable)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
