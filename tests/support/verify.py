@@ -2,12 +2,13 @@
 
 The Parquet rows are loaded back into a typed copy of the source table (same column types), then both
 tables are compared as PostgreSQL's own text output of every column, as multisets (EXCEPT ALL both
-ways). Any lost digit, microsecond, zone, byte or array element shows up as a difference.
+ways). Any lost digit, microsecond, zone, byte, array element or dimension shows up as a difference.
+Dates and timestamps go back as PostgreSQL text computed from the raw day/microsecond counts (BC and
+years beyond 9999 included; int max/min as infinities), nested lists as multi-dimensional arrays.
 """
 
 from __future__ import annotations
 
-import datetime
 import decimal
 from typing import Any
 
@@ -16,6 +17,8 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.compute as pc
 from psycopg import sql
+
+from olake_cli.core.pgcalendar import date_text, timestamp_text
 
 INT64_MAX, INT64_MIN = 2**63 - 1, -(2**63)
 INT32_MAX, INT32_MIN = 2**31 - 1, -(2**31)
@@ -27,24 +30,24 @@ def read_parquet(folder: str) -> pa.Table:
 
 
 def latest_versions(table: pa.Table, key: list[str]) -> pa.Table:
-    """The current table from change rows: newest _olake_op_id per key, deletes dropped."""
-    rows = table.to_pylist()
-    best: dict[tuple, dict] = {}
-    for row in rows:
-        k = tuple(row[c] for c in key)
-        rank = row["_olake_op_id"] or ""
-        if k not in best or rank >= (best[k]["_olake_op_id"] or ""):
-            best[k] = row
-    kept = [r for r in best.values() if r["_olake_op"] != "d"]
-    return pa.Table.from_pylist(kept, schema=table.schema)
+    """The current table from change rows: newest _olake_op_id per key, deletes dropped.
+
+    Only the key and metadata columns become Python values (dates beyond Python's range stay Arrow).
+    """
+    keys = list(zip(*(table.column(c).to_pylist() for c in key)))
+    ranks = table.column("_olake_op_id").to_pylist()
+    ops = table.column("_olake_op").to_pylist()
+    best: dict[tuple, int] = {}
+    for index, k in enumerate(keys):
+        if k not in best or (ranks[index] or "") >= (ranks[best[k]] or ""):
+            best[k] = index
+    kept = [index for index in best.values() if ops[index] != "d"]
+    return table.take(pa.array(kept, pa.int64()))
 
 
 def _scalar(olake_type: str, value: Any) -> Any:
     if value is None:
         return None
-    if olake_type.startswith("array<"):
-        inner = olake_type[6:-1]
-        return [_scalar(inner, v) for v in value]
     if olake_type == "interval":
         return f"{value['months']} months {value['days']} days {value['microseconds']} microseconds"
     if olake_type == "uuid":
@@ -54,24 +57,30 @@ def _scalar(olake_type: str, value: Any) -> Any:
     return value
 
 
-def _column_values(olake_type: str, column: pa.ChunkedArray) -> list[Any]:
-    """Python values psycopg can adapt, infinities mapped back to PostgreSQL's words."""
-    if olake_type in ("timestamp", "timestamptz", "date"):
-        is_date = olake_type == "date"
-        raw = column.cast(pa.int32() if is_date else pa.int64()).to_pylist()
-        hi, lo = (INT32_MAX, INT32_MIN) if is_date else (INT64_MAX, INT64_MIN)
-        epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc if olake_type == "timestamptz" else None)
-        out = []
-        for r in raw:
-            if r is None:
-                out.append(None)
-            elif r in (hi, lo):
-                out.append("infinity" if r == hi else "-infinity")
-            elif is_date:
-                out.append(datetime.date(1970, 1, 1) + datetime.timedelta(days=r))
-            else:
-                out.append(epoch + datetime.timedelta(microseconds=r))
+def _temporal_text(olake_type: str, raw: int | None) -> str | None:
+    """PostgreSQL input text of a raw date32 / timestamp[us] value (int max/min are infinities)."""
+    if raw is None:
+        return None
+    hi, lo = (INT32_MAX, INT32_MIN) if olake_type == "date" else (INT64_MAX, INT64_MIN)
+    if raw in (hi, lo):
+        return "infinity" if raw == hi else "-infinity"
+    return date_text(raw) if olake_type == "date" else timestamp_text(raw, olake_type == "timestamptz")
+
+
+def _column_values(olake_type: str, column: pa.Array | pa.ChunkedArray) -> list[Any]:
+    """Python values psycopg can adapt: temporal values as PostgreSQL text, arrays as nested lists."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if olake_type.startswith("array<"):
+        elements = _column_values(olake_type[6:-1], column.flatten())
+        out, position = [], 0
+        for length in pc.list_value_length(column).to_pylist():
+            out.append(None if length is None else elements[position:position + length])
+            position += length or 0
         return out
+    if olake_type in ("timestamp", "timestamptz", "date"):
+        raw = column.view(pa.int32() if olake_type == "date" else pa.int64()).to_pylist()
+        return [_temporal_text(olake_type, r) for r in raw]
     if isinstance(column.type, pa.ExtensionType) and olake_type != "uuid":
         column = column.cast(column.type.storage_type)
     return [_scalar(olake_type, v) for v in column.to_pylist()]
