@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 from olake_cli.core.codec import BadValue, olake_type_of, parse_iso_interval, value_error
 from olake_cli.core.errors import CatalogError, SourceError
+from olake_cli.core.pgarray import BadText, parse_array_literal, parse_nested_literal
 from olake_cli.core.pgcalendar import parse_date, parse_timestamp, timestamp_text
 
 from olake_cli.core.values import UNCHANGED_TOAST
@@ -31,7 +32,6 @@ Converter = Callable[[str], Any]
 RowConverter = Callable[[dict], "tuple[dict, list[str]]"]
 
 _TIME_RE = re.compile(r"(\d\d:\d\d:\d\d)(?:\.(\d{1,6}))?")
-_ESCAPED_CHAR_RE = re.compile(r"\\(.)", re.DOTALL)
 _BYTEA_ESCAPE_RE = re.compile(rb"\\(\\|[0-7]{3})")
 _INFINITIES = ("infinity", "-infinity")
 _FLOAT_SPECIALS = {"NaN": "NaN", "Infinity": "Infinity", "-Infinity": "-Infinity"}
@@ -39,10 +39,6 @@ _BOOLS = {"t": True, "f": False}
 _PACK_F32, _UNPACK_F32 = struct.Struct("<f").pack, struct.Struct("<f").unpack
 _F32_BITS = struct.Struct("<I")
 _MISSING = object()
-
-
-class _BadText(ValueError):
-    """A PostgreSQL text value this module cannot (or must not) convert."""
 
 
 # ----------------------------------------------------------------------------- scalars
@@ -106,7 +102,7 @@ def _time(text: str) -> str:
         return text
     match = _TIME_RE.fullmatch(text)
     if match is None:
-        raise _BadText("not a time")
+        raise BadText("not a time")
     return f"{match[1]}.{(match[2] or '').ljust(6, '0')}"
 
 
@@ -117,7 +113,7 @@ def _timestamp(text: str) -> str:
         return text
     micros, has_offset = parse_timestamp(text)
     if has_offset:
-        raise _BadText("a timestamp without time zone printed with an offset")
+        raise BadText("a timestamp without time zone printed with an offset")
     return timestamp_text(micros, False)
 
 
@@ -129,7 +125,7 @@ def _timestamptz(text: str) -> str:
         return text
     micros, has_offset = parse_timestamp(text)
     if not has_offset:
-        raise _BadText("a timestamptz printed without an offset")
+        raise BadText("a timestamptz printed without an offset")
     return timestamp_text(micros, True)
 
 
@@ -138,141 +134,13 @@ def _interval(text: str) -> dict:
     try:
         value = parse_iso_interval(text[1:] if negated else text, "")
     except SourceError:
-        raise _BadText("not iso_8601 interval text (the session needs IntervalStyle=iso_8601)") from None
+        raise BadText("not iso_8601 interval text (the session needs IntervalStyle=iso_8601)") from None
     if negated:
         value = {key: -part for key, part in value.items()}
     return value
 
 
 # ----------------------------------------------------------------------------- arrays
-
-
-def _strip_bounds(text: str) -> str:
-    """The literal without its ``[lo:hi]...=`` prefix, which PostgreSQL prints only when a lower bound
-    is not 1: nested lists cannot carry it, so it fails rather than being dropped."""
-    if text.startswith("["):
-        raise _BadText(f"array lower bounds {text[:text.find('=')]} are not 1; lists cannot carry "
-                       "them")
-    return text
-
-
-def parse_array_literal(text: str, delimiter: str = ",") -> list[str | None]:
-    """The elements of a one-dimensional PostgreSQL array literal (text or None); ValueError if bad."""
-    text = _strip_bounds(text)
-    if len(text) < 2 or text[0] != "{" or text[-1] != "}":
-        raise _BadText("not an array literal")
-    body = text[1:-1]
-    if not body:
-        return []
-    if body[0] == "{":
-        raise _BadText(f"a {_depth_of(text)}-dimensional value in a column declared with 1 dimension")
-    if '"' not in body:  # unquoted elements never hold quotes, backslashes, spaces or delimiters
-        items = body.split(delimiter)
-        if "" in items:
-            raise _BadText("malformed array literal")
-        return [None if item == "NULL" else item for item in items]
-    return _parse_quoted_elements(body, delimiter)
-
-
-def _parse_quoted_elements(body: str, delimiter: str) -> list[str | None]:
-    """Elements of an array body holding quoted elements (validated: malformed text raises)."""
-    if "\\" in body:
-        return _parse_escaped_elements(body, delimiter)
-    parts = body.split('"')  # no escapes: outside, quoted, outside, quoted, ..., outside
-    last = len(parts) - 1
-    if last % 2:
-        raise _BadText("unterminated quoted array element")
-    items: list[str | None] = []
-    for index, part in enumerate(parts):
-        if index % 2:
-            items.append(part)
-        else:
-            items.extend(_unquoted_elements(part, delimiter, index > 0, index < last))
-    return items
-
-
-def _unquoted_elements(stretch: str, delimiter: str, after_quote: bool,
-                       before_quote: bool) -> list[str | None]:
-    """The unquoted elements in a stretch of array body that quoted elements bound."""
-    pieces = stretch.split(delimiter)
-    start = 1 if after_quote else 0  # a closing quote must be followed by a delimiter
-    stop = len(pieces) - 1 if before_quote else len(pieces)  # an opening one preceded by one
-    if (stop < start or (after_quote and pieces[0]) or (before_quote and pieces[-1])
-            or "" in pieces[start:stop] or "{" in stretch or "}" in stretch):
-        raise _BadText("malformed array literal")
-    return [None if piece == "NULL" else piece for piece in pieces[start:stop]]
-
-
-def _parse_escaped_elements(body: str, delimiter: str) -> list[str | None]:
-    body_re, element_re = _element_patterns(delimiter)
-    if body_re.fullmatch(body) is None:
-        raise _BadText("malformed array literal")
-    items: list[str | None] = []
-    for quoted, plain in element_re.findall(body):
-        if quoted:
-            item = quoted[1:-1]
-            items.append(_ESCAPED_CHAR_RE.sub(r"\1", item) if "\\" in item else item)
-        else:
-            items.append(None if plain == "NULL" else plain)
-    return items
-
-
-@lru_cache(maxsize=8)
-def _element_patterns(delimiter: str) -> tuple[re.Pattern, re.Pattern]:
-    """(whole body, one element) patterns of a one-dimensional array body with this delimiter."""
-    d = re.escape(delimiter)
-    element = rf'("(?:[^"\\]|\\.)*")|([^"{{}}\\{d}]*)'
-    body = re.compile(rf"(?:{element})(?:{d}(?:{element}))*", re.DOTALL)
-    return body, re.compile(rf"(?:^|{d})(?:{element})", re.DOTALL)
-
-
-def _depth_of(text: str) -> int:
-    return len(text) - len(text.lstrip("{"))
-
-
-def parse_nested_literal(text: str, delimiter: str, depth: int) -> list:
-    """The nested lists of a ``depth``-dimensional PostgreSQL array literal (elements text or None)."""
-    text = _strip_bounds(text)
-    if text != "{}" and _depth_of(text) != depth:
-        raise _BadText(f"a {_depth_of(text)}-dimensional value in a column declared with {depth} "
-                       "dimensions")
-    value, end = _parse_level(text, 0, delimiter)
-    if end != len(text):
-        raise _BadText("malformed array literal")
-    return value
-
-
-def _parse_level(text: str, pos: int, delimiter: str) -> tuple[list, int]:
-    """One ``{...}`` level of an array literal starting at ``pos``; returns it and the end position."""
-    if text[pos] != "{":
-        raise _BadText("malformed array literal")
-    pos += 1
-    items: list = []
-    if text[pos] == "}":
-        return items, pos + 1
-    while True:
-        if text[pos] == "{":
-            item, pos = _parse_level(text, pos, delimiter)
-        elif text[pos] == '"':
-            end, chars = pos + 1, []
-            while text[end] != '"':
-                end += text[end] == "\\"  # a backslash escapes the next character
-                chars.append(text[end])
-                end += 1
-            item, pos = "".join(chars), end + 1
-        else:
-            end = pos
-            while text[end] != delimiter and text[end] != "}":
-                end += 1
-            if end == pos:
-                raise _BadText("malformed array literal")
-            item, pos = (None if text[pos:end] == "NULL" else text[pos:end]), end
-        items.append(item)
-        if text[pos] == "}":
-            return items, pos + 1
-        if text[pos] != delimiter:
-            raise _BadText("malformed array literal")
-        pos += 1
 
 
 def _map_nested(value: list, element: Converter) -> list:
@@ -324,7 +192,7 @@ def _array_delimiter(prop: dict) -> str:
 
 
 def _reason(olake_type: str, text: str, exc: Exception) -> str:
-    reason = str(exc) if isinstance(exc, _BadText) else f"{type(exc).__name__}: {exc}"
+    reason = str(exc) if isinstance(exc, BadText) else f"{type(exc).__name__}: {exc}"
     return f"cannot convert PostgreSQL text {text[:80]!r} to {olake_type}: {reason}"
 
 
