@@ -8,6 +8,7 @@ two paths share every rule about states, load ids and commits.
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 from typing import Any, Callable
@@ -29,7 +30,8 @@ def run_in_process(source, destination, catalog: Catalog, state: State, store: F
 
     def drain() -> None:
         try:
-            WritePipeline(destination, catalog, store, out, log).run(pipe_in)
+            # its own copy: the reader may widen its streams' schemas, which the writer must see arrive
+            WritePipeline(destination, copy.deepcopy(catalog), store, out, log).run(pipe_in)
         except BaseException as exc:  # reported after the reader stops
             failures.append(exc)
         finally:
