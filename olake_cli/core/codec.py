@@ -357,3 +357,7 @@ _ENCODERS = {
 
 
 from olake_cli.core.codec_decode import decode_column, decode_rows, to_destination  # noqa: E402
+
+__all__ = ["INT32_MAX", "INT32_MIN", "INT64_MAX", "INT64_MIN", "BadValue", "arrow_schema", "arrow_type",
+           "decode_column", "decode_rows", "encode_records", "olake_type_of", "parse_iso_interval",
+           "to_destination", "value_error", "wire_values"]
