@@ -185,11 +185,9 @@ class ChangeCapture:
         return FeedRouting(roots=roots, keys={(t.schema, t.table): tuple(t.primary_key) for t in infos})
 
     def _consume(self, feed, active: dict[tuple, CatalogStream], watch) -> None:
-        from olake_cli.core.pgtext import make_row_converter
-
         positions = {k: position_of(self.state.find(*k)) for k in active}
         horizons = {k: _load_horizon(self.state.find(*k)) for k in active}
-        converters = {k: make_row_converter(s.json_schema) for k, s in active.items()}
+        converters = {k: self._converter(s) for k, s in active.items()}
         prefixes = {k: _record_prefix(s) for k, s in active.items()}
         relation_seen: dict[tuple, int] = {}
         lines: list[bytes] = []
@@ -214,7 +212,7 @@ class ChangeCapture:
                 if widened is not None:
                     self._flush_lines(lines)
                     stream = active[key] = widened
-                    converters[key] = make_row_converter(widened.json_schema)
+                    converters[key] = self._converter(widened)
                     self.out.write(messages.catalog_message({"streams": [widened.to_dict()]}))
             if ev.op == "t" and ev.partition is not None:
                 self._flush_lines(lines)
@@ -235,6 +233,12 @@ class ChangeCapture:
         self._flush_lines(lines)
         if feed.resume_lsn:
             self._checkpoint(active, OpId(feed.resume_lsn, 0))
+
+    def _converter(self, stream: CatalogStream):
+        """The row converter of a stream; its errors name the stream, the column and the row's key."""
+        from olake_cli.core.pgtext import make_row_converter
+
+        return make_row_converter(stream.json_schema, stream.label, tuple(self.tables[stream.key].primary_key))
 
     def _flush_lines(self, lines: list[bytes]) -> None:
         if lines:
