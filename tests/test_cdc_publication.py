@@ -196,7 +196,7 @@ def test_missing_publication_is_created_for_keyed_tables_only(shop):
     assert problems[0] == CdcProblem(
         f"publication '{pub}' does not exist in this database",
         f'CREATE PUBLICATION "{pub}" FOR TABLE "shop"."orders", "shop"."full_log", "shop"."by_index", '
-        '"shop"."events" WITH (publish_via_partition_root = true);')
+        '"shop"."events";')
     assert problems[1].what.startswith("table shop.nokey cannot use cdc")
     run_source_writes(conn)
 
@@ -252,3 +252,14 @@ def test_partition_roots_maps_every_partition_at_any_depth_to_its_root(shop):
     assert partition_roots(conn, [("shop", "events"), ("shop", "orders")]) == {
         ("shop", "events_2024"): ("shop", "events"), ("shop", "events_2024h1"): ("shop", "events"),
         ("shop", "events_2024h2"): ("shop", "events"), ("shop", "events_2025"): ("shop", "events")}
+
+
+def test_partitioned_table_without_partitions_is_judged_on_itself(shop):
+    conn, settings = shop
+    pub = settings.publication
+    conn.execute("CREATE TABLE shop.empty_parent (id int PRIMARY KEY) PARTITION BY RANGE (id);"
+                 f'CREATE PUBLICATION "{pub}" FOR TABLE shop.orders')
+    [problem] = publication_problems(conn, settings, [("shop", "empty_parent")])
+    assert problem == CdcProblem(f"publication '{pub}' does not cover shop.empty_parent",
+                                 f'ALTER PUBLICATION "{pub}" ADD TABLE "shop"."empty_parent";')
+    fix_until_clean(conn, settings, [("shop", "empty_parent")])

@@ -215,13 +215,13 @@ def test_missing_publication_fix_creates_it_for_every_table(cdc_db):
     pub = settings.publication
     assert problem == CdcProblem(
         f"publication '{pub}' does not exist in this database",
-        f'CREATE PUBLICATION "{pub}" FOR TABLE "shop"."orders", "shop"."Odd Name", "shop"."events" '
-        "WITH (publish_via_partition_root = true);")
+        f'CREATE PUBLICATION "{pub}" FOR TABLE "shop"."orders", "shop"."Odd Name", "shop"."events";')
     run_fix(conn, problem)
     assert problems_about(cdc_problems(conn, settings, KEYED), "publication") == []
     published = conn.execute("SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s "
                              "ORDER BY 2", (pub,)).fetchall()
-    assert published == [("shop", "Odd Name"), ("shop", "events"), ("shop", "orders")]
+    # not via the partition root: PostgreSQL lists (and publishes) the leaf partitions under their names
+    assert published == [("shop", "Odd Name"), ("shop", "events_2024"), ("shop", "orders")]
 
 
 def test_publication_missing_some_tables_gets_add_table(cdc_db):
@@ -326,6 +326,21 @@ def test_key_only_identity_is_a_note_not_a_problem(cdc_db):
     assert cdc_notes(conn, settings, KEYED) == []
 
 
+
+def test_publication_via_partition_root_gets_a_note_about_partition_truncates(cdc_db):
+    conn, settings = cdc_db
+    pub = settings.publication
+    conn.execute(f'CREATE PUBLICATION "{pub}" FOR TABLE shop.orders, shop.events WITH (publish_via_partition_root = true)')
+    assert problems_about(cdc_problems(conn, settings, KEYED[:1] + KEYED[2:]), "partition root") == []
+    [note] = [n for n in cdc_notes(conn, settings, KEYED) if "publish_via_partition_root" in n]
+    assert note == (f"publication '{pub}' uses publish_via_partition_root, so PostgreSQL publishes nothing for a "
+                    "TRUNCATE of a single partition of shop.events and the destination would keep its rows; run "
+                    f'ALTER PUBLICATION "{pub}" SET (publish_via_partition_root = false);')
+    conn.execute(note.split("; run ", 1)[1])
+    assert [n for n in cdc_notes(conn, settings, KEYED) if "publish_via_partition_root" in n] == []
+    assert [n for n in cdc_notes(conn, settings, [("shop", "orders")]) if "partition" in n] == []
+
+
 # ---------------------------------------------------------------- the whole check, rendering
 
 def test_running_every_printed_fix_leaves_no_problem(cdc_db):
@@ -367,7 +382,7 @@ def test_ensure_creates_what_is_missing_and_is_idempotent(cdc_db):
     assert ensure_slot_and_publication(conn, creating, KEYED) == []
     assert cdc_problems(conn, settings, KEYED) == []
     assert conn.execute("SELECT pubviaroot FROM pg_publication WHERE pubname = %s",
-                        (settings.publication,)).fetchone() == (True,)
+                        (settings.publication,)).fetchone() == (False,)  # a partition's TRUNCATE is published
 
 
 def test_ensure_needs_names_and_never_drops(cdc_db):
@@ -393,8 +408,7 @@ def test_ensure_as_unprivileged_role_raises_config_error_with_the_sql(pg_cluster
                 ensure_slot_and_publication(conn, weak, KEYED[:1])
             assert f"user '{role}' may not do this" in raised.value.message
             assert raised.value.message.endswith(
-                f'CREATE PUBLICATION "{settings.publication}" FOR TABLE "shop"."orders" '
-                "WITH (publish_via_partition_root = true);")
+                f'CREATE PUBLICATION "{settings.publication}" FOR TABLE "shop"."orders";')
             admin.execute(f'CREATE PUBLICATION "{settings.publication}" FOR TABLE shop.orders')
             with pytest.raises(ConfigError) as raised:
                 ensure_slot_and_publication(conn, weak, KEYED[:1])

@@ -24,7 +24,7 @@ from olake_cli.sources.postgres.connection import PostgresSettings
 from olake_cli.sources.postgres.publication import (PUBLISH_ACTIONS, CdcProblem, PublicationView, add_tables_sql,
                                                     coverage_problems, create_publication_sql,
                                                     inspect_publication, keyless_fix_sql, keyless_problem,
-                                                    publish_everything_sql, skipped_actions)
+                                                    publish_everything_sql, skipped_actions, via_root_note)
 from olake_cli.sources.postgres.replica_identity import (KeylessTable, ResolvedTable, keyless_tables,
                                                          relation_identities, resolve_tables)
 
@@ -94,8 +94,8 @@ def require_publication_ready(conn: psycopg.Connection, settings: PostgresSettin
 
 def cdc_notes(conn: psycopg.Connection, settings: PostgresSettings,
               tables: list[tuple[str, str]]) -> list[str]:
-    """Informational lines (not problems): tables that cannot use cdc, key-only old rows on deletes, a slot
-    close to losing WAL."""
+    """Informational lines (not problems): a slot close to losing WAL, tables that cannot use cdc, a
+    publication via the partition root, key-only old rows on deletes."""
     notes = []
     if settings.replication_slot:
         info = slot_info(conn, settings.replication_slot)
@@ -107,6 +107,8 @@ def cdc_notes(conn: psycopg.Connection, settings: PostgresSettings,
     unpublished = [k for k in keyless.values() if view is None or not view.covers(k.table)]
     if unpublished:
         notes.append(_keyless_note(conn, view, unpublished))
+    via_root = via_root_note(conn, view, resolved) if view is not None else None
+    notes += [via_root] if via_root else []
     identities = relation_identities(conn, [t.oid for t in resolved if t.oid not in keyless])
     key_only = sorted({t.label for t in resolved for rel in identities.get(t.oid, [])
                        if rel.is_leaf and rel.key_only})

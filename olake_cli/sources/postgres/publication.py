@@ -3,8 +3,9 @@
 A selected table is published when each of its leaf partitions (the table itself if it is not
 partitioned) is in the publication, directly, through an ancestor (the root or an intermediate
 parent), through its schema (FOR TABLES IN SCHEMA) or FOR ALL TABLES; whether the publication uses
-``publish_via_partition_root`` does not matter (change capture maps leaves to their root). Tables
-without a usable replica identity (see replica_identity) are never added by olake.
+``publish_via_partition_root`` does not matter (change capture maps leaves to their root), but olake's
+own publications do not use it, since PostgreSQL then publishes no TRUNCATE of a single partition.
+Tables without a usable replica identity (see replica_identity) are never added by olake.
 """
 
 from __future__ import annotations
@@ -79,8 +80,8 @@ def inspect_publication(conn: psycopg.Connection, publication: str,
     query = _LEAVES_PUBLISHED_SQL.format(by_schema=_BY_SCHEMA if modern else "false")
     for root, is_leaf, is_published in conn.execute(query, params).fetchall():
         leaves[root].append((is_leaf, is_published))
-    covered = {oid: all(p for leaf, p in rows if leaf) if any(leaf for leaf, _ in rows)
-               else all(p for _, p in rows) for oid, rows in leaves.items()}
+    # judged on the leaves; a partitioned table without partitions on itself
+    covered = {oid: all([p for leaf, p in rows if leaf] or [p for _, p in rows]) for oid, rows in leaves.items()}
     filtered: dict[int, list[tuple[str, str]]] = {}
     for root, schema, name in (conn.execute(_FILTERED_SQL, params).fetchall() if modern else []):
         filtered.setdefault(root, []).append((schema, name))
@@ -88,12 +89,23 @@ def inspect_publication(conn: psycopg.Connection, publication: str,
 
 
 def create_publication_sql(conn: psycopg.Connection, publication: str, tables: list[ResolvedTable]) -> str:
-    """``CREATE PUBLICATION "pub" FOR TABLE ... WITH (publish_via_partition_root = true);``"""
+    """``CREATE PUBLICATION "pub" FOR TABLE ...;`` (publishing every action, not via the partition root)."""
     parts = [sql.SQL("CREATE PUBLICATION {}").format(sql.Identifier(publication))]
     if tables:
         parts.append(sql.SQL("FOR TABLE {}").format(_table_list(tables)))
-    parts.append(sql.SQL("WITH (publish_via_partition_root = true);"))
-    return sql.SQL(" ").join(parts).as_string(conn)
+    return sql.SQL(" ").join(parts).as_string(conn) + ";"
+
+
+def via_root_note(conn: psycopg.Connection, view: PublicationView, tables: list[ResolvedTable]) -> str | None:
+    """A warning when the publication publishes via the partition root and a partitioned table is captured."""
+    partitioned = [t.label for t in tables if t.partitioned]
+    if view.row is None or not view.row["pubviaroot"] or not partitioned:
+        return None
+    fix = sql.SQL("ALTER PUBLICATION {} SET (publish_via_partition_root = false);").format(
+        sql.Identifier(view.name)).as_string(conn)
+    return (f"publication '{view.name}' uses publish_via_partition_root, so PostgreSQL publishes nothing for a "
+            f"TRUNCATE of a single partition of {', '.join(partitioned)} and the destination would keep its "
+            f"rows; run {fix}")
 
 
 def add_tables_sql(conn: psycopg.Connection, publication: str, tables: list[ResolvedTable]) -> str:
