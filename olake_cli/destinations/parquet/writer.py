@@ -231,9 +231,14 @@ def destination_schema(stream: CatalogStream) -> pa.Schema:
 
 
 def check_root(root: str) -> None:
-    """The destination folder is usable: refuse a path that exists and is not a directory."""
+    """Refuse a destination path that is a file, or lies under one (a config error, not a crash)."""
     if os.path.exists(root) and not os.path.isdir(root):
         raise ConfigError(f"parquet: the destination path '{root}' is a file, not a folder")
+    existing = os.path.dirname(os.path.abspath(root))
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise ConfigError(f"parquet: cannot write into '{root}': Not a directory ('{existing}' is a file)")
 
 
 def append_metadata(table: pa.Table, ops: list, op_ids: list, commit_ts: list, unchanged: list,
