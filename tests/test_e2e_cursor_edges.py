@@ -1,10 +1,11 @@
 """Incremental cursor edge cases end to end: NaN/infinity cursors, the look-back window, a changed cursor.
 
-``readings`` has a float8 cursor holding NaN and ±infinity; ``events`` a timestamptz cursor holding
-±infinity and a ``cursor_lookback`` of 10 minutes. Three passes (``read | write``, then ``sync``):
+``readings`` has a float8 cursor holding NaN and ±infinity and a ``cursor_lookback`` of 15; ``events``
+a timestamptz cursor holding ±infinity and a ``cursor_lookback`` of 10 minutes. Three passes
+(``read | write`` twice, then ``sync``):
 1. full loads: the saved positions are the largest FINITE values;
-2. new rows above the position, late commits 5 minutes (inside the window) and 20 minutes (outside it)
-   below it, non-finite rows changed: everything but the row outside the window reaches the destination;
+2. new rows above the position, late commits inside the windows (5 minutes, 10 below) and outside
+   (20 minutes), non-finite rows changed: everything but the row outside the window is copied;
 3. ``readings`` switches its cursor to ``seq``: the stream is loaded anew on the new cursor.
 """
 
@@ -77,6 +78,7 @@ def test_nonfinite_cursors_lookback_and_a_changed_cursor(pg_cluster, pg_db, tmp_
                                cursor={"readings": "reading", "events": "updated_at"},
                                only={"readings", "events"})
     next(s for s in catalog["streams"] if s["name"] == "events")["cursor_lookback"] = "10 minutes"
+    next(s for s in catalog["streams"] if s["name"] == "readings")["cursor_lookback"] = 15
     cat_path.write_text(json.dumps(catalog))
 
     sync_once(src, cat_path, dst, state)
@@ -85,6 +87,7 @@ def test_nonfinite_cursors_lookback_and_a_changed_cursor(pg_cluster, pg_db, tmp_
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"""
             INSERT INTO readings SELECT g, g * 1.5, g * 10, 'new ' || g FROM generate_series(304, 320) g;
+            INSERT INTO readings VALUES (400, 440, 4000, 'late, inside the window of 15');
             UPDATE readings SET note = 'changed nan' WHERE id IN (301, 303);
             INSERT INTO events VALUES (403, timestamptz '{T0}' + interval '1 minute', 'new'),
                                       (404, timestamptz '{T0}' - interval '5 minutes', 'late, in window'),
@@ -107,6 +110,6 @@ def test_nonfinite_cursors_lookback_and_a_changed_cursor(pg_cluster, pg_db, tmp_
     assert third.returncode == 0, third.stderr.decode()[-3000:]
     assert b"cursor changed from 'reading' to 'seq'" in third.stderr
     assert third.stderr.count(b"olake: error") == 0
-    assert _positions(state)["readings"] == "3200"
+    assert _positions(state)["readings"] == "4000"
     with psycopg.connect(dsn, autocommit=True) as conn:
         _assert_stream_matches(conn, tmp_path / "out", catalog, "readings")

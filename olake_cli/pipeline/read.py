@@ -52,10 +52,9 @@ def decide_work(stream: CatalogStream, previous: StreamState | None) -> str:
 def reload_reason(stream: CatalogStream, previous: StreamState) -> str | None:
     """Why the catalog no longer matches the load ``previous`` belongs to (None: it still does)."""
     extra = previous.extra or {}
-    if extra.get("sync_mode", stream.sync_mode) != stream.sync_mode:
-        return f"sync mode changed from '{extra['sync_mode']}' to '{stream.sync_mode}'"
-    if extra.get("columns", stream.columns) != stream.columns:
-        return "columns changed"
+    if (extra.get("sync_mode", stream.sync_mode) != stream.sync_mode
+            or extra.get("columns", stream.columns) != stream.columns):
+        return "sync mode or columns changed"
     if stream.sync_mode == "incremental" and extra.get("cursor_column", stream.cursor_column) != stream.cursor_column:
         return f"cursor changed from '{extra['cursor_column']}' to '{stream.cursor_column}'"
     return None
