@@ -67,6 +67,11 @@ def test_changes_that_would_lose_values_fail_before_anything_is_acknowledged(pg_
         assert column.encode() in result.read_stderr, result.read_stderr.decode()[-2000:]
         assert b'"failure_type":"config_error"' in result.write_stdout.replace(b" ", b"")
     _assert_not_past(setup, before_alter)
+    setup.discover({"acct": "cdc"})  # what the error says to do: the stream is then loaded anew
+    assert b"loading it anew" in setup.run("pipe")
+    setup.execute("UPDATE acct SET n = 3 WHERE id = 3")
+    setup.run("pipe")
+    setup.assert_current("acct")
     setup.drop_slot()
 
 

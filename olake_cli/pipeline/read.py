@@ -15,6 +15,7 @@ from olake_cli.core import messages
 from olake_cli.core.catalog import Catalog, CatalogStream
 from olake_cli.core.errors import OlakeError
 from olake_cli.core.position import OpId, format_lsn, parse_lsn
+from olake_cli.core.schema_change import INCOMPATIBLE, olake_type_of, type_change
 from olake_cli.core.state import Chunk, State, StreamState, finish_full_load_if_done
 from olake_cli.pipeline.progress import Progress
 
@@ -57,7 +58,16 @@ def reload_reason(stream: CatalogStream, previous: StreamState) -> str | None:
         return "sync mode or columns changed"
     if stream.sync_mode == "incremental" and extra.get("cursor_column", stream.cursor_column) != stream.cursor_column:
         return f"cursor changed from '{extra['cursor_column']}' to '{stream.cursor_column}'"
+    current = column_types(stream)
+    for name, old in (extra.get("column_types") or {}).items():
+        if current.get(name) is not None and type_change(old, current[name]) == INCOMPATIBLE:
+            return f"column '{name}' changed type from {old} to {current[name]} in the catalog"
     return None
+
+
+def column_types(stream: CatalogStream) -> dict[str, str | None]:
+    """Column name -> x-olake-type, as recorded with a load (a later widening needs no reload)."""
+    return {name: olake_type_of(prop) for name, prop in stream.json_schema.get("properties", {}).items()}
 
 
 class ReadPipeline:
@@ -135,7 +145,8 @@ class ReadPipeline:
                          cursor_field=position,
                          chunks=[Chunk("pending", b.min, b.max) for b in plan.bounds],
                          extra={"chunk_column": chunk_column, "load_id": uuid.uuid4().hex[:12],
-                                "sync_mode": stream.sync_mode, "columns": stream.columns})
+                                "sync_mode": stream.sync_mode, "columns": stream.columns,
+                                "column_types": column_types(stream)})
         if stream.sync_mode == "incremental":
             ss.extra["cursor_column"] = stream.cursor_column
         if plan.table_identity is not None:
