@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from olake_cli.core.catalog import is_cursor_type
 from olake_cli.sources.postgres import types as pgtypes
 from olake_cli.sources.postgres.replica_identity import ResolvedTable, keyless_tables
-
-# olake types whose values order naturally and can serve as an incremental cursor.
-CURSOR_TYPES = ("int16", "int32", "int64", "date", "timestamp", "timestamptz", "numeric", "float32", "float64")
 
 TABLES_SQL = """
 SELECT n.nspname, c.relname, c.relkind, c.oid
@@ -37,11 +35,6 @@ def primary_key(conn, table_oid: int) -> list[str]:
     return [row[0] for row in conn.execute(PRIMARY_KEY_SQL, (table_oid,)).fetchall()]
 
 
-def is_cursor_candidate(olake_type: str) -> bool:
-    """Whether a column of this olake type can be an incremental cursor."""
-    return olake_type in CURSOR_TYPES or olake_type.startswith("decimal(")
-
-
 def discover_stream(conn, schema: str, table: str, relkind: str, oid: int,
                     cdc_unsupported: str | None = None) -> dict[str, Any]:
     """One catalog stream entry for a table, with its JSON Schema, key, cursor candidates and sync modes.
@@ -51,7 +44,7 @@ def discover_stream(conn, schema: str, table: str, relkind: str, oid: int,
     columns = pgtypes.fetch_columns(conn, schema, table)
     properties = {col.name: pgtypes.json_schema_property(col) for col in columns}
     pkey = primary_key(conn, oid)
-    candidates = [col.name for col in columns if is_cursor_candidate(col.olake_type)]
+    candidates = [col.name for col in columns if is_cursor_type(col.olake_type)]
     modes = ["full_refresh"] + ([] if cdc_unsupported else ["cdc"])
     if candidates:
         modes.insert(1, "incremental")

@@ -215,7 +215,7 @@ def _creatable(problem: str) -> bool:
     """Whether ``read`` with create_slot_and_publication fixes this problem by itself."""
     return problem.endswith(("does not exist in this database",)) or (
         problem.startswith("replication slot") and "does not exist" in problem) or (
-        problem.startswith("publication") and "does not cover" in problem)
+        problem.startswith("publication") and ("does not cover" in problem or "does not publish" in problem))
 
 
 def _qualified(conn, dotted: str) -> str:
