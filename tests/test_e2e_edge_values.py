@@ -110,7 +110,8 @@ def test_values_that_cannot_be_carried_fail_naming_stream_column_and_row(pg_clus
     src = write_json(tmp_path / "src.json", pg_cluster.source_config(pg_db))
     dst = write_json(tmp_path / "dst.json", {"type": "parquet", "path": str(tmp_path / "out")})
     state = tmp_path / "state.json"
-    for table, wanted in (("late", b"column 'ts', row "), ("based", b"column 'a': array with dimensions [0:2]")):
+    for table, wanted in (("late", b"column 'ts', row with key id=42"),
+                          ("based", b"column 'a': array with dimensions [0:2]")):
         catalog_path = tmp_path / f"{table}.json"
         discover_catalog(src, catalog_path, {}, only={table})
         result = read_into_write(["--config", src, "--catalog", str(catalog_path), "--state", str(state)],

@@ -180,7 +180,9 @@ class ParquetDestination:
     def _decode(self, buf: StreamBuffer) -> None:
         if not buf.rows:
             return
-        table, warnings = codec.decode_rows(buf.rows, buf.stream.json_schema, all_nullable=True)
+        table, warnings = codec.decode_rows(buf.rows, buf.stream.json_schema, all_nullable=True,
+                                            stream=buf.stream.label,
+                                            key_columns=tuple(buf.stream.primary_key_columns))
         for warning in warnings:
             if warning not in buf.warned:
                 buf.warned.add(warning)

@@ -28,6 +28,7 @@ class ScanTask:
     sink: Any = None  # sync: the destination's chunk writer; the task writes the rows itself
     load_id: str | None = None
     snapshot_key: str | None = None
+    key_columns: tuple[str, ...] = ()  # named in errors about a value that cannot be carried
 
 
 @dataclass
@@ -91,7 +92,7 @@ def run_scan_task(task: ScanTask) -> ScanResult:
                 continue
             emitted_at = int(time.time() * 1000)
             blob = encode_records(batch, task.json_schema, task.stream, task.namespace, emitted_at,
-                                  task.extra_data)
+                                  task.extra_data, task.key_columns)
             spool.write(blob) if spool else result.blobs.append(blob)
             result.rows += batch.num_rows
         if spool:
@@ -117,7 +118,7 @@ def _sink_chunk(task: ScanTask) -> ScanResult:
         batches = [b for b in read_batches(task) if b.num_rows]
         result.rows, result.warnings = task.sink.write(
             task.namespace, task.stream, task.load_id, task.chunk_index, task.snapshot_key,
-            task.json_schema, batches)
+            task.json_schema, batches, task.key_columns)
     except OlakeError as exc:
         result.error = exc
     except Exception as exc:  # driver errors arrive as many types; report them as one SourceError

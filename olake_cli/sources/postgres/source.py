@@ -145,14 +145,15 @@ class PostgresSource:
         where = chunking.chunk_predicate(chunk_column, key_types, lo, hi)
         if extra_where is not None:
             where = sql.SQL("({}) AND ({})").format(where, extra_where)
-        cols = [live_schema.select_null(c) if c.name in info.missing else pgtypes.select_expression(c)
+        key = tuple(info.primary_key)
+        cols = [live_schema.select_null(c) if c.name in info.missing else pgtypes.select_expression(c, key)
                 for c in info.columns]
         query = sql.SQL("SELECT {cols} FROM {s}.{t} WHERE {w}").format(
             cols=sql.SQL(", ").join(cols), s=sql.Identifier(info.schema), t=sql.Identifier(info.table), w=where)
         return ScanTask(stream=stream.name, namespace=stream.namespace, chunk_index=index,
                         query=query.as_string(conn), uri=self.settings.uri(), snapshot_id=snapshot_id,
                         json_schema=stream.json_schema, batch_rows=self.settings.batch_rows,
-                        extra_data=extra_data)
+                        extra_data=extra_data, key_columns=key)
 
     def incremental_task(self, conn, info: TableInfo, stream: Any, cursor: str, after: str | None,
                          upto: str | None, snapshot_id: str | None, extra_data: dict[str, Any]) -> ScanTask:
