@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 
 import psycopg
 import pyarrow.compute as pc
 import pytest
 
-from tests.support.cli import olake_cmd, olake_env, read_into_write, run_olake, write_json
+from tests.support.cli import kill_read_after_chunks, read_into_write, run_olake, write_json
 from tests.support.verify import assert_table_matches, distinct_rows, read_parquet
 
 ROWS = 90_000
@@ -50,21 +47,7 @@ def test_sigkill_read_then_resume(pg_cluster, big_table, tmp_path):
     state = tmp_path / "st.json"
     read_args = ["--config", src, "--catalog", str(tmp_path / "cat.json"), "--state", str(state)]
 
-    env = olake_env()
-    reader = subprocess.Popen(olake_cmd("read", *read_args), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
-    writer = subprocess.Popen(olake_cmd("write", "--config", dst, "--state", str(state)), stdin=reader.stdout,
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
-    reader.stdout.close()
-    # write echoes a STATE once it is committed; the pipe's back-pressure keeps read at most a chunk or
-    # two ahead, so killing read after the third committed chunk lands in the middle of the load.
-    for line in writer.stdout:
-        echoed = json.loads(line)["state"]["streams"][0]["stream_state"].get("chunks") or []
-        if sum(c["status"] == "succeed" for c in echoed) >= 3:
-            break
-    assert reader.poll() is None, "read finished before it could be killed"
-    os.kill(reader.pid, signal.SIGKILL)
-    reader.wait()
-    writer.communicate(timeout=60)
+    kill_read_after_chunks(read_args, ["--config", dst, "--state", str(state)])
 
     chunks_at_kill = _chunks(state)
     total = len(chunks_at_kill)

@@ -9,13 +9,10 @@ destination then equals the source exactly, without duplicates (the new load rep
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 
 import psycopg
 
-from tests.support.cli import olake_cmd, olake_env, run_olake, write_json
+from tests.support.cli import kill_read_after_chunks, run_olake, write_json
 from tests.support.verify import assert_table_matches, read_parquet
 
 ROWS = 12_000
@@ -27,23 +24,6 @@ def _stream_state(state_path) -> dict:
     except (FileNotFoundError, json.JSONDecodeError):
         return {}
     return next((s["stream_state"] for s in streams if s["stream_name"] == "parts"), {})
-
-
-def _kill_read_after_three_chunks(read_args: list[str], write_args: list[str]) -> None:
-    env = olake_env()
-    reader = subprocess.Popen(olake_cmd("read", *read_args), stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, env=env)
-    writer = subprocess.Popen(olake_cmd("write", *write_args), stdin=reader.stdout, stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, env=env)
-    reader.stdout.close()
-    for line in writer.stdout:
-        echoed = json.loads(line)["state"]["streams"][0]["stream_state"].get("chunks") or []
-        if sum(c["status"] == "succeed" for c in echoed) >= 3:
-            break
-    assert reader.poll() is None, "read finished before it could be killed"
-    os.kill(reader.pid, signal.SIGKILL)
-    reader.wait()
-    writer.communicate(timeout=60)
 
 
 def test_resume_after_vacuum_full_reloads_the_stream(pg_cluster, pg_db, tmp_path):
@@ -59,7 +39,7 @@ def test_resume_after_vacuum_full_reloads_the_stream(pg_cluster, pg_db, tmp_path
     assert disc.returncode == 0, disc.stderr
     (tmp_path / "cat.json").write_bytes(disc.stdout)
     state = tmp_path / "st.json"
-    _kill_read_after_three_chunks(["--config", src, "--catalog", str(tmp_path / "cat.json"), "--state", str(state)],
+    kill_read_after_chunks(["--config", src, "--catalog", str(tmp_path / "cat.json"), "--state", str(state)],
                                   ["--config", dst, "--state", str(state)])
     at_kill = _stream_state(state)
     assert at_kill["chunk_column"] == "ctid"

@@ -69,3 +69,27 @@ def read_into_write(read_args: list[str], write_args: list[str], timeout: float 
     r_err = reader.stderr.read()
     reader.wait(timeout=60)
     return PipeResult(reader.returncode, writer.returncode, r_err, w_out, w_err)
+
+
+def kill_read_after_chunks(read_args: list[str], write_args: list[str], chunks: int = 3) -> None:
+    """Run ``read | write`` and SIGKILL read once write has echoed ``chunks`` committed chunks.
+
+    write echoes a STATE once it is committed; the pipe's back-pressure keeps read at most a chunk or
+    two ahead, so the kill lands in the middle of the load.
+    """
+    import signal
+
+    env = olake_env()
+    reader = subprocess.Popen(olake_cmd("read", *read_args), stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, env=env)
+    writer = subprocess.Popen(olake_cmd("write", *write_args), stdin=reader.stdout, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, env=env)
+    reader.stdout.close()
+    for line in writer.stdout:
+        echoed = json.loads(line)["state"]["streams"][0]["stream_state"].get("chunks") or []
+        if sum(c["status"] == "succeed" for c in echoed) >= chunks:
+            break
+    assert reader.poll() is None, "read finished before it could be killed"
+    os.kill(reader.pid, signal.SIGKILL)
+    reader.wait()
+    writer.communicate(timeout=60)
