@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from olake_cli.core.errors import ConfigError, PositionLostError
-from olake_cli.core.position import OpId
+from olake_cli.core.opid import OpId
 from olake_cli.sources.postgres.change_feed import (ChangeEvent, advance_slot, current_wal_lsn, read_changes,
                                                     slot_info)
 from olake_cli.sources.postgres.pgoutput import UNCHANGED_TOAST
@@ -52,7 +52,7 @@ def summary(events: list[ChangeEvent]) -> list[tuple]:
 def group_by_transaction(events: list[ChangeEvent]) -> list[list[ChangeEvent]]:
     groups: list[list[ChangeEvent]] = []
     for event in events:
-        if groups and groups[-1][0].op_id.commit_lsn == event.op_id.commit_lsn:
+        if groups and groups[-1][0].op_id.commit == event.op_id.commit:
             groups[-1].append(event)
         else:
             groups.append([event])
@@ -125,7 +125,7 @@ def test_read_changes_decodes_every_kind_of_change(conn, slot) -> None:
     assert [summary(group) for group in transactions] == expected
     assert transactions[4][0].new["big"] is UNCHANGED_TOAST
     assert stream.finished and stream.transactions == 8
-    assert stream.last_commit_lsn == events[-1].op_id.commit_lsn < stream.last_end_lsn
+    assert stream.last_commit_lsn == events[-1].op_id.commit < stream.last_end_lsn
     assert stream.resume_lsn >= stream.last_end_lsn
     for previous, event in zip(events, events[1:]):
         assert previous.op_id < event.op_id
@@ -134,7 +134,7 @@ def test_read_changes_decodes_every_kind_of_change(conn, slot) -> None:
         assert [e.op_id.seq for e in group] == list(range(1, len(group) + 1))
         for event in group:
             assert started - 1_000_000 <= event.commit_ts_us <= finished + 1_000_000
-            assert 0 < event.lsn < event.op_id.commit_lsn
+            assert 0 < event.lsn < event.op_id.commit
     commit_times = [g[0].commit_ts_us for g in transactions]
     assert commit_times == sorted(commit_times)
 
@@ -162,8 +162,8 @@ def test_peek_does_not_consume_and_advance_moves_the_start(conn, slot) -> None:
     stream = read_changes(conn, slot, PUB, upto)
     end_lsn_before: dict[int, int] = {}  # commit_lsn of transaction k+1 -> end_lsn of transaction k
     for event in stream:
-        end_lsn_before.setdefault(event.op_id.commit_lsn, stream.last_end_lsn)
-    commits = [g[0].op_id.commit_lsn for g in group_by_transaction(first)]
+        end_lsn_before.setdefault(event.op_id.commit, stream.last_end_lsn)
+    commits = [g[0].op_id.commit for g in group_by_transaction(first)]
     t3_commit, t3_end = commits[2], end_lsn_before[commits[3]]
     assert t3_commit < t3_end < commits[3]
 
@@ -197,7 +197,7 @@ def test_resume_lsn_skips_everything_read_including_unpublished_transactions(con
     conn.execute("INSERT INTO def_t VALUES (50, 'late')")
     late = read_all(conn, slot)
     assert summary(late) == [("c", "public", "def_t", 1, {"id": "50", "v": "late", "extra": None}, None)]
-    assert late[0].op_id.commit_lsn > position
+    assert late[0].op_id.commit > position
 
 
 def test_commit_just_made_is_read_despite_async_commit(conn, slot) -> None:
@@ -262,7 +262,7 @@ def test_fifty_thousand_changes_in_one_transaction(conn, slot) -> None:
     count = 0
     commit_lsn = None
     for count, event in enumerate(stream, start=1):
-        commit_lsn = commit_lsn or event.op_id.commit_lsn
+        commit_lsn = commit_lsn or event.op_id.commit
         assert event.op_id == OpId(commit_lsn, count)
         assert event.new == {"id": str(count), "v": f"row {count}"}
     assert count == 60000 and stream.transactions == 1 and stream.last_commit_lsn == commit_lsn
@@ -281,7 +281,7 @@ def test_fifty_thousand_transactions(conn, slot) -> None:
     for count, event in enumerate(stream, start=1):
         i = (count + 1) // 2
         assert event.op_id > previous and event.op_id.seq == 2 - count % 2
-        assert event.op_id.commit_lsn > previous.commit_lsn or event.op_id.seq == 2
+        assert event.op_id.commit > previous.commit or event.op_id.seq == 2
         expected = ("c", {"id": str(i), "v": None}) if count % 2 else ("u", {"id": str(i), "v": f"u{i}"})
         assert (event.op, event.new) == expected
         previous = event.op_id

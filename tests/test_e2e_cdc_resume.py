@@ -20,7 +20,8 @@ from collections import Counter
 
 import psycopg
 
-from olake_cli.core.position import OpId, parse_lsn
+from olake_cli.core.opid import OpId
+from olake_cli.sources.postgres.lsn import parse_lsn
 from tests.support.cdc import discover_catalog, make_accounts, sync_once
 from tests.support.cli import olake_cmd, olake_env, write_json
 from tests.support.verify import assert_table_matches, latest_versions, read_parquet
@@ -112,7 +113,7 @@ def test_sigkill_inside_a_transaction_then_resume(pg_cluster, pg_db, tmp_path):
     inside = _kill_inside_big_transaction(src, str(tmp_path / "cat.json"), dst, state)
     assert len(inside) == 2, f"expected two checkpoints inside the big transaction, saw {inside}"
     earlier, at_kill = _position(inside[0]), _position(inside[1])
-    assert earlier.commit_lsn == at_kill.commit_lsn and (earlier.seq, at_kill.seq) == (5000, 10000)
+    assert earlier.commit == at_kill.commit and (earlier.seq, at_kill.seq) == (5000, 10000)
     saved = json.loads(state.read_text())
     assert _position(_acct_entry(saved)["stream_state"]) == at_kill
 
@@ -130,7 +131,7 @@ def test_sigkill_inside_a_transaction_then_resume(pg_cluster, pg_db, tmp_path):
     with psycopg.connect(dsn, autocommit=True) as conn:
         confirmed = conn.execute("SELECT (confirmed_flush_lsn - '0/0'::pg_lsn)::text FROM pg_replication_slots "
                                  "WHERE slot_name = %s", (SLOT,)).fetchone()[0]
-    assert int(confirmed) == earlier.commit_lsn, "the slot is confirmed up to the committed position only"
+    assert int(confirmed) == earlier.commit, "the slot is confirmed up to the committed position only"
 
     data = read_parquet(str(tmp_path / "out" / "public" / "acct"))
     op_ids = Counter(k for k, op in zip(data.column("_olake_op_id").to_pylist(), data.column("_olake_op").to_pylist())

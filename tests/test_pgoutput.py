@@ -10,7 +10,8 @@ import psycopg
 import pytest
 
 from olake_cli.core.errors import SourceError, StateError
-from olake_cli.core.position import OpId, format_lsn, parse_lsn
+from olake_cli.core.opid import OpId
+from olake_cli.sources.postgres.lsn import format_lsn, parse_lsn
 from olake_cli.sources.postgres.pgoutput import (UNCHANGED_TOAST, Begin, Column, Commit, Delete, Insert,
                                                  LogicalMessage, Origin, Relation, RelationCache, Truncate,
                                                  Type, Update, decode, decode_tuple)

@@ -8,13 +8,13 @@ from typing import Optional
 import typer
 from typer.exceptions import TyperException
 
-from olake_cli.cli.config import load_config
+from olake_cli.core.config import load_config
 from olake_cli.cli.report import fail, log, protocol_writer
 from olake_cli.core import messages
 from olake_cli.core.errors import ConfigError, OlakeError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Copy PostgreSQL into Parquet: chunked parallel full loads on Spark, resumable state.")
+                  help="Copy PostgreSQL and MongoDB into Parquet: chunked parallel full loads on Spark, change capture, resumable state.")
 state_app = typer.Typer(no_args_is_help=True, help="Work with state files.")
 app.add_typer(state_app, name="state")
 
@@ -26,10 +26,10 @@ PARALLEL_OPT = typer.Option(None, "--max-parallel", min=1, help="Chunks scanned 
 
 
 @app.command()
-def spec(source: Optional[str] = typer.Option(None, "--source", help="Source type, e.g. postgres."),
+def spec(source: Optional[str] = typer.Option(None, "--source", help="Source type: postgres or mongodb."),
          destination: Optional[str] = typer.Option(None, "--destination", help="Destination type, e.g. parquet.")) -> None:
     """Print the SPEC message (the config's JSON Schema) of a connector."""
-    from olake_cli.cli.config import schema_for
+    from olake_cli.core.config import schema_for
     from olake_cli.core.validation import load_schema
 
     if bool(source) == bool(destination):
@@ -46,7 +46,7 @@ def check(config: str = CONFIG_OPT) -> None:
     role, kind, cfg = load_config(config)
     out = protocol_writer()
     try:
-        text = check_connector(role, kind, cfg)
+        text = check_connector(role, kind, cfg, log)
     except OlakeError as exc:
         out.write(messages.connection_status(False, exc.message))
         out.flush()
@@ -58,10 +58,9 @@ def check(config: str = CONFIG_OPT) -> None:
 @app.command()
 def discover(config: str = CONFIG_OPT) -> None:
     """Print the CATALOG of every table the source config can see."""
-    from olake_cli.pipeline.connectors import make_source
+    from olake_cli.pipeline.connectors import run_discover
 
-    _, kind, cfg = load_config(config, role="source")
-    catalog = make_source(kind, cfg).discover()
+    catalog = run_discover(config)
     protocol_writer().write(messages.catalog_message(catalog))
     log(f"discovered {len(catalog['streams'])} stream(s)")
 

@@ -20,6 +20,19 @@ destination and the wire value inside ``record.data`` (both sides work a batch a
     array<T>               JSON array of T's wire values -> list<element: T>; nesting is the
                            column's declared number of dimensions (array<array<T>> for T[][])
 
+MongoDB (BSON) types, see ``olake_cli.sources.mongodb.bson_types``:
+
+    objectid, decimal128   string (24 lowercase hex digits / str(bson.Decimal128)) -> utf8
+    datetime_ms            integer milliseconds since 1970 (BSON's whole int64 range)
+                           -> timestamp[ms, UTC]
+    bson                   canonical Extended JSON text -> pa.json_()
+    document               JSON object of its sub-fields' wire values -> struct; the property's
+                           "properties" give each sub-field's x-olake-type (recursively)
+    array<document>        the element's sub-fields in the property's "items": {"properties"}
+
+``document`` needs its property, not just the type string: ``field_arrow_type(prop)`` and the
+``prop`` argument of ``wire_values`` / ``decode_column`` carry it.
+
 ``encode_records`` reads what the ADBC PostgreSQL driver yields for the scan's ``select_expression``:
 dates and timestamps shifted to 1970 without overflow checks (so PostgreSQL's infinities and its last
 30 years of timestamps arrive wrapped around int64/int32, and are unwrapped here), interval as an
@@ -60,6 +73,8 @@ _SIMPLE_TYPES: dict[str, pa.DataType] = {
     "uuid": pa.uuid(), "json": pa.json_(), "bytes": pa.binary(), "date": pa.date32(),
     "time": pa.time64("us"), "timestamp": pa.timestamp("us"),
     "timestamptz": pa.timestamp("us", tz="UTC"), "interval": _INTERVAL_TYPE,
+    "objectid": pa.string(), "decimal128": pa.string(), "datetime_ms": pa.timestamp("ms", tz="UTC"),
+    "bson": pa.json_(),
 }
 _UUID_PATTERN = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 _DECIMAL_RE = re.compile(r"decimal\((\d+),(\d+)\)")
@@ -77,7 +92,38 @@ def arrow_type(olake_type: str) -> pa.DataType:
     match = _DECIMAL_RE.fullmatch(olake_type)
     if match and 1 <= int(match[1]) <= 38 and int(match[2]) <= int(match[1]):
         return pa.decimal128(int(match[1]), int(match[2]))
+    if "document" in olake_type:
+        raise CatalogError(f"x-olake-type {olake_type!r} takes its fields from the json_schema property "
+                           "(use field_arrow_type)")
     raise CatalogError(f"unknown x-olake-type {olake_type!r}")
+
+
+def field_arrow_type(prop: dict, column: str = "?") -> pa.DataType:
+    """The destination Arrow type of a json_schema property (``document`` types need the property)."""
+    olake_type = olake_type_of(prop, column)
+    if "document" not in olake_type:
+        return arrow_type(olake_type)
+    if olake_type == "document":
+        return pa.struct([pa.field(name, field_arrow_type(sub, f"{column}.{name}"), nullable=_nullable(sub))
+                          for name, sub in sub_properties(prop, column).items()])
+    if olake_type.startswith("array<") and olake_type.endswith(">"):
+        element = element_property(prop, olake_type)
+        return pa.list_(pa.field("element", field_arrow_type(element, f"{column}[]")))
+    raise CatalogError(f"column {column!r}: unknown x-olake-type {olake_type!r}")
+
+
+def sub_properties(prop: dict, column: str) -> dict:
+    """The ``properties`` of a ``document`` property (at least one), or a CatalogError."""
+    properties = prop.get("properties")
+    if not isinstance(properties, dict) or not properties:
+        raise CatalogError(f"column {column!r}: x-olake-type document needs a non-empty 'properties'")
+    return properties
+
+
+def element_property(prop: dict | None, olake_type: str) -> dict:
+    """The property of an ``array<T>`` element: the property's ``items`` with x-olake-type T."""
+    items = (prop or {}).get("items")
+    return {**(items if isinstance(items, dict) else {}), "x-olake-type": olake_type[6:-1]}
 
 
 def olake_type_of(prop: dict, column: str) -> str:
@@ -90,12 +136,13 @@ def olake_type_of(prop: dict, column: str) -> str:
 
 def arrow_schema(json_schema: dict) -> pa.Schema:
     """The Arrow schema of a stream: properties in order, nullable when the JSON type allows null."""
-    fields = []
-    for name, prop in json_schema.get("properties", {}).items():
-        json_type = prop.get("type", [])
-        nullable = json_type == "null" or (isinstance(json_type, list) and "null" in json_type)
-        fields.append(pa.field(name, arrow_type(olake_type_of(prop, name)), nullable=nullable))
-    return pa.schema(fields)
+    return pa.schema([pa.field(name, field_arrow_type(prop, name), nullable=_nullable(prop))
+                      for name, prop in json_schema.get("properties", {}).items()])
+
+
+def _nullable(prop: dict) -> bool:
+    json_type = prop.get("type", [])
+    return json_type == "null" or (isinstance(json_type, list) and "null" in json_type)
 
 
 # ----------------------------------------------------------------------------- encoding
@@ -134,7 +181,8 @@ def encode_records(batch: pa.RecordBatch, json_schema: dict, stream: str, namesp
         if name not in properties:
             raise CatalogError(f"column {name!r} is not a property of stream {stream!r}")
         try:
-            columns.append(wire_values(array, olake_type_of(properties[name], name), name))
+            prop = properties[name]
+            columns.append(wire_values(array, olake_type_of(prop, name), name, prop))
         except BadValue as bad:
             key = {k: batch.column(k)[bad.index].as_py() for k in key_columns if k in names}
             label = f"{namespace}.{stream}" if namespace else stream
@@ -156,8 +204,10 @@ def encode_records(batch: pa.RecordBatch, json_schema: dict, stream: str, namesp
     return prefix + (b"}}\n" + prefix).join(data) + b"}}\n"
 
 
-def wire_values(array: pa.Array | pa.ChunkedArray, olake_type: str, column: str) -> list:
-    """The wire (JSON-ready) values of one column, as a Python list."""
+def wire_values(array: pa.Array | pa.ChunkedArray, olake_type: str, column: str,
+                prop: dict | None = None) -> list:
+    """The wire (JSON-ready) values of one column, as a Python list (``prop``: its json_schema
+    property, needed by ``document`` and ``array<document>``)."""
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks()
     if isinstance(array.type, pa.UuidType):
@@ -168,6 +218,8 @@ def wire_values(array: pa.Array | pa.ChunkedArray, olake_type: str, column: str)
     encoder = _ENCODERS.get(kind)
     if encoder is None:
         raise CatalogError(f"column {column!r}: unknown x-olake-type {olake_type!r}")
+    if kind in _NESTED_KINDS:
+        return encoder(array, olake_type, column, prop)
     return encoder(array, olake_type, column)
 
 
@@ -314,13 +366,38 @@ def parse_iso_interval(text: str, column: str) -> dict:
 _parse_iso_interval = parse_iso_interval  # the former private name
 
 
-def _arrays(array: pa.Array, olake_type: str, column: str) -> list:
+def _datetimes_ms(array: pa.Array, olake_type: str, column: str) -> list:
+    _expect(array, pa.types.is_timestamp(array.type), olake_type, column)
+    if array.type.unit != "ms":
+        try:
+            array = pc.cast(array, pa.timestamp("ms", tz=array.type.tz))  # safe: refuses truncation
+        except pa.ArrowInvalid as exc:
+            raise SourceError(f"column {column!r}: {exc}") from None
+    return array.view(pa.int64()).to_pylist()
+
+
+def _documents(array: pa.Array, olake_type: str, column: str, prop: dict | None) -> list:
+    _expect(array, pa.types.is_struct(array.type), olake_type, column)
+    properties = sub_properties(prop or {}, column)
+    children = dict(zip((field.name for field in array.type), array.flatten()))
+    if set(children) != set(properties):
+        raise SourceError(f"column {column!r}: struct fields {sorted(children)} are not the "
+                          f"document's properties {sorted(properties)}")
+    names = list(properties)
+    columns = [wire_values(children[name], olake_type_of(sub, name), f"{column}.{name}", sub)
+               for name, sub in properties.items()]
+    return [dict(zip(names, row)) if valid else None
+            for valid, row in zip(array.is_valid().to_pylist(), zip(*columns))]
+
+
+def _arrays(array: pa.Array, olake_type: str, column: str, prop: dict | None = None) -> list:
     if pa.types.is_string(array.type):  # multi-dimensional: PostgreSQL's array text (see types.py)
         return _array_texts(array.to_pylist(), olake_type, column)
     _expect(array, pa.types.is_list(array.type) or pa.types.is_large_list(array.type),
             olake_type, column)
+    element_prop = element_property(prop, olake_type) if prop is not None else None
     try:
-        element_values = wire_values(array.flatten(), olake_type[6:-1], column)
+        element_values = wire_values(array.flatten(), olake_type[6:-1], column, element_prop)
     except BadValue as bad:
         raise BadValue(row_of_element(array, bad.index), bad.detail) from None
     result, position = [], 0
@@ -352,12 +429,15 @@ _ENCODERS = {
     "numeric": _plain, "string": _plain, "json": _plain, "uuid": _plain,
     "float32": _floats, "float64": _floats, "bytes": _bytes, "date": _dates, "time": _times,
     "timestamp": _timestamps, "timestamptz": _timestamps, "interval": _intervals, "array": _arrays,
+    "objectid": _plain, "decimal128": _plain, "bson": _plain, "datetime_ms": _datetimes_ms,
+    "document": _documents,
 }
-
+_NESTED_KINDS = frozenset({"array", "document"})  # their encoders and decoders take the property
 
 
 from olake_cli.core.codec_decode import decode_column, decode_rows, to_destination  # noqa: E402
 
 __all__ = ["INT32_MAX", "INT32_MIN", "INT64_MAX", "INT64_MIN", "BadValue", "arrow_schema", "arrow_type",
-           "decode_column", "decode_rows", "encode_records", "olake_type_of", "parse_iso_interval",
-           "to_destination", "value_error", "wire_values"]
+           "decode_column", "decode_rows", "element_property", "encode_records", "field_arrow_type",
+           "olake_type_of", "parse_iso_interval", "sub_properties", "to_destination", "value_error",
+           "wire_values"]

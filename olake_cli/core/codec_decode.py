@@ -8,14 +8,17 @@ the row's key.
 from __future__ import annotations
 
 import binascii
+import re
 
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from olake_cli.core.codec import (
     _DATE_MAX, _DATE_MIN, _DAY_US, _FLOAT_WIRE, _INT_TYPES, _INTERVAL_FIELDS, _INTERVAL_TYPE,
-    _TS_MAX_US, _TS_MIN_US, _UUID_PATTERN, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, BadValue,
-    _fast_mask, arrow_schema, arrow_type, olake_type_of, value_error, wire_values,
+    _NESTED_KINDS, _TS_MAX_US, _TS_MIN_US, _UUID_PATTERN, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN,
+    BadValue, _fast_mask, arrow_schema, arrow_type, element_property, field_arrow_type,
+    olake_type_of, sub_properties, value_error, wire_values,
 )
 from olake_cli.core.errors import CatalogError, DestinationError, ProtocolError
 from olake_cli.core.pgcalendar import parse_date, parse_timestamp
@@ -40,8 +43,8 @@ def decode_rows(rows: list[dict], json_schema: dict, all_nullable: bool = False,
         except AttributeError:
             raise ProtocolError("record.data must be a JSON object") from None
         try:
-            array = decode_column(values, olake_type_of(json_schema["properties"][name], name), name,
-                                  warnings)
+            prop = json_schema["properties"][name]
+            array = decode_column(values, olake_type_of(prop, name), name, warnings, prop)
         except BadValue as bad:
             key = {k: rows[bad.index].get(k) for k in key_columns}
             raise value_error(DestinationError, stream, name, key, bad.index, bad.detail) from None
@@ -63,17 +66,20 @@ def to_destination(batch: pa.RecordBatch | pa.Table, json_schema: dict, stream: 
     warnings: list[str] = []
     arrays = []
     for field in schema:
-        olake_type = olake_type_of(json_schema["properties"][field.name], field.name)
+        prop = json_schema["properties"][field.name]
+        olake_type = olake_type_of(prop, field.name)
         column = batch.column(field.name)
-        direct = _already_exact(column, olake_type, field.type)
+        direct = _already_exact(column, olake_type, field.type, prop)
         if direct is not None:
             arrays.append(direct)
             continue
         try:
-            values = wire_values(column, olake_type, field.name)
+            values = wire_values(column, olake_type, field.name, prop)
             if olake_type == "uuid" or olake_type == "array<uuid>":
                 values = _uuid_text(values)
-            arrays.append(decode_column(values, olake_type, field.name, warnings))
+            elif "document" in olake_type:  # uuid.UUID objects nested: the JSON text's values
+                values = orjson.loads(orjson.dumps(values))
+            arrays.append(decode_column(values, olake_type, field.name, warnings, prop))
         except BadValue as bad:
             key = {k: batch.column(k)[bad.index].as_py() for k in key_columns}
             raise value_error(DestinationError, stream, field.name, key, bad.index, bad.detail) from None
@@ -81,15 +87,20 @@ def to_destination(batch: pa.RecordBatch | pa.Table, json_schema: dict, stream: 
 
 
 _PLAIN_TYPES = {"bool", "int16", "int32", "int64", "float32", "float64", "string"}
+# an Arrow value of exactly the destination type is the destination value for these (BSON) types
+_SAME_TYPE_EXACT = _PLAIN_TYPES | {"objectid", "decimal128", "datetime_ms", "bson", "uuid", "bytes"}
 
 
 def _already_exact(array: pa.Array | pa.ChunkedArray, olake_type: str,
-                   target: pa.DataType) -> pa.Array | None:
+                   target: pa.DataType, prop: dict | None = None) -> pa.Array | None:
     """The scanned column itself when it already is the destination value (no per-value work):
-    plain types of the right Arrow type, and dates/timestamps all within years 1..9999."""
+    plain and BSON types (documents and arrays of them too) of the right Arrow type, and
+    dates/timestamps all within years 1..9999."""
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks()
     if olake_type in _PLAIN_TYPES and array.type == target:
+        return array
+    if array.type == target and _exact_when_same_type(olake_type, prop):
         return array
     if olake_type == "date" and pa.types.is_date32(array.type):
         return array if _fast_mask(array.view(pa.int32()), (_DATE_MIN, _DATE_MAX)) is None else None
@@ -100,19 +111,35 @@ def _already_exact(array: pa.Array | pa.ChunkedArray, olake_type: str,
     return None
 
 
+def _exact_when_same_type(olake_type: str, prop: dict | None) -> bool:
+    """Whether every value of this (possibly nested) type is exact once its Arrow type is."""
+    if olake_type in _SAME_TYPE_EXACT:
+        return True
+    if olake_type.startswith("array<") and olake_type.endswith(">"):
+        return _exact_when_same_type(olake_type[6:-1], element_property(prop, olake_type))
+    if olake_type == "document" and prop is not None:
+        return all(_exact_when_same_type(olake_type_of(sub, name), sub)
+                   for name, sub in sub_properties(prop, "?").items())
+    return False
+
+
 def _uuid_text(values: list) -> list:
     """uuid.UUID objects (what the encoder hands orjson) as their canonical text."""
     return [v if v is None or isinstance(v, str) else
             [None if u is None else str(u) for u in v] if isinstance(v, list) else str(v) for v in values]
 
 
-def decode_column(values: list, olake_type: str, column: str, warnings: list[str]) -> pa.Array:
-    """Wire values of one column as an Arrow array of ``arrow_type(olake_type)``."""
+def decode_column(values: list, olake_type: str, column: str, warnings: list[str],
+                  prop: dict | None = None) -> pa.Array:
+    """Wire values of one column as an Arrow array of ``arrow_type(olake_type)`` (``prop``: the
+    column's json_schema property, needed by ``document`` and ``array<document>``)."""
     kind = olake_type.split("<")[0].split("(")[0]
     decoder = _DECODERS.get(kind)
     if decoder is None:
         raise CatalogError(f"column {column!r}: unknown x-olake-type {olake_type!r}")
     try:
+        if kind in _NESTED_KINDS:
+            return decoder(values, olake_type, column, warnings, prop)
         return decoder(values, olake_type, column, warnings)
     except BadValue:
         raise
@@ -274,21 +301,61 @@ def _json_column(values: list, olake_type: str, column: str, warnings: list[str]
     return pa.ExtensionArray.from_storage(pa.json_(), pa.array(values, type=pa.string()))
 
 
-def _array_column(values: list, olake_type: str, column: str, warnings: list[str]) -> pa.Array:
+def _array_column(values: list, olake_type: str, column: str, warnings: list[str],
+                  prop: dict | None = None) -> pa.Array:
     _check_types(values, (list,), olake_type, column)
     offsets, flat = [0], []
     for value in values:
         if value is not None:
             flat.extend(value)
         offsets.append(len(flat))
+    element_prop = None if prop is None else element_property(prop, olake_type)
     try:
-        elements = decode_column(flat, olake_type[6:-1], f"{column}[]", warnings)
+        elements = decode_column(flat, olake_type[6:-1], f"{column}[]", warnings, element_prop)
     except BadValue as bad:
         raise BadValue(next(row for row, end in enumerate(offsets[1:]) if end > bad.index),
                        bad.detail) from None
     mask = pa.array([value is None for value in values], pa.bool_())
-    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), elements,
-                                    type=arrow_type(olake_type), mask=mask)
+    target = arrow_type(olake_type) if prop is None else field_arrow_type(prop, column)
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), elements, type=target, mask=mask)
+
+
+_OBJECTID_PATTERN = "^[0-9a-f]{24}$"
+
+
+def _objectid_column(values: list, olake_type: str, column: str, warnings: list[str]) -> pa.Array:
+    _check_types(values, (str,), olake_type, column)
+    text = pa.array(values, type=pa.string())
+    if not pc.all(pc.fill_null(pc.match_substring_regex(text, _OBJECTID_PATTERN), True)).as_py():
+        bad = next(v for v in values if v is not None and not re.fullmatch(_OBJECTID_PATTERN, v))
+        raise ProtocolError(f"column {column!r}: {bad[:60]!r} is not 24 lowercase hex digits")
+    return text
+
+
+def _datetime_ms_column(values: list, olake_type: str, column: str,
+                        warnings: list[str]) -> pa.Array:
+    _check_types(values, (int,), olake_type, column)
+    return pa.array(values, type=pa.int64()).cast(arrow_type(olake_type))
+
+
+def _document_column(values: list, olake_type: str, column: str, warnings: list[str],
+                     prop: dict | None = None) -> pa.Array:
+    _check_types(values, (dict,), olake_type, column)
+    properties = sub_properties(prop or {}, column)
+    unknown = next((key for v in values if v is not None for key in v if key not in properties), None)
+    if unknown is not None:
+        raise ProtocolError(f"column {column!r}: {unknown!r} is not a field of this document")
+    struct_type = field_arrow_type(prop, column)
+    mask = pa.array([value is None for value in values], pa.bool_())
+    children = []
+    for field, (name, sub) in zip(struct_type, properties.items()):
+        child = decode_column([None if v is None else v.get(name) for v in values],
+                              olake_type_of(sub, name), f"{column}.{name}", warnings, sub)
+        if not field.nullable and pc.any(pc.and_not(child.is_null(), mask)).as_py():
+            raise ProtocolError(f"column {column!r}: null (or missing) value in the non-nullable "
+                                f"field {name!r}")
+        children.append(child)
+    return pa.StructArray.from_arrays(children, fields=list(struct_type), mask=mask)
 
 
 _DECODERS = {
@@ -298,4 +365,6 @@ _DECODERS = {
     "bytes": _bytes_column, "json": _json_column, "date": _date_column, "time": _time_column,
     "timestamp": _timestamp_column, "timestamptz": _timestamp_column,
     "interval": _interval_column, "array": _array_column,
+    "objectid": _objectid_column, "decimal128": _plain_column, "datetime_ms": _datetime_ms_column,
+    "bson": _json_column, "document": _document_column,
 }

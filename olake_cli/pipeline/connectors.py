@@ -1,60 +1,33 @@
-"""Wires configs to connectors and runs the use cases the CLI exposes."""
+"""Wires configs to connectors (through the registry) and runs the use cases the CLI exposes."""
 
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Any, BinaryIO, Callable
 
 from olake_cli.core.catalog import load_catalog
-from olake_cli.core.errors import ConfigError
+from olake_cli.core.config import load_config
 from olake_cli.core.messages import MessageWriter
+from olake_cli.core.registry import make_destination, make_source
 from olake_cli.core.state import FileStateStore, State, load_state
 
 
-def make_source(kind: str, config: dict[str, Any]):
-    """The source connector for a validated config."""
-    if kind == "postgres":
-        from olake_cli.sources.postgres.source import PostgresSource
-
-        return PostgresSource(config)
-    raise ConfigError(f"unknown source type '{kind}'")
-
-
-def make_destination(kind: str, config: dict[str, Any], log: Callable[[str], None]):
-    """The destination connector for a validated config."""
-    if kind == "parquet":
-        from olake_cli.destinations.parquet.writer import ParquetDestination
-
-        return ParquetDestination(config, log)
-    raise ConfigError(f"unknown destination type '{kind}'")
-
-
-def check_connector(role: str, kind: str, config: dict[str, Any]) -> str:
+def check_connector(role: str, kind: str, config: dict[str, Any], log: Callable[[str], None]) -> str:
     """Check a connector; returns a success text or raises an OlakeError saying what to fix."""
     if role == "source":
         return make_source(kind, config).check()
-    return check_parquet_path(config["path"])
+    return make_destination(kind, config, log).check()
 
 
-def check_parquet_path(path: str) -> str:
-    """The Parquet folder exists (or can be created) and accepts files."""
-    from olake_cli.destinations.parquet.writer import check_root
-
-    check_root(path)
-    try:
-        os.makedirs(path, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".olake-check-"):
-            pass
-    except OSError as exc:
-        raise ConfigError(f"parquet: cannot write into '{path}': {exc.strerror or exc}") from None
-    return f"parquet: '{path}' is writable"
+def run_discover(config_path: str) -> dict[str, Any]:
+    """``olake discover``: the source's catalog."""
+    _, kind, config = load_config(config_path, role="source")
+    return make_source(kind, config).discover()
 
 
 def run_read(config_path: str, catalog_path: str, state_path: str | None, spark_master: str | None,
              max_parallel: int | None, out: MessageWriter, log: Callable[[str], None]) -> None:
     """``olake read``: validate every input first, then start Spark and stream the messages."""
-    from olake_cli.cli.config import load_config
     from olake_cli.pipeline.read import ReadPipeline
 
     _, kind, config = load_config(config_path, role="source")
@@ -72,7 +45,6 @@ def run_sync(source_path: str, dest_path: str, catalog_path: str, state_path: st
              spark_master: str | None, max_parallel: int | None, out: MessageWriter,
              log: Callable[[str], None]) -> None:
     """``olake sync``: read and write in one process; full-load chunks are written by the tasks."""
-    from olake_cli.cli.config import load_config
     from olake_cli.pipeline.sync import run_in_process
 
     _, source_kind, source_config = load_config(source_path, role="source")
@@ -82,11 +54,8 @@ def run_sync(source_path: str, dest_path: str, catalog_path: str, state_path: st
     state = store.load() if store is not None else State()
     source = make_source(source_kind, source_config)
     destination = make_destination(dest_kind, dest_config, log)
-    sink = None
-    if dest_kind == "parquet":
-        from olake_cli.destinations.parquet.chunk_sink import ParquetChunkSink
-
-        sink = ParquetChunkSink.from_config(dest_config)
+    sink = destination.chunk_sink()
+    if sink is not None:
         destination.open(catalog)  # roll back/forward an interrupted run before any task stages files
     runner = _runner(spark_master, max_parallel or source_config.get("max_parallel"))
     try:
@@ -105,7 +74,6 @@ def _runner(spark_master: str | None, max_parallel: int | None):
 
 def run_recover(config_path: str, catalog_path: str, out: MessageWriter, log: Callable[[str], None]) -> None:
     """``olake state recover``: the state the destination's files prove, as one STATE message."""
-    from olake_cli.cli.config import load_config
     from olake_cli.core.messages import state_message
     from olake_cli.pipeline.recover import recover_state
 
@@ -118,7 +86,6 @@ def run_recover(config_path: str, catalog_path: str, out: MessageWriter, log: Ca
 def run_write(config_path: str, catalog_path: str | None, state_path: str | None, stdin: BinaryIO,
               out: MessageWriter, log: Callable[[str], None]) -> None:
     """``olake write``: consume stdin into the destination, committing states as they arrive."""
-    from olake_cli.cli.config import load_config
     from olake_cli.pipeline.write import WritePipeline
 
     _, kind, config = load_config(config_path, role="destination")

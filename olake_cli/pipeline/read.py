@@ -1,7 +1,8 @@
 """The read use case: plan on the driver, scan chunks in parallel tasks, emit records and states in order.
 
-Per selected stream the state decides the work: a new or resumed full load (chunks under one exported
-snapshot), an incremental pass (cursor range), or change capture (after the full load, in the same run).
+Per selected stream the state decides the work: a new or resumed full load (chunks planned in the
+source's read session), an incremental pass (cursor range), or change capture (after the full load, in
+the same run). Written against ``core.contracts`` only: no source or destination is named here.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from typing import Any, Callable
 from olake_cli.core import messages
 from olake_cli.core.catalog import Catalog, CatalogStream
 from olake_cli.core.errors import OlakeError
-from olake_cli.core.position import OpId, format_lsn, parse_lsn
+from olake_cli.core.contracts import ChangeCapture, ReadSession, Source
 from olake_cli.core.schema_change import INCOMPATIBLE, olake_type_of, type_change
 from olake_cli.core.state import Chunk, State, StreamState, finish_full_load_if_done
+from olake_cli.pipeline.chunk_job import ChunkJob, run_chunk_job
 from olake_cli.pipeline.progress import Progress
 
 NEXT_SYNC_TYPE = {"full_refresh": "full-load", "incremental": "incremental", "cdc": "cdc"}
@@ -30,7 +32,7 @@ class StreamRun:
     state: StreamState
     kind: str = "full"  # full | incremental | cdc
     next_position: Any = None
-    tasks: list[Any] = field(default_factory=list)
+    jobs: list[ChunkJob] = field(default_factory=list)
 
 
 def decide_work(stream: CatalogStream, previous: StreamState | None) -> str:
@@ -73,52 +75,53 @@ def column_types(stream: CatalogStream) -> dict[str, str | None]:
 class ReadPipeline:
     """Runs ``olake read`` for one source, catalog and state, writing protocol messages to ``out``."""
 
-    def __init__(self, source, catalog: Catalog, state: State, out: messages.MessageWriter,
+    def __init__(self, source: Source, catalog: Catalog, state: State, out: messages.MessageWriter,
                  runner, log: Callable[[str], None], sink: Any = None) -> None:
         self.source, self.catalog, self.state, self.out = source, catalog, state, out
         self.runner, self.log = runner, log
         self.sink = sink  # sync: full-load chunks are written by the tasks themselves
         self.errors: list[OlakeError] = []
         self.run_started_ms = int(time.time() * 1000)
+        self.capture: ChangeCapture | None = None
 
     def run(self) -> None:
         """Emit the CATALOG, every selected stream's records with a STATE after each chunk, a final STATE."""
-        from olake_cli.pipeline.cdc import ChangeCapture
-        from olake_cli.sources.postgres.connection import connect
-        from olake_cli.sources.postgres.snapshot import ExportedSnapshot
+        from olake_cli.pipeline.changes import run_change_phase
 
         streams = self.catalog.selected_streams()
-        with connect(self.source.settings) as conn:
-            tables = self.source.resolve_tables(conn, streams)
-        for warning in (w for info in tables.values() for w in info.warnings):
+        session = self.source.open_session(streams, self.log)
+        for warning in session.warnings:
             self.log(warning)
         self.out.write(messages.catalog_message(Catalog(streams).to_dict()))
         cdc_streams = [s for s in streams if s.sync_mode == "cdc"]
-        capture = ChangeCapture(self.source, cdc_streams, tables, self.state, self.out, self.log) if cdc_streams else None
-        if capture is not None:
-            capture.preflight()  # may reset streams whose position is lost, so it runs before planning
-        with ExportedSnapshot(self.source.settings) as snap:
-            runs = [self._prepare(stream, tables[stream.key], snap, capture) for stream in streams]
+        if cdc_streams:
+            self.capture = self.source.change_capture(cdc_streams, self.log)
+            self.capture.preflight(self.state)  # may reset streams whose position is lost: before planning
+        with session:
+            runs = [self._prepare(stream, session) for stream in streams]
             self._scan_all(runs)
-        if capture is not None and not self.errors:
-            capture.run()
+        if self.capture is not None and not self.errors:
+            run_change_phase(self.capture, cdc_streams, self.state, self.out, self.log)
         self.out.write(messages.state_message(self.state))
         self.out.flush()
         if self.errors:
             raise self.errors[0]
 
-    def _prepare(self, stream: CatalogStream, info, snap, capture) -> StreamRun:
+    def _prepare(self, stream: CatalogStream, session: ReadSession) -> StreamRun:
         previous = self.state.find(stream.namespace, stream.name)
         decision = decide_work(stream, previous)
         if decision == "continue":
             self._publish(previous)  # the writer learns which load the coming records belong to
             if stream.sync_mode == "cdc":
                 return StreamRun(stream, previous, kind="cdc")
-            return self._prepare_incremental(stream, info, snap, previous)
-        if decision == "resume" and not self._same_physical_table(stream, info, snap, previous):
-            decision = "new"
+            return self._prepare_incremental(stream, session, previous)
         if decision == "resume":
-            ss, chunk_column = previous, previous.extra.get("chunk_column", "ctid")
+            blocker = session.resume_blocker(stream, previous)
+            if blocker is not None:
+                self.log(f"{stream.label}: {blocker}; loading it anew")
+                decision = "new"
+        if decision == "resume":
+            ss = previous
             self.log(f"{stream.label}: resuming full load, "
                      f"{sum(c.status != 'succeed' for c in ss.chunks)} of {len(ss.chunks)} chunk(s) left")
         else:
@@ -126,59 +129,36 @@ class ReadPipeline:
                 "sync mode or columns changed" if previous.sync_type != "full-load" else None))
             if reason:
                 self.log(f"{stream.label}: {reason} since the last load; loading it anew")
-            ss = self._new_load(stream, info, snap, capture)
-            chunk_column = ss.extra["chunk_column"]
+            ss = self._new_load(stream, session)
         self._publish(ss)
         run = StreamRun(stream, ss)
         for index, chunk in enumerate(ss.chunks):
             if chunk.status != "succeed":
-                run.tasks.append(self.source.scan_task(snap.conn, info, stream, index, chunk_column,
-                                                       chunk.min, chunk.max, snap.snapshot_id))
+                run.jobs.append(self._job(stream, session, index, session.chunk_reader(stream, ss, index)))
         return run
 
-    def _new_load(self, stream: CatalogStream, info, snap, capture) -> StreamState:
-        """The state of a fresh full load: chunks planned in the snapshot, the position before it."""
-        position = self._position_before_load(stream, info, snap, capture)
-        plan = self.source.plan_full_load(snap.conn, info)
-        chunk_column = plan.chunk_column
+    def _new_load(self, stream: CatalogStream, session: ReadSession) -> StreamState:
+        """The state of a fresh full load: chunks planned in the session, the position before it."""
+        plan = session.plan_full_load(stream)
         ss = StreamState(sync_type="full-load", stream_name=stream.name, stream_namespace=stream.namespace,
-                         cursor_field=position,
-                         chunks=[Chunk("pending", b.min, b.max) for b in plan.bounds],
-                         extra={"chunk_column": chunk_column, "load_id": uuid.uuid4().hex[:12],
-                                "sync_mode": stream.sync_mode, "columns": stream.columns,
-                                "column_types": column_types(stream)})
+                         cursor_field=None, chunks=[Chunk("pending", lo, hi) for lo, hi in plan.bounds],
+                         extra={**plan.extra, "load_id": uuid.uuid4().hex[:12], "sync_mode": stream.sync_mode,
+                                "columns": stream.columns, "column_types": column_types(stream)})
         if stream.sync_mode == "incremental":
             ss.extra["cursor_column"] = stream.cursor_column
-        if plan.table_identity is not None:
-            ss.extra["table_identity"] = plan.table_identity
-        if stream.sync_mode == "cdc":  # see ChangeCapture: how the load and the slot are stitched
-            ss.extra.update(snapshot_lsn=position, snapshot_txns=snap.txns,
-                            snapshot_upto=format_lsn(snap.lsn_after))
+            ss.cursor_field = session.max_cursor(stream) if stream.cursor_column else None
+        if stream.sync_mode == "cdc" and self.capture is not None:
+            # the load's rows rank at the position captured before it; see the capture's load_marks
+            start = self.capture.start_position()
+            ss = self.capture.with_position(ss, start)
+            ss.extra.update(self.capture.load_marks(session),
+                            load_op_key=self.capture.position_op(start).to_key())
         self.log(f"{stream.label}: full load in {len(ss.chunks)} chunk(s)")
         return ss
 
-    def _same_physical_table(self, stream: CatalogStream, info, snap, previous: StreamState) -> bool:
-        """Whether a ctid load can resume: the table was not rewritten since its chunks were planned.
-
-        Key-range chunks do not depend on the physical layout and always resume.
-        """
-        if previous.extra.get("chunk_column", "ctid") != "ctid":
-            return True
-        recorded = previous.extra.get("table_identity")
-        if recorded == self.source.table_identity(snap.conn, info):
-            return True
-        if recorded is None:
-            self.log(f"{stream.label}: the state does not record which physical table its ctid chunks "
-                     f"refer to (written by an older olake); loading it anew")
-            return False
-        self.log(f"{stream.label}: the table was rewritten since its full load began (VACUUM FULL, CLUSTER, "
-                 f"a rewriting ALTER TABLE or a partition change), so its ctid chunks no longer name the "
-                 f"same rows; loading it anew")
-        return False
-
-    def _prepare_incremental(self, stream: CatalogStream, info, snap, previous: StreamState) -> StreamRun:
+    def _prepare_incremental(self, stream: CatalogStream, session: ReadSession, previous: StreamState) -> StreamRun:
         cursor = stream.cursor_column
-        upto = self.source.max_cursor(snap.conn, info, cursor)
+        upto = session.max_cursor(stream)
         run = StreamRun(stream, previous, kind="incremental",
                         next_position=previous.cursor_field if upto is None else upto)
         lookback = f" (look-back {stream.cursor_lookback})" if stream.cursor_lookback is not None else ""
@@ -189,26 +169,21 @@ class ReadPipeline:
             self.log(f"{stream.label}: incremental on '{cursor}' from {previous.cursor_field!r}{lookback} "
                      f"up to {upto!r}")
         after = previous.cursor_field if upto is not None else None
-        run.tasks.append(self.source.incremental_task(
-            snap.conn, info, stream, cursor, after, upto, snap.snapshot_id,
-            extra_data={"_olake_op_id": [self.run_started_ms, 0]}))
+        reader = session.incremental_reader(stream, after, upto)
+        run.jobs.append(self._job(stream, session, 0, reader, {"_olake_op_id": [self.run_started_ms, 0]}))
         return run
 
-    def _position_before_load(self, stream: CatalogStream, info, snap, capture) -> Any:
-        if stream.sync_mode == "incremental" and stream.cursor_column:
-            return self.source.max_cursor(snap.conn, info, stream.cursor_column)
-        if stream.sync_mode == "cdc" and capture is not None:
-            return capture.start_position
-        return None
+    def _job(self, stream: CatalogStream, session: ReadSession, index: int, reader,
+             extra_data: dict[str, Any] | None = None) -> ChunkJob:
+        return ChunkJob(stream=stream.name, namespace=stream.namespace, chunk_index=index, reader=reader,
+                        json_schema=stream.json_schema, key_columns=session.key_columns(stream),
+                        extra_data=extra_data, spool_dir=getattr(self.runner, "spool_dir", None))
 
     def _scan_all(self, runs: list[StreamRun]) -> None:
-        from olake_cli.sources.postgres.scan import run_scan_task
-
         by_key = {(r.stream.namespace, r.stream.name): r for r in runs}
-        spool_dir = getattr(self.runner, "spool_dir", None)
-        tasks = [replace(task, spool_dir=spool_dir, **self._sink_fields(run)) for run in runs for task in run.tasks]
-        progress = Progress(self.log, total_chunks=len(tasks))
-        for result in self.runner.run(run_scan_task, tasks):
+        jobs = [self._with_sink(run, job) for run in runs for job in run.jobs]
+        progress = Progress(self.log, total_chunks=len(jobs))
+        for result in self.runner.run(run_chunk_job, jobs):
             run = by_key[(result.namespace, result.stream)]
             if result.error is not None:
                 self.errors.append(result.error)
@@ -221,14 +196,12 @@ class ReadPipeline:
             self._after_task(run, result)
         progress.finish()
 
-    def _sink_fields(self, run: StreamRun) -> dict[str, Any]:
+    def _with_sink(self, run: StreamRun, job: ChunkJob) -> ChunkJob:
         """For sync: full-load tasks write their own files under the stream's load id."""
         if self.sink is None or run.kind != "full":
-            return {}
+            return job
         extra = run.state.extra or {}
-        lsn = extra.get("snapshot_lsn")
-        key = OpId(parse_lsn(lsn), 0).to_key() if lsn else None
-        return {"sink": self.sink, "load_id": extra.get("load_id"), "snapshot_key": key}
+        return replace(job, sink=self.sink, load_id=extra.get("load_id"), load_op_key=extra.get("load_op_key"))
 
     def _after_task(self, run: StreamRun, result) -> None:
         if run.kind == "incremental":

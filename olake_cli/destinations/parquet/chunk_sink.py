@@ -27,14 +27,8 @@ class ParquetChunkSink:
     root: str
     compression: str | None = "zstd"
 
-    @classmethod
-    def from_config(cls, config: dict[str, Any]) -> "ParquetChunkSink":
-        """The sink for a validated parquet destination config."""
-        compression = config.get("compression", "zstd")
-        return cls(config["path"], None if compression == "none" else compression)
-
     def write(self, namespace: str | None, stream: str, load_id: str | None, chunk_index: int,
-              snapshot_key: str | None, json_schema: dict, batches: list[Any],
+              load_op_key: str | None, json_schema: dict, batches: list[Any],
               key_columns: tuple[str, ...] = ()) -> tuple[int, list[str]]:
         """Convert and stage the batches of one chunk; returns (rows, warnings)."""
         tables, warnings = [], []
@@ -47,7 +41,7 @@ class ParquetChunkSink:
             return 0, warnings
         table = pa.concat_tables(tables)
         rows = table.num_rows
-        table = append_metadata(table, ["r"] * rows, [snapshot_key] * rows, [None] * rows, [None] * rows,
+        table = append_metadata(table, ["r"] * rows, [load_op_key] * rows, [None] * rows, [None] * rows,
                                 int(time.time() * 1_000_000))
         schema = pa.schema(list(table.schema)[: -len(METADATA_FIELDS)] + METADATA_FIELDS)
         load_id = load_id or UNKNOWN_LOAD

@@ -8,6 +8,7 @@ another: see manifest.py, commit_plan.py and paths.py). Rows no STATE covers are
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -19,7 +20,6 @@ import pyarrow.parquet as pq
 from olake_cli.core import codec
 from olake_cli.core.catalog import Catalog, CatalogStream
 from olake_cli.core.errors import ConfigError, DestinationError
-from olake_cli.core.position import OpId, parse_lsn
 from olake_cli.core.state import State, StreamState
 from olake_cli.destinations.parquet.commit_plan import commit_key, newly_done_chunks, next_manifest
 from olake_cli.core.faults import crash_point
@@ -68,6 +68,22 @@ class ParquetDestination:
         self.log = log
         self.buffers: dict[tuple, StreamBuffer] = {}
         self.snapshot_keys: dict[tuple, str] = {}  # op id of full-load rows: the snapshot's position
+
+    def check(self) -> str:
+        """The folder exists (or can be created) and accepts files."""
+        try:
+            os.makedirs(self.root, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=self.root, prefix=".olake-check-"):
+                pass
+        except OSError as exc:
+            raise ConfigError(f"parquet: cannot write into '{self.root}': {exc.strerror or exc}") from None
+        return f"parquet: '{self.root}' is writable"
+
+    def chunk_sink(self):
+        """Spark tasks of ``sync`` write their full-load chunks as staged files themselves."""
+        from olake_cli.destinations.parquet.chunk_sink import ParquetChunkSink
+
+        return ParquetChunkSink(self.root, self.compression)
 
     def open(self, catalog: Catalog) -> None:
         """Prepare each stream of the catalog: roll its last commit forward, delete uncommitted files."""
@@ -122,8 +138,8 @@ class ParquetDestination:
             if buf is not None and load_id and load_id != buf.load_id:
                 self._spill(buf)  # rows of the earlier load stay with that load
                 buf.load_id = load_id
-            if (ss.extra or {}).get("snapshot_lsn"):
-                self.snapshot_keys[ss.key] = OpId(parse_lsn(ss.extra["snapshot_lsn"]), 0).to_key()
+            if (ss.extra or {}).get("load_op_key"):
+                self.snapshot_keys[ss.key] = ss.extra["load_op_key"]
 
     def commit(self, state: State) -> None:
         """Make the rows before ``state`` of each stream it names live, together with that state."""

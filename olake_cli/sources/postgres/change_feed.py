@@ -9,7 +9,7 @@ Peeking does not consume; the slot only moves when the pipeline calls :func:`adv
 position its destination has committed. Positions, as PostgreSQL defines them:
 
 * advancing to a transaction's ``end_lsn`` (:attr:`ChangeStream.last_end_lsn`) skips it;
-* advancing to its ``commit_lsn`` (``OpId.commit_lsn``) delivers it again on the next read, which is
+* advancing to its ``commit_lsn`` (``OpId.commit``) delivers it again on the next read, which is
   what a resume from a destination's max OpId needs: the pipeline then drops events ``<=`` that
   OpId (seeds/000), so a transaction cut in the middle is completed, never lost.
 """
@@ -26,7 +26,8 @@ from psycopg import sql
 
 from olake_cli.core.errors import (ConfigError, OlakeError, PositionLostError, SourceError,
                                    TransientError)
-from olake_cli.core.position import OpId, format_lsn
+from olake_cli.core.opid import OpId
+from olake_cli.sources.postgres.lsn import format_lsn
 from olake_cli.core.values import UNCHANGED_TOAST
 from olake_cli.sources.postgres.pgoutput import (Begin, Commit, Delete, Relation, Truncate,
                                                  Update, Value, decode, decode_tuple)

@@ -1,0 +1,198 @@
+"""The connector seams: what the pipelines need from a source and a destination.
+
+Data moves one way: a :class:`Source` opens a :class:`ReadSession` (one consistent view of the
+source for the run) on the driver, which plans full loads into chunks; each chunk becomes a picklable
+:class:`ChunkReader` that runs inside a Spark task and yields Arrow record batches; change capture is
+a :class:`ChangeCapture` yielding :class:`ChangeBatch` values in log order. A :class:`Destination`
+buffers records and commits them together with a state. Positions are opaque outside their source:
+the capture serialises them into a stream state and reads back the operation id they cover.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, runtime_checkable
+
+from olake_cli.core.opid import OpId
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from olake_cli.core.catalog import Catalog, CatalogStream
+    from olake_cli.core.state import State, StreamState
+
+Log = Callable[[str], None]
+StreamKey = tuple  # (namespace, name)
+
+
+@runtime_checkable
+class ChunkReader(Protocol):
+    """One chunk (or one incremental range) of one stream; small and picklable, runs in a task."""
+
+    def read_batches(self) -> Iterator["pa.RecordBatch"]:
+        """The chunk's rows as Arrow batches whose columns are the stream's ``json_schema`` properties.
+
+        Errors are raised as :class:`~olake_cli.core.errors.OlakeError` with secrets removed.
+        """
+        ...
+
+
+@dataclass
+class FullLoadPlan:
+    """A new full load: chunk bounds (exact, JSON-serialisable) and keys to record in its state."""
+
+    bounds: list[tuple[Any, Any]]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class ReadSession(Protocol):
+    """The source as one run sees it (for PostgreSQL: one exported snapshot shared by every chunk)."""
+
+    warnings: list[str]
+
+    def key_columns(self, stream: "CatalogStream") -> tuple[str, ...]:
+        """The stream's primary key columns (named in errors about a value)."""
+        ...
+
+    def plan_full_load(self, stream: "CatalogStream") -> FullLoadPlan:
+        """Chunks for a new full load of ``stream``."""
+        ...
+
+    def resume_blocker(self, stream: "CatalogStream", previous: "StreamState") -> str | None:
+        """Why an unfinished full load cannot resume (its chunks no longer mean the same rows), or None."""
+        ...
+
+    def chunk_reader(self, stream: "CatalogStream", load: "StreamState", index: int) -> ChunkReader:
+        """The reader of chunk ``index`` of the load whose state is ``load``."""
+        ...
+
+    def max_cursor(self, stream: "CatalogStream") -> Any:
+        """The largest finite value of the incremental cursor now (None: none yet)."""
+        ...
+
+    def incremental_reader(self, stream: "CatalogStream", after: Any, upto: Any) -> ChunkReader:
+        """The rows of an incremental pass: ``after <= cursor <= upto`` (``after`` None: from the start)."""
+        ...
+
+
+@dataclass
+class Change:
+    """One row change in log order: ``data`` holds the record's wire values and ``_olake_*`` fields."""
+
+    stream: StreamKey
+    op_id: OpId
+    data: dict[str, Any]
+
+
+@dataclass
+class ChangeBatch:
+    """Changes in log order, and what the pipeline must do around them.
+
+    ``widened`` streams are announced (new CATALOG) before the changes; ``position``, when set, is a
+    checkpoint after them: resuming from it replays nothing of this batch or earlier ones. Streams
+    in ``resync`` stop receiving changes and are loaded anew on the next run (with the reason).
+    """
+
+    changes: list[Change] = field(default_factory=list)
+    position: Any = None
+    widened: list["CatalogStream"] = field(default_factory=list)
+    resync: dict[StreamKey, str] = field(default_factory=dict)
+
+
+class ChangeCapture(Protocol):
+    """A source's change log for the run's ``cdc`` streams."""
+
+    def preflight(self, state: "State") -> None:
+        """Verify the setup; drop from ``state`` the streams whose position is lost (or raise)."""
+        ...
+
+    def start_position(self) -> Any:
+        """The position captured before any full load of this run (serialisable into a state)."""
+        ...
+
+    def load_marks(self, session: ReadSession) -> dict[str, Any]:
+        """Keys recorded with a ``cdc`` stream's new full load (how the load and the log are stitched)."""
+        ...
+
+    def position_op(self, position: Any) -> OpId:
+        """The operation id a position covers (every change at or below it precedes it)."""
+        ...
+
+    def position_of(self, stream_state: "StreamState | None") -> Any:
+        """The change position a stream state holds, or None (a state of another kind)."""
+        ...
+
+    def with_position(self, stream_state: "StreamState", position: Any) -> "StreamState":
+        """A copy of ``stream_state`` positioned at ``position``."""
+        ...
+
+    def read(self, streams: list["CatalogStream"], state: "State") -> Iterator[ChangeBatch]:
+        """Changes after the streams' committed positions up to the log's end at the call, in order."""
+        ...
+
+
+class Source(Protocol):
+    """A system olake reads from."""
+
+    def check(self) -> str:
+        """Connect and verify what reading needs; a success text, or an OlakeError saying what to fix."""
+        ...
+
+    def discover(self) -> dict[str, Any]:
+        """The catalog of every stream the config makes visible."""
+        ...
+
+    def open_session(self, streams: list["CatalogStream"], log: Log) -> AbstractContextManager[ReadSession]:
+        """A read session for the selected streams (validated against the live source)."""
+        ...
+
+    def change_capture(self, streams: list["CatalogStream"], log: Log) -> ChangeCapture:
+        """The change capture for the run's ``cdc`` streams."""
+        ...
+
+
+class ChunkSink(Protocol):
+    """Picklable: writes one full-load chunk from inside a task (``olake sync``)."""
+
+    def write(self, namespace: str | None, stream: str, load_id: str | None, chunk_index: int,
+              load_op_key: str | None, json_schema: dict, batches: list["pa.RecordBatch"],
+              key_columns: tuple[str, ...] = ()) -> tuple[int, list[str]]:
+        """Convert and stage one chunk's batches; (rows, warnings). Visible only once committed."""
+        ...
+
+
+class Destination(Protocol):
+    """A system olake writes to; rows become visible only together with the state that covers them."""
+
+    def open(self, catalog: "Catalog") -> None:
+        """Prepare the streams (and finish or undo a commit a killed run left halfway)."""
+        ...
+
+    def add(self, key: StreamKey, data: dict[str, Any]) -> None:
+        """Buffer one record's data."""
+        ...
+
+    def widen(self, stream: "CatalogStream") -> None:
+        """Later records of ``stream`` follow its new, wider schema."""
+        ...
+
+    def observe_state(self, state: "State") -> None:
+        """Learn which load the records that follow belong to."""
+        ...
+
+    def commit(self, state: "State") -> None:
+        """Make every buffered record of the streams ``state`` names durable and visible, with it."""
+        ...
+
+    def has_uncommitted(self) -> bool:
+        """Whether records arrived that no state covers."""
+        ...
+
+    def committed_state(self, stream: "CatalogStream") -> dict | None:
+        """The last stream state committed with the stream's data (``state recover``), or None."""
+        ...
+
+    def chunk_sink(self) -> ChunkSink | None:
+        """A sink for tasks that write full-load chunks themselves, or None (rows go through ``add``)."""
+        ...

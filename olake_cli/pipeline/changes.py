@@ -1,0 +1,103 @@
+"""The change phase of ``read``: a source's change batches become RECORD lines and checkpoints.
+
+Source-neutral: the capture yields changes in log order with their operation ids, and positions it
+alone can serialise. Here, changes at or below a stream's committed position are dropped (a run that
+resumes inside a transaction replays exactly the rest, seeds/000), widened schemas are announced
+before the rows that need them, and after each checkpoint every captured stream's state moves to it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import orjson
+
+from olake_cli.core import messages
+from olake_cli.core.catalog import CatalogStream
+from olake_cli.core.contracts import ChangeBatch, ChangeCapture
+from olake_cli.core.state import State, StreamState
+
+
+def run_change_phase(capture: ChangeCapture, streams: list[CatalogStream], state: State,
+                     out: messages.MessageWriter, log: Callable[[str], None]) -> None:
+    """Read the capture's changes for the streams whose state is in the ``cdc`` phase, and emit them."""
+    active = {s.key: s for s in streams if (state.find(s.namespace, s.name) or _NONE).sync_type == "cdc"}
+    if not active:
+        return
+    started, emitted = time.monotonic(), 0
+    emitter = _ChangeEmitter(capture, active, state, out, log)
+    for batch in capture.read(list(active.values()), state):
+        emitted += emitter.emit(batch)
+    elapsed = max(time.monotonic() - started, 1e-6)
+    log(f"change capture: {emitted} change(s) in {elapsed:.1f}s ({emitted / elapsed:,.0f}/s)")
+
+
+_NONE = StreamState("", "", None)
+
+
+class _ChangeEmitter:
+    """Writes change batches as protocol messages, keeping each stream's committed position."""
+
+    def __init__(self, capture: ChangeCapture, active: dict[tuple, CatalogStream], state: State,
+                 out: messages.MessageWriter, log: Callable[[str], None]) -> None:
+        self.capture, self.active, self.state, self.out, self.log = capture, active, state, out, log
+        self.positions = {k: self._op_of(state.find(*k)) for k in active}
+        self.prefixes = {k: _record_prefix(s) for k, s in active.items()}
+
+    def _op_of(self, ss: StreamState | None):
+        position = self.capture.position_of(ss)
+        return None if position is None else self.capture.position_op(position)
+
+    def emit(self, batch: ChangeBatch) -> int:
+        """Announce widened streams, write the batch's new changes, apply resyncs and its checkpoint."""
+        for stream in batch.widened:
+            self.active[stream.key] = stream
+            self.out.write(messages.catalog_message({"streams": [stream.to_dict()]}))
+        emitted_at = str(int(time.time() * 1000)).encode()
+        lines, dumps, positions, prefixes = [], orjson.dumps, self.positions, self.prefixes
+        for change in batch.changes:
+            held = positions.get(change.stream, _GONE)
+            if held is _GONE or (held is not None and change.op_id <= held):
+                continue
+            lines.append(b"".join((prefixes[change.stream], emitted_at, b',"data":', dumps(change.data),
+                                   b"}}\n")))
+        if lines:
+            self.out.write_raw(b"".join(lines))
+        for key, reason in batch.resync.items():
+            self._resync(key, reason)
+        if batch.position is not None:
+            self._checkpoint(batch.position)
+        return len(lines)
+
+    def _resync(self, key: tuple, reason: str) -> None:
+        """Stop capturing a stream and mark it for a fresh full load on the next run."""
+        stream = self.active.pop(key, None)
+        self.positions.pop(key, None)
+        if stream is None:
+            return
+        ss = StreamState("full-load", stream.name, stream.namespace, None, [],
+                         {"sync_mode": stream.sync_mode, "columns": stream.columns})
+        self.state.upsert(ss)
+        self.out.write(messages.state_message(State(level="stream", streams=[ss])))
+        self.log(f"{stream.label}: {reason}")
+
+    def _checkpoint(self, position) -> None:
+        op = self.capture.position_op(position)
+        for key in self.active:
+            held = self.positions.get(key)
+            if held is None or held < op:
+                ss = self.capture.with_position(self.state.find(*key), position)
+                self.state.upsert(ss)
+                self.out.write(messages.state_message(State(level="stream", streams=[ss])))
+                self.positions[key] = op
+
+
+_GONE = object()
+
+
+def _record_prefix(stream: CatalogStream) -> bytes:
+    """The bytes every RECORD line of ``stream`` starts with, up to its emitted_at value."""
+    head = orjson.dumps({"type": "RECORD", "record": {"stream": stream.name, "namespace": stream.namespace,
+                                                      "emitted_at": 0}})
+    return head[: head.rindex(b"0}}")]

@@ -1,0 +1,117 @@
+"""One chunk scan as a Spark task: read the source's batches, then encode them or hand them to a sink.
+
+A :class:`ChunkJob` is small and picklable (one Spark partition); it carries the source's
+:class:`~olake_cli.core.contracts.ChunkReader` and what the task needs to encode the rows as RECORD
+lines (``read``) or to let the destination write them itself (``sync``). Errors come back as values.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from olake_cli.core.contracts import ChunkReader, ChunkSink
+from olake_cli.core.errors import OlakeError, SourceError
+
+
+@dataclass(frozen=True)
+class ChunkJob:
+    """Everything a task needs to scan one chunk of one stream."""
+
+    stream: str
+    namespace: str | None
+    chunk_index: int
+    reader: ChunkReader
+    json_schema: dict[str, Any]
+    key_columns: tuple[str, ...] = ()  # named in errors about a value that cannot be carried
+    extra_data: dict[str, Any] | None = None
+    spool_dir: str | None = None  # local runs: tasks write lines here instead of returning them
+    sink: ChunkSink | None = None  # sync: the destination's chunk writer; the task writes the rows
+    load_id: str | None = None
+    load_op_key: str | None = None
+
+    @property
+    def label(self) -> str:
+        """``namespace.stream`` for messages."""
+        return f"{self.namespace}.{self.stream}" if self.namespace else self.stream
+
+
+@dataclass
+class ScanResult:
+    """What a task sends back: the encoded RECORD lines of its chunk, or the error that stopped it."""
+
+    chunk_index: int
+    stream: str
+    namespace: str | None
+    rows: int = 0
+    blobs: list[bytes] = field(default_factory=list)
+    error: OlakeError | None = None
+    seconds: float = 0.0
+    spool_path: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def emit(self, write: Callable[[bytes], Any]) -> None:
+        """Hand the chunk's lines to ``write`` (from memory or from the spool file, then delete it)."""
+        for blob in self.blobs:
+            write(blob)
+        if self.spool_path:
+            with open(self.spool_path, "rb") as spool:
+                while block := spool.read(1 << 22):
+                    write(block)
+            os.remove(self.spool_path)
+
+
+def run_chunk_job(job: ChunkJob) -> ScanResult:
+    """Scan one chunk and encode it as RECORD lines (or let the sink write it)."""
+    started = time.monotonic()
+    result = ScanResult(job.chunk_index, job.stream, job.namespace)
+    spool = None
+    try:
+        if job.sink is not None:
+            _sink_chunk(job, result)
+        else:
+            spool = _open_spool(job, result)
+            _encode_chunk(job, result, spool)
+    except OlakeError as exc:
+        result.error = exc
+    except Exception as exc:  # errors of other libraries arrive as many types; report them as one
+        result.error = SourceError(f"chunk {job.chunk_index} of {job.label}: {type(exc).__name__}: {exc}")
+    if spool is not None:
+        spool.close()
+        if result.error is not None:
+            os.remove(result.spool_path)
+            result.spool_path = None
+    if result.error is not None:
+        result.blobs = []
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _encode_chunk(job: ChunkJob, result: ScanResult, spool) -> None:
+    from olake_cli.core.codec import encode_records
+
+    for batch in job.reader.read_batches():
+        if batch.num_rows == 0:
+            continue
+        blob = encode_records(batch, job.json_schema, job.stream, job.namespace, int(time.time() * 1000),
+                              job.extra_data, job.key_columns)
+        spool.write(blob) if spool else result.blobs.append(blob)
+        result.rows += batch.num_rows
+
+
+def _sink_chunk(job: ChunkJob, result: ScanResult) -> None:
+    batches = [b for b in job.reader.read_batches() if b.num_rows]
+    result.rows, result.warnings = job.sink.write(job.namespace, job.stream, job.load_id, job.chunk_index,
+                                                  job.load_op_key, job.json_schema, batches, job.key_columns)
+
+
+def _open_spool(job: ChunkJob, result: ScanResult):
+    """A spool file beside the driver (local Spark only): results then skip the JVM round trip."""
+    if not job.spool_dir:
+        return None
+    fd, result.spool_path = tempfile.mkstemp(prefix=f"chunk-{job.chunk_index}-", suffix=".jsonl",
+                                             dir=job.spool_dir)
+    return os.fdopen(fd, "wb", buffering=1 << 22)

@@ -1,0 +1,298 @@
+"""Change capture for PostgreSQL streams: safe-zone checks, slot confirm, and the bounded slot read.
+
+Positions are operation ids (commit LSN, sequence within the transaction), stored in a stream state
+as ``cursor_field`` (the LSN's text form) and ``op_seq``. A stream's position says every operation at
+or below it is durable in the destination; ``(end of a commit, 0)`` marks a whole transaction done.
+The slot is advanced only to the minimum committed position of all its streams (the semi-synchronous
+confirm of seeds/004); the pipeline drops operations at or below each stream's own position, so a
+run that resumes inside a transaction replays exactly the rest.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Iterator
+
+import psycopg
+
+from olake_cli.core.catalog import CatalogStream
+from olake_cli.core.contracts import Change, ChangeBatch
+from olake_cli.core.errors import ConfigError, PositionLostError, StateError
+from olake_cli.core.opid import OpId
+from olake_cli.core.state import State, StreamState
+from olake_cli.sources.postgres.connection import PostgresSettings, connect
+from olake_cli.sources.postgres.lsn import format_lsn, parse_lsn
+
+# Changes between checkpoints (at transaction ends; inside one huge transaction every 5x as many).
+# OLAKE_CDC_CHECKPOINT_EVERY overrides it (tests use a small value to checkpoint mid-transaction).
+CHECKPOINT_EVERY = max(1, int(os.environ.get("OLAKE_CDC_CHECKPOINT_EVERY", "20000")))
+BATCH_CHANGES = 1000
+
+
+class PostgresChangeCapture:
+    """Drives one replication slot for the run's ``cdc`` streams (see ``core.contracts.ChangeCapture``)."""
+
+    def __init__(self, settings: PostgresSettings, streams: list[CatalogStream], log: Callable[[str], None]) -> None:
+        if not settings.replication_slot or not settings.publication:
+            raise ConfigError("source config: cdc streams need 'replication_slot' and 'publication' "
+                              "(run 'olake check' for the SQL that creates them)")
+        self.settings, self.streams, self.log = settings, streams, log
+        self.tables: dict = {}
+        self._start: OpId | None = None
+
+    # -- positions ---------------------------------------------------------------------------
+
+    def position_of(self, ss: StreamState | None) -> OpId | None:
+        """The operation id a stream's state says is committed (None if it holds no change position).
+
+        A state left by another sync mode (an incremental cursor, or the full load it started) holds a
+        cursor value, not a change position: the stream simply starts a new full load.
+        """
+        if ss is None or not isinstance(ss.cursor_field, str) or ss.sync_type == "incremental":
+            return None
+        try:
+            lsn = parse_lsn(ss.cursor_field)
+        except StateError:
+            if ss.sync_type == "cdc":
+                raise
+            return None
+        return OpId(lsn, int((ss.extra or {}).get("op_seq", 0)))
+
+    def with_position(self, ss: StreamState, op: OpId) -> StreamState:
+        """A copy of ``ss`` positioned at ``op``."""
+        new = ss.copy()
+        new.cursor_field = format_lsn(op.commit)
+        new.extra = {**(new.extra or {}), "op_seq": op.seq}
+        return new
+
+    def position_op(self, position: OpId) -> OpId:
+        """A PostgreSQL position is an operation id already."""
+        return position
+
+    def start_position(self) -> OpId:
+        """The slot's confirmed position, read by :meth:`preflight` before any full load."""
+        assert self._start is not None, "preflight() runs first"
+        return self._start
+
+    def load_marks(self, session) -> dict[str, Any]:
+        """The load snapshot's transaction horizon and the WAL position after it (see :func:`_load_horizon`)."""
+        snap = session.snapshot
+        return {"snapshot_txns": snap.txns, "snapshot_upto": format_lsn(snap.lsn_after)}
+
+    # -- preflight ---------------------------------------------------------------------------
+
+    def preflight(self, state: State) -> None:
+        """Create what is allowed, detect lost positions (re-sync or fail), capture the start position."""
+        from olake_cli.sources.postgres.cdc_setup import ensure_slot_and_publication, require_publication_ready
+        from olake_cli.sources.postgres.change_feed import slot_info
+        from olake_cli.sources.postgres.session import resolve_tables
+
+        slot = self.settings.replication_slot
+        with connect(self.settings) as conn:
+            self.tables = resolve_tables(conn, self.settings, self.streams)
+            self._check_existing_slot(conn, slot_info(conn, slot), state)
+            table_names = [(t.schema, t.table) for t in self.tables.values()]
+            if self.settings.create_slot_and_publication:
+                for line in ensure_slot_and_publication(conn, self.settings, table_names):
+                    self.log(line)
+            require_publication_ready(conn, self.settings, table_names)
+            info = slot_info(conn, slot)
+        if info is None:
+            raise ConfigError(f"postgres: replication slot '{slot}' does not exist; run: SELECT "
+                              f"pg_create_logical_replication_slot('{slot}', 'pgoutput'); or set "
+                              f"create_slot_and_publication")
+        if info["plugin"] != "pgoutput":
+            raise ConfigError(f"postgres: replication slot '{slot}' uses plugin '{info['plugin']}', not pgoutput")
+        if info["wal_status"] == "lost":
+            raise ConfigError(f"postgres: replication slot '{slot}' is invalidated; drop and recreate it: "
+                              f"SELECT pg_drop_replication_slot('{slot}'); "
+                              f"SELECT pg_create_logical_replication_slot('{slot}', 'pgoutput');")
+        confirmed = info["confirmed_flush_lsn"]
+        for stream in self.streams:
+            pos = self.position_of(state.find(stream.namespace, stream.name))
+            if pos is not None and pos.commit < confirmed:
+                self._lost(state, stream, f"the slot is at {format_lsn(confirmed)}, past the stream's "
+                                          f"committed position {format_lsn(pos.commit)} (it was advanced by "
+                                          f"someone else)")
+        self._start = OpId(confirmed, 0)
+
+    def _check_existing_slot(self, conn, info: dict | None, state: State) -> None:
+        """A missing or invalidated slot loses every stream's position (before anything is created).
+
+        An invalidated pgoutput slot is dropped when olake manages the slot
+        (create_slot_and_publication), so that it is created again and the streams re-sync.
+        """
+        slot, manage = self.settings.replication_slot, self.settings.create_slot_and_publication
+        if info is None:
+            self._all_lost(state, f"replication slot '{slot}' does not exist (dropped?)"
+                           + ("; creating it again" if manage else ""))
+        elif info["wal_status"] == "lost":
+            self._all_lost(state, f"replication slot '{slot}' was invalidated (wal_status = lost: the "
+                                  f"server removed WAL it still needed, see max_slot_wal_keep_size)")
+            if manage and info["plugin"] == "pgoutput":
+                from olake_cli.sources.postgres.change_feed import classify_error
+
+                try:
+                    conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+                except psycopg.Error as exc:
+                    raise classify_error(exc, slot) from None
+                self.log(f"dropped the invalidated replication slot '{slot}'; creating it again")
+
+    def _all_lost(self, state: State, reason: str) -> None:
+        for stream in self.streams:
+            if self.position_of(state.find(stream.namespace, stream.name)) is not None:
+                self._lost(state, stream, reason)
+
+    def _lost(self, state: State, stream: CatalogStream, reason: str) -> None:
+        if self.settings.on_position_lost == "fail":
+            raise PositionLostError(f"{stream.label}: change position lost: {reason} "
+                                    f"(on_position_lost = fail; set it to resync to re-copy the stream)")
+        self.log(f"{stream.label}: change position lost: {reason}; re-syncing with a fresh full load "
+                 f"(on_position_lost = resync)")
+        state.streams = [s for s in state.streams if s.key != stream.key]
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def read(self, streams: list[CatalogStream], state: State) -> Iterator[ChangeBatch]:
+        """Confirm committed positions to the slot, then read its changes up to the WAL position now."""
+        from olake_cli.sources.postgres.change_feed import advance_slot, current_wal_lsn, read_changes
+        from olake_cli.sources.postgres.relation_watch import RelationWatch
+
+        held = [self.position_of(state.find(s.namespace, s.name)) for s in self.streams]
+        confirm = min(p.commit for p in held if p is not None)
+        active = {s.key: s for s in streams}
+        with connect(self.settings) as conn:
+            advance_slot(conn, self.settings.replication_slot, confirm)
+            upto = current_wal_lsn(conn)
+            routing = self._routing(conn, active)
+        self.log(f"change capture: reading slot '{self.settings.replication_slot}' up to {format_lsn(upto)}")
+        watch = RelationWatch(lambda: connect(self.settings), self.log)
+        try:
+            with read_changes(self._feed_connection, self.settings.replication_slot,
+                              self.settings.publication, upto, routing=routing) as feed:
+                yield from _ChangeReader(self, active, state, watch).batches(feed)
+        finally:
+            watch.close()
+
+    def _feed_connection(self):
+        from olake_cli.sources.postgres.types import SCAN_SESSION_SETTINGS
+
+        conn = connect(self.settings)
+        for name, value in SCAN_SESSION_SETTINGS.items():
+            conn.execute(f"SET {name} = '{value}'")
+        return conn
+
+    def _routing(self, conn, active: dict[tuple, CatalogStream]):
+        """Leaf partitions of partitioned streams map to their root; each stream's key (key updates)."""
+        from olake_cli.sources.postgres.change_feed import FeedRouting
+        from olake_cli.sources.postgres.partitions import partition_roots
+
+        infos = [self.tables[key] for key in active]
+        roots = partition_roots(conn, [(t.schema, t.table) for t in infos])
+        return FeedRouting(roots=roots, keys={(t.schema, t.table): tuple(t.primary_key) for t in infos})
+
+
+class _ChangeReader:
+    """Turns the slot's events into ChangeBatches: converted rows, checkpoints, schema changes."""
+
+    def __init__(self, capture: PostgresChangeCapture, active: dict[tuple, CatalogStream], state: State,
+                 watch) -> None:
+        self.capture, self.active, self.watch = capture, dict(active), watch
+        self.positions = {k: capture.position_of(state.find(*k)) for k in active}
+        self.horizons = {k: _load_horizon(state.find(*k)) for k in active}
+        self.converters = {k: self._converter(s) for k, s in active.items()}
+
+    def _converter(self, stream: CatalogStream):
+        """The row converter of a stream; its errors name the stream, the column and the row's key."""
+        from olake_cli.core.pgtext import make_row_converter
+
+        key = tuple(self.capture.tables[stream.key].primary_key)
+        return make_row_converter(stream.json_schema, stream.label, key)
+
+    def batches(self, feed) -> Iterator[ChangeBatch]:
+        """The feed's events as batches of at most BATCH_CHANGES changes, checkpoints at their ends."""
+        batch, since, txn, relation_seen = ChangeBatch(), 0, None, {}
+        for ev in feed:
+            if ev.op_id.commit != txn:
+                if txn is not None and since >= CHECKPOINT_EVERY and feed.last_end_lsn:
+                    batch.position, since = OpId(feed.last_end_lsn, 0), 0
+                    yield batch
+                    batch = ChangeBatch()
+                txn = ev.op_id.commit
+            key = (ev.namespace, ev.table)
+            stream = self.active.get(key)
+            if stream is None or ev.op_id <= self.positions[key]:
+                continue
+            horizon = self.horizons[key]
+            if horizon is not None and ev.op_id.commit < horizon[1] and horizon[0].contains(ev.xid):
+                continue  # the full load's snapshot already holds this transaction
+            if relation_seen.get(key) != id(ev.columns):
+                relation_seen[key] = id(ev.columns)
+                widened = self.watch.check(stream, ev.columns)
+                if widened is not None:
+                    self.active[key] = widened
+                    self.converters[key] = self._converter(widened)
+                    if batch.changes:
+                        yield batch
+                        batch = ChangeBatch()
+                    batch.widened.append(widened)
+            if ev.op == "t" and ev.partition is not None:
+                del self.active[key]
+                batch.resync[key] = (f"partition {ev.partition} was truncated; the destination cannot remove "
+                                     f"just that partition's rows, so the stream is loaded anew on the next run")
+                continue
+            batch.changes.append(Change(key, ev.op_id, self._data(ev, self.converters[key])))
+            since += 1
+            if since >= 5 * CHECKPOINT_EVERY:  # a huge transaction: checkpoint inside it
+                batch.position, since = ev.op_id, 0
+            if batch.position is not None or len(batch.changes) >= BATCH_CHANGES:
+                yield batch
+                batch = ChangeBatch()
+        if feed.resume_lsn:
+            batch.position = OpId(feed.resume_lsn, 0)
+        yield batch
+
+    def _data(self, ev, convert) -> dict[str, Any]:
+        """The record data of one change: converted values plus the _olake_* metadata."""
+        if ev.op == "t":
+            data: dict[str, Any] = {}
+        elif ev.op == "d":
+            data, _ = convert(ev.old or {})
+        else:
+            data, unchanged = convert(ev.new)
+            if unchanged:
+                data, unchanged = _fill_unchanged(data, unchanged, ev, convert)
+                if unchanged:
+                    data["_olake_toast_unchanged"] = unchanged
+        data["_olake_op"] = ev.op
+        data["_olake_op_id"] = [ev.op_id.commit, ev.op_id.seq]
+        data["_olake_commit_ts"] = ev.commit_ts_us
+        return data
+
+
+def _fill_unchanged(data: dict, unchanged: list[str], ev, convert) -> tuple[dict, list[str]]:
+    """Under REPLICA IDENTITY FULL the old row carries values the new row marks unchanged."""
+    if not ev.old:
+        return data, unchanged
+    from olake_cli.core.values import UNCHANGED_TOAST
+
+    known = {c: ev.old[c] for c in unchanged if c in ev.old and ev.old[c] is not UNCHANGED_TOAST}
+    if known:
+        filled, _ = convert(known)
+        data.update({c: filled[c] for c in known if c in filled})
+    return data, [c for c in unchanged if c not in known]
+
+
+def _load_horizon(ss: StreamState | None):
+    """(snapshot horizon, WAL position after it) of the stream's full load, or None.
+
+    A replayed transaction below that position that the load's snapshot already saw is skipped: the
+    full-load rows hold it, and an older image replayed over them could be incomplete. Everything else
+    ranks above the full-load rows (they carry the slot's start position as their operation id).
+    """
+    from olake_cli.sources.postgres.snapshot import SnapshotHorizon
+
+    extra = (ss.extra or {}) if ss is not None else {}
+    if not extra.get("snapshot_txns") or not extra.get("snapshot_upto"):
+        return None
+    return SnapshotHorizon(extra["snapshot_txns"]), parse_lsn(extra["snapshot_upto"])
