@@ -39,3 +39,25 @@ def spark():
     session = spark_session("local[2]")
     yield session
     stop_spark_session()
+
+
+# ----------------------------------------------------------------------------- MongoDB
+
+from tests.support.mongo import MongoServer, connect, start_mongo_server  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def mongo_server() -> MongoServer:
+    """One MongoDB wire-protocol server for the run (SecantusDB, or OLAKE_TEST_MONGO_URI's server)."""
+    server = start_mongo_server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture()
+def mongo_db(mongo_server: MongoServer) -> str:
+    """A fresh database name on the shared server (dropped afterwards); returns its name."""
+    name = f"t{next(_db_counter)}_{os.getpid()}"
+    yield name
+    with connect(mongo_server.uri) as client:
+        client.drop_database(name)

@@ -14,6 +14,7 @@ from olake_cli.core.codec import (
     to_destination, wire_values,
 )
 from olake_cli.core.errors import CatalogError, DestinationError, ProtocolError, SourceError
+from olake_cli.sources.postgres.scan import PostgresChunkReader
 
 U1 = uuid.UUID("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11")
 INTERVAL = pa.struct([("months", pa.int32()), ("days", pa.int32()), ("microseconds", pa.int64())])
@@ -162,18 +163,25 @@ def test_timestamps_arrow_cannot_hold_fail_naming_stream_column_and_key():
 
 
 def test_nested_arrays_round_trip_and_bad_depth_names_the_row():
+    """PostgreSQL's array text of a multi-dimensional column becomes nested lists in the chunk reader."""
     texts = pa.array(['{{1,2},{3,NULL}}', None, '{}', '{{{1}}}'])
     schema = {"properties": {"id": {"type": "integer", "x-olake-type": "int32"},
                              "m": {"type": ["null", "array"], "x-olake-type": "array<array<int32>>"}}}
     batch = pa.record_batch({"id": pa.array([1, 2, 3, 4], pa.int32()), "m": texts})
+    reader = PostgresChunkReader("n.s", 0, "", "postgresql://", None, key_columns=("id",),
+                                 nested_arrays=(("m", "array<array<int32>>"),))
     with pytest.raises(SourceError, match=r"stream 'n.s', column 'm', row with key id=4: .*"
                                           "3-dimensional value in a column declared with 2"):
-        encode_records(batch, schema, "s", "n", 1, key_columns=("id",))
-    table, _, data = roundtrip(pa.table(batch.slice(0, 3)), schema)
+        reader.wire_columns(batch)
+    batch = batch.slice(0, 3)
+    wire = reader.wire_columns(batch)
+    lines = encode_records(batch, schema, "s", "n", 1, wire_columns=wire)
+    data = [orjson.loads(line)["record"]["data"] for line in lines.splitlines()]
+    table, _ = decode_rows(data, schema)
     assert [d["m"] for d in data] == [[[1, 2], [3, None]], None, []]
     assert table.column("m").to_pylist() == [[[1, 2], [3, None]], None, []]
     assert table.schema.field("m").type == arrow_type("array<array<int32>>")
-    direct, _ = to_destination(batch.slice(0, 3), schema)
+    direct, _ = to_destination(batch, schema, wire_columns=wire)
     assert direct.column("m").equals(table.column("m"))
 
 

@@ -21,7 +21,8 @@ from psycopg import sql
 
 from olake_cli.core.codec import decode_rows, encode_records
 from olake_cli.core.errors import CatalogError, DestinationError, ProtocolError, SourceError
-from olake_cli.core.pgtext import (converter_for, make_row_converter, parse_array_literal,
+from olake_cli.sources.postgres.scan import PostgresChunkReader
+from olake_cli.sources.postgres.pgtext import (converter_for, make_row_converter, parse_array_literal,
                                    row_to_wire, text_to_wire)
 from olake_cli.sources.postgres.change_feed import current_wal_lsn, read_changes
 from olake_cli.sources.postgres.pgoutput import UNCHANGED_TOAST
@@ -125,19 +126,17 @@ def table_schema(dsn: str, table: str = "every") -> tuple[list, dict]:
 
 
 def full_load_rows(pg_cluster, db: str, table: str = "every") -> list[dict]:
-    """The full-load path: select_expression -> ADBC (scan settings) -> encode_records -> JSON."""
+    """The full-load path: select_expression -> the chunk reader (ADBC) -> encode_records -> JSON."""
     dsn = pg_cluster.dsn(db)
     columns, json_schema = table_schema(dsn, table)
     select = sql.SQL("SELECT {} FROM {} ORDER BY id").format(
         sql.SQL(", ").join(select_expression(c) for c in columns), sql.Identifier(table))
     with psycopg.connect(dsn) as conn:
         query = select.as_string(conn)
-    with adbc.connect(pg_cluster.uri(db)) as conn, conn.cursor() as cur:
-        scan_session(cur)
-        cur.execute(query)
-        scanned = cur.fetch_arrow_table()
-    lines = b"".join(encode_records(batch, json_schema, table, "public", 1)
-                     for batch in scanned.to_batches())
+    nested = tuple((c.name, c.olake_type) for c in columns if c.olake_type.startswith("array<array<"))
+    reader = PostgresChunkReader(table, 0, query, pg_cluster.uri(db), None, nested_arrays=nested)
+    lines = b"".join(encode_records(batch, json_schema, table, "public", 1, wire_columns=reader.wire_columns(batch))
+                     for batch in reader.read_batches())
     return [orjson.loads(line)["record"]["data"] for line in lines.splitlines()]
 
 

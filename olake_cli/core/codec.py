@@ -10,7 +10,7 @@ destination and the wire value inside ``record.data`` (both sides work a batch a
     uuid / json            string -> pa.uuid() / pa.json_() (Parquet UUID / JSON logical types)
     bytes                  base64 string -> binary
     date                   "YYYY-MM-DD" -> date32 (every PostgreSQL date: "0044-03-15 BC",
-                           "10000-01-01"; see pgcalendar); "infinity"/"-infinity" <-> int32 max/min
+                           "10000-01-01"; see calendar_text); "infinity"/"-infinity" <-> int32 max/min
     time                   "HH:MM:SS.ffffff" -> time64[us] ("24:00:00.000000" is 86400000000)
     timestamp(tz)          "YYYY-MM-DDTHH:MM:SS.ffffff[+00:00][ BC]" -> timestamp[us(, UTC)];
                            "infinity"/"-infinity" <-> int64 max/min (PostgreSQL's own encoding);
@@ -20,18 +20,13 @@ destination and the wire value inside ``record.data`` (both sides work a batch a
     array<T>               JSON array of T's wire values -> list<element: T>; nesting is the
                            column's declared number of dimensions (array<array<T>> for T[][])
 
-MongoDB (BSON) types, see ``olake_cli.sources.mongodb.bson_types``:
-
-    objectid, decimal128   string (24 lowercase hex digits / str(bson.Decimal128)) -> utf8
-    datetime_ms            integer milliseconds since 1970 (BSON's whole int64 range)
-                           -> timestamp[ms, UTC]
+    objectid, decimal128   (BSON, see sources/mongodb) string: 24 lowercase hex / str(Decimal128)
+    datetime_ms            integer milliseconds since 1970 (all of int64) -> timestamp[ms, UTC]
     bson                   canonical Extended JSON text -> pa.json_()
-    document               JSON object of its sub-fields' wire values -> struct; the property's
-                           "properties" give each sub-field's x-olake-type (recursively)
-    array<document>        the element's sub-fields in the property's "items": {"properties"}
-
-``document`` needs its property, not just the type string: ``field_arrow_type(prop)`` and the
-``prop`` argument of ``wire_values`` / ``decode_column`` carry it.
+    document               JSON object of its sub-fields' wire values -> struct of the property's
+                           "properties" (array<document>: of "items": {"properties"}); these need
+                           the property: ``field_arrow_type(prop)``, the ``prop`` of
+                           ``wire_values`` / ``decode_column``
 
 ``encode_records`` reads what the ADBC PostgreSQL driver yields for the scan's ``select_expression``:
 dates and timestamps shifted to 1970 without overflow checks (so PostgreSQL's infinities and its last
@@ -52,7 +47,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from olake_cli.core.errors import CatalogError, SourceError
-from olake_cli.core.pgcalendar import date_text, timestamp_text
+from olake_cli.core.calendar_text import date_text, timestamp_text
 
 INT64_MAX, INT64_MIN = 2**63 - 1, -(2**63)
 INT32_MAX, INT32_MIN = 2**31 - 1, -(2**31)
@@ -61,7 +56,7 @@ _PG_EPOCH_US, _PG_EPOCH_DAYS = 946_684_800_000_000, 10_957
 _ADBC_TS_POS_INF, _ADBC_TS_NEG_INF = INT64_MIN + _PG_EPOCH_US - 1, INT64_MIN + _PG_EPOCH_US
 _ADBC_DATE_POS_INF, _ADBC_DATE_NEG_INF = INT32_MIN + _PG_EPOCH_DAYS - 1, INT32_MIN + _PG_EPOCH_DAYS
 _TS_MIN_US, _TS_MAX_US = -62_135_596_800_000_000, 253_402_300_799_999_999  # years 1..9999: Arrow's
-_DATE_MIN, _DATE_MAX = -719_162, 2_932_896  # own text casts handle these; others go through pgcalendar
+_DATE_MIN, _DATE_MAX = -719_162, 2_932_896  # own text casts handle these; others go through calendar_text
 _DAY_US = 86_400_000_000
 _FLOAT_WIRE = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
 _INT_TYPES = ("int16", "int32", "int64")
@@ -169,10 +164,13 @@ def value_error(error_type: type, stream: str | None, column: str, key: dict | N
 
 
 def encode_records(batch: pa.RecordBatch, json_schema: dict, stream: str, namespace: str | None,
-                   emitted_at: int, extra_data: dict | None = None, key_columns: tuple = ()) -> bytes:
+                   emitted_at: int, extra_data: dict | None = None, key_columns: tuple = (),
+                   wire_columns: dict[str, list] | None = None) -> bytes:
     """The batch's rows as RECORD JSON lines; ``extra_data`` keys are added to every row's data.
 
-    A value that cannot be encoded raises a SourceError naming the stream, column and ``key_columns``.
+    ``wire_columns`` gives some columns' wire values directly (a source that scanned them in its own
+    text form parses them itself). A value that cannot be encoded raises a SourceError naming the
+    stream, column and ``key_columns``.
     """
     properties = json_schema.get("properties", {})
     names = list(batch.schema.names)
@@ -182,7 +180,10 @@ def encode_records(batch: pa.RecordBatch, json_schema: dict, stream: str, namesp
             raise CatalogError(f"column {name!r} is not a property of stream {stream!r}")
         try:
             prop = properties[name]
-            columns.append(wire_values(array, olake_type_of(prop, name), name, prop))
+            if wire_columns and name in wire_columns:
+                columns.append(wire_columns[name])
+            else:
+                columns.append(wire_values(array, olake_type_of(prop, name), name, prop))
         except BadValue as bad:
             key = {k: batch.column(k)[bad.index].as_py() for k in key_columns if k in names}
             label = f"{namespace}.{stream}" if namespace else stream
@@ -391,8 +392,6 @@ def _documents(array: pa.Array, olake_type: str, column: str, prop: dict | None)
 
 
 def _arrays(array: pa.Array, olake_type: str, column: str, prop: dict | None = None) -> list:
-    if pa.types.is_string(array.type):  # multi-dimensional: PostgreSQL's array text (see types.py)
-        return _array_texts(array.to_pylist(), olake_type, column)
     _expect(array, pa.types.is_list(array.type) or pa.types.is_large_list(array.type),
             olake_type, column)
     element_prop = element_property(prop, olake_type) if prop is not None else None
@@ -414,14 +413,6 @@ def row_of_element(array: pa.Array, element_index: int) -> int:
     """The row of a list array holding its flattened element ``element_index``."""
     ends = pc.cumulative_sum(pc.fill_null(pc.list_value_length(array), 0)).to_pylist()
     return next(row for row, end in enumerate(ends) if end > element_index)
-
-
-def _array_texts(texts: list, olake_type: str, column: str) -> list:
-    """PostgreSQL array texts as nested lists of wire values (the change-capture conversion)."""
-    from olake_cli.core.pgtext import convert_or_bad  # pgtext imports this module
-
-    return [None if text is None else convert_or_bad(olake_type, text, index)
-            for index, text in enumerate(texts)]
 
 
 _ENCODERS = {

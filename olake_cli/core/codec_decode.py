@@ -21,7 +21,7 @@ from olake_cli.core.codec import (
     olake_type_of, sub_properties, value_error, wire_values,
 )
 from olake_cli.core.errors import CatalogError, DestinationError, ProtocolError
-from olake_cli.core.pgcalendar import parse_date, parse_timestamp
+from olake_cli.core.calendar_text import parse_date, parse_timestamp
 
 def decode_rows(rows: list[dict], json_schema: dict, all_nullable: bool = False,
                 stream: str | None = None, key_columns: tuple = ()) -> tuple[pa.Table, list[str]]:
@@ -55,11 +55,13 @@ def decode_rows(rows: list[dict], json_schema: dict, all_nullable: bool = False,
 
 
 def to_destination(batch: pa.RecordBatch | pa.Table, json_schema: dict, stream: str | None = None,
-                   key_columns: tuple = ()) -> tuple[pa.Table, list[str]]:
+                   key_columns: tuple = (), wire_columns: dict[str, list] | None = None,
+                   ) -> tuple[pa.Table, list[str]]:
     """A scanned batch converted straight to the destination types (no JSON in between).
 
     The same per-column encoders and decoders as the JSON path, so both give identical tables; a
     value that cannot be carried names ``stream``, the column and the row's ``key_columns``.
+    ``wire_columns`` gives some columns' wire values directly, as in ``encode_records``.
     """
     schema = arrow_schema(json_schema)
     schema = pa.schema([field.with_nullable(True) for field in schema], metadata=schema.metadata)
@@ -69,6 +71,9 @@ def to_destination(batch: pa.RecordBatch | pa.Table, json_schema: dict, stream: 
         prop = json_schema["properties"][field.name]
         olake_type = olake_type_of(prop, field.name)
         column = batch.column(field.name)
+        if wire_columns and field.name in wire_columns:
+            arrays.append(decode_column(wire_columns[field.name], olake_type, field.name, warnings, prop))
+            continue
         direct = _already_exact(column, olake_type, field.type, prop)
         if direct is not None:
             arrays.append(direct)
@@ -101,7 +106,7 @@ def _already_exact(array: pa.Array | pa.ChunkedArray, olake_type: str,
     if olake_type in _PLAIN_TYPES and array.type == target:
         return array
     if array.type == target and _exact_when_same_type(olake_type, prop):
-        return array
+        return array.view(target)  # equal types may still name a list's element differently
     if olake_type == "date" and pa.types.is_date32(array.type):
         return array if _fast_mask(array.view(pa.int32()), (_DATE_MIN, _DATE_MAX)) is None else None
     if olake_type in ("timestamp", "timestamptz") and pa.types.is_timestamp(array.type) \

@@ -33,7 +33,9 @@ class ChunkReader(Protocol):
     def read_batches(self) -> Iterator["pa.RecordBatch"]:
         """The chunk's rows as Arrow batches whose columns are the stream's ``json_schema`` properties.
 
-        Errors are raised as :class:`~olake_cli.core.errors.OlakeError` with secrets removed.
+        Errors are raised as :class:`~olake_cli.core.errors.OlakeError` with secrets removed. A reader
+        may also offer ``wire_columns(batch) -> dict[column, wire values] | None`` for columns it scans
+        in its own text form (PostgreSQL's multi-dimensional arrays); those values are used as they are.
         """
         ...
 
@@ -156,9 +158,9 @@ class ChunkSink(Protocol):
     """Picklable: writes one full-load chunk from inside a task (``olake sync``)."""
 
     def write(self, namespace: str | None, stream: str, load_id: str | None, chunk_index: int,
-              load_op_key: str | None, json_schema: dict, batches: list["pa.RecordBatch"],
+              load_op_key: str | None, json_schema: dict, batches: list[tuple["pa.RecordBatch", dict | None]],
               key_columns: tuple[str, ...] = ()) -> tuple[int, list[str]]:
-        """Convert and stage one chunk's batches; (rows, warnings). Visible only once committed."""
+        """Convert and stage one chunk's (batch, wire columns) pairs; (rows, warnings). Visible once committed."""
         ...
 
 

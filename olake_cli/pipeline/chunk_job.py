@@ -93,17 +93,19 @@ def run_chunk_job(job: ChunkJob) -> ScanResult:
 def _encode_chunk(job: ChunkJob, result: ScanResult, spool) -> None:
     from olake_cli.core.codec import encode_records
 
+    wire_columns = getattr(job.reader, "wire_columns", None)
     for batch in job.reader.read_batches():
         if batch.num_rows == 0:
             continue
         blob = encode_records(batch, job.json_schema, job.stream, job.namespace, int(time.time() * 1000),
-                              job.extra_data, job.key_columns)
+                              job.extra_data, job.key_columns, wire_columns(batch) if wire_columns else None)
         spool.write(blob) if spool else result.blobs.append(blob)
         result.rows += batch.num_rows
 
 
 def _sink_chunk(job: ChunkJob, result: ScanResult) -> None:
-    batches = [b for b in job.reader.read_batches() if b.num_rows]
+    wire_columns = getattr(job.reader, "wire_columns", None)
+    batches = [(b, wire_columns(b) if wire_columns else None) for b in job.reader.read_batches() if b.num_rows]
     result.rows, result.warnings = job.sink.write(job.namespace, job.stream, job.load_id, job.chunk_index,
                                                   job.load_op_key, job.json_schema, batches, job.key_columns)
 

@@ -11,7 +11,7 @@ from olake_cli.core.catalog import Catalog, parse_catalog
 from olake_cli.core.errors import CatalogError, OlakeError, ProtocolError, UpstreamError
 from olake_cli.core.faults import crash_point
 from olake_cli.core.schema_change import SchemaDiff, compare_columns, olake_type_of
-from olake_cli.core.state import FileStateStore, State, parse_state
+from olake_cli.core.state import FileStateStore, parse_state
 from olake_cli.core.validation import validate_message
 
 

@@ -18,7 +18,7 @@ import pyarrow.dataset as ds
 import pyarrow.compute as pc
 from psycopg import sql
 
-from olake_cli.core.pgcalendar import date_text, timestamp_text
+from olake_cli.core.calendar_text import date_text, timestamp_text
 
 INT64_MAX, INT64_MIN = 2**63 - 1, -(2**63)
 INT32_MAX, INT32_MIN = 2**31 - 1, -(2**31)

@@ -30,11 +30,11 @@ class ParquetChunkSink:
     def write(self, namespace: str | None, stream: str, load_id: str | None, chunk_index: int,
               load_op_key: str | None, json_schema: dict, batches: list[Any],
               key_columns: tuple[str, ...] = ()) -> tuple[int, list[str]]:
-        """Convert and stage the batches of one chunk; returns (rows, warnings)."""
+        """Convert and stage one chunk's (batch, wire columns) pairs; returns (rows, warnings)."""
         tables, warnings = [], []
         label = f"{namespace}.{stream}" if namespace else stream
-        for batch in batches:
-            table, batch_warnings = codec.to_destination(batch, json_schema, label, key_columns)
+        for batch, wire_columns in batches:
+            table, batch_warnings = codec.to_destination(batch, json_schema, label, key_columns, wire_columns)
             tables.append(table)
             warnings += [w for w in batch_warnings if w not in warnings]
         if not tables:

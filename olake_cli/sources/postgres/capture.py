@@ -204,7 +204,7 @@ class _ChangeReader:
 
     def _converter(self, stream: CatalogStream):
         """The row converter of a stream; its errors name the stream, the column and the row's key."""
-        from olake_cli.core.pgtext import make_row_converter
+        from olake_cli.sources.postgres.pgtext import make_row_converter
 
         key = tuple(self.capture.tables[stream.key].primary_key)
         return make_row_converter(stream.json_schema, stream.label, key)

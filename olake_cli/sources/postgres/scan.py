@@ -18,6 +18,8 @@ class PostgresChunkReader:
     uri: str = field(repr=False)
     snapshot_id: str | None
     batch_rows: int = 10_000
+    key_columns: tuple[str, ...] = ()
+    nested_arrays: tuple[tuple[str, str], ...] = ()  # (column, x-olake-type) scanned as array text
 
     def read_batches(self) -> Iterator[Any]:
         """Arrow record batches of the chunk, read through ADBC inside the exported snapshot."""
@@ -47,6 +49,23 @@ class PostgresChunkReader:
                         yield batch.slice(start, self.batch_rows)
             conn.rollback()
 
+
+    def wire_columns(self, batch) -> dict[str, list] | None:
+        """Wire values of the multi-dimensional array columns, which arrive as PostgreSQL's array text."""
+        from olake_cli.core.codec import BadValue, value_error
+        from olake_cli.sources.postgres.pgtext import convert_or_bad
+
+        if not self.nested_arrays:
+            return None
+        parsed = {}
+        for name, olake_type in self.nested_arrays:
+            texts = batch.column(name).to_pylist()
+            try:
+                parsed[name] = [None if t is None else convert_or_bad(olake_type, t, i) for i, t in enumerate(texts)]
+            except BadValue as bad:
+                key = {k: batch.column(k)[bad.index].as_py() for k in self.key_columns if k in batch.schema.names}
+                raise value_error(SourceError, self.label, name, key, bad.index, bad.detail) from None
+        return parsed
 
 def _scrub(text: str, uri: str) -> str:
     """``text`` without the password that ``uri`` carries."""

@@ -167,7 +167,10 @@ class PostgresReadSession:
             cols=sql.SQL(", ").join(cols), s=sql.Identifier(info.schema), t=sql.Identifier(info.table), w=where)
         return PostgresChunkReader(label=stream.label, chunk_index=index, query=query.as_string(conn),
                                    uri=self.settings.uri(), snapshot_id=self.snapshot.snapshot_id,
-                                   batch_rows=self.settings.batch_rows)
+                                   batch_rows=self.settings.batch_rows, key_columns=key,
+                                   nested_arrays=tuple((c.name, c.olake_type) for c in info.columns
+                                                       if c.olake_type.startswith("array<array<")
+                                                       and c.name not in info.missing))
 
 
 def _finite(column) -> sql.Composable | None:

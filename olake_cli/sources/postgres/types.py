@@ -15,7 +15,7 @@ the SELECT-list expression the chunk scan uses so that the ADBC driver yields an
   ``T[][]``.  One-dimensional columns keep their element's native type (or ``text[]``); a value of
   another depth or with a lower bound other than 1 fails the scan with an error naming the column
   (ADBC would silently flatten it and drop the bounds).  Deeper columns are read as PostgreSQL's
-  array text, which the codec parses exactly as change capture does (``core/pgtext``).
+  array text, which the codec parses exactly as change capture does (``sources/postgres/pgtext``).
 """
 
 from __future__ import annotations
@@ -214,7 +214,7 @@ def select_expression(col: PgColumn, key_columns: tuple = ()) -> sql.Composable:
     """
     ident = sql.Identifier(col.name)
     if col.olake_type.startswith("array<array<"):
-        expr = sql.SQL("{}::text").format(ident)  # nested lists: the codec parses PostgreSQL's text
+        expr = sql.SQL("{}::text").format(ident)  # nested lists: the chunk reader parses PostgreSQL's text
     elif col.olake_type.startswith("array<"):
         expr = _array_expression(col, ident, key_columns)
     elif col.olake_type == "interval":

@@ -9,7 +9,7 @@ one converter per column once per json_schema (the hot path of change capture).
 
 Arrays become nested lists of the column's declared depth (``array<array<T>>`` for ``T[][]``); a
 value of another depth, or with a lower bound other than 1 (``[0:2]={1,2,3}``), fails naming the
-column. Dates and timestamps cover PostgreSQL's whole range (BC, years beyond 9999; see pgcalendar).
+column. Dates and timestamps cover PostgreSQL's whole range (BC, years beyond 9999; see calendar_text).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from typing import Any, Callable
 
 from olake_cli.core.codec import BadValue, olake_type_of, parse_iso_interval, value_error
 from olake_cli.core.errors import CatalogError, SourceError
-from olake_cli.core.pgarray import BadText, parse_array_literal, parse_nested_literal
-from olake_cli.core.pgcalendar import parse_date, parse_timestamp, timestamp_text
+from olake_cli.sources.postgres.pgarray import BadText, parse_array_literal, parse_nested_literal
+from olake_cli.core.calendar_text import parse_date, parse_timestamp, timestamp_text
 
 from olake_cli.core.values import UNCHANGED_TOAST
 

@@ -1,0 +1,245 @@
+"""Change capture for MongoDB streams with a change stream on the database (resume tokens).
+
+A position is a resume token plus the operation id it covers. Operation ids come from the cluster
+time: ``(seconds << 32 | increment, n)``, where ``n`` counts the changes sharing that cluster time
+(the operations of one transaction). Checkpoints fall only between cluster times, so a resumed run
+never splits a transaction and its op ids stay those of the first reading.
+
+A run is bounded: it reads up to the cluster time captured when it starts, then stops. The position
+captured before a full load is taken the same way, so every change made during the load is replayed
+after it; the destination keeps the version with the highest operation id, so replays converge.
+Updates carry the post-image (``fullDocument: updateLookup``); an update whose document is gone by
+the time it is read is skipped, because its delete follows in the log.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from olake_cli.core.catalog import CatalogStream
+from olake_cli.core.contracts import Change, ChangeBatch
+from olake_cli.core.errors import ConfigError, PositionLostError, SourceError
+from olake_cli.core.opid import OpId
+from olake_cli.core.state import State, StreamState
+
+HISTORY_LOST, INVALID_TOKEN = 286, 280
+_OPS = {"insert": "c", "replace": "u", "update": "u", "delete": "d"}
+_ENDS = ("drop", "rename", "dropDatabase", "invalidate")
+CHECKPOINT_EVERY = max(1, int(os.environ.get("OLAKE_CDC_CHECKPOINT_EVERY", "20000")))
+BATCH_CHANGES = 1000
+
+
+@dataclass(frozen=True)
+class MongoPosition:
+    """A change-stream position: the resume token (its ``_data`` text) and the op id it covers."""
+
+    token: str
+    op: OpId
+
+
+def cluster_op(ts: Any, seq: int = 0) -> OpId:
+    """The operation id of a BSON Timestamp cluster time (and a 1-based sequence within it)."""
+    return OpId((ts.time << 32) | ts.inc, seq)
+
+
+class MongoChangeCapture:
+    """Reads one database's change stream for the run's ``cdc`` streams (``core.contracts.ChangeCapture``)."""
+
+    def __init__(self, settings, streams: list[CatalogStream], log: Callable[[str], None]) -> None:
+        self.settings, self.streams, self.log = settings, streams, log
+        self._start: MongoPosition | None = None
+
+    # -- positions ---------------------------------------------------------------------------
+
+    def position_of(self, ss: StreamState | None) -> MongoPosition | None:
+        """The change position a stream state holds (``cursor_field`` token plus ``op_id``), or None."""
+        extra = (ss.extra or {}) if ss is not None else {}
+        if ss is None or ss.sync_type == "incremental" or not isinstance(ss.cursor_field, str) \
+                or "op_id" not in extra:
+            return None
+        return MongoPosition(ss.cursor_field, OpId.from_json(extra["op_id"]))
+
+    def with_position(self, ss: StreamState, position: MongoPosition) -> StreamState:
+        """A copy of ``ss`` positioned at ``position``."""
+        new = ss.copy()
+        new.cursor_field = position.token
+        new.extra = {**(new.extra or {}), "op_id": position.op.to_json()}
+        return new
+
+    def position_op(self, position: MongoPosition) -> OpId:
+        """The operation id the position covers."""
+        return position.op
+
+    def start_position(self) -> MongoPosition:
+        """The position captured by :meth:`preflight`, before any full load."""
+        assert self._start is not None, "preflight() runs first"
+        return self._start
+
+    def load_marks(self, session) -> dict[str, Any]:
+        """Nothing beyond the start position: changes during the load are replayed after it."""
+        return {}
+
+    # -- preflight ---------------------------------------------------------------------------
+
+    def preflight(self, state: State) -> None:
+        """Require change streams, detect lost positions (re-sync or fail), capture the start position."""
+        with self.settings.client() as client:
+            hello = self._command(client, "hello")
+            if not hello.get("setName") and hello.get("msg") != "isdbgrid":
+                raise ConfigError(f"mongodb: {self.settings.describe()} is a standalone server, which has "
+                                  f"no change streams; cdc needs a replica set (start mongod with "
+                                  f"--replSet rs0 and run rs.initiate() once) or a sharded cluster")
+            held = [(s, self.position_of(state.find(s.namespace, s.name))) for s in self.streams]
+            for token in sorted({p.token for _, p in held if p is not None}):
+                reason = self._token_problem(client, token)
+                if reason is not None:
+                    for stream, _ in [(s, p) for s, p in held if p is not None and p.token == token]:
+                        self._lost(state, stream, reason)
+            self._start = self._now(client)
+
+    def _token_problem(self, client, token: str) -> str | None:
+        """Why the log cannot be resumed at ``token`` (history pruned, token invalid), or None."""
+        import pymongo.errors
+
+        try:
+            with self._watch(client, {"_data": token}) as stream:
+                stream.try_next()
+        except pymongo.errors.OperationFailure as exc:
+            if exc.code == HISTORY_LOST:
+                return ("the change stream no longer reaches back to the stream's position (the oplog "
+                        "rolled over: ChangeStreamHistoryLost)")
+            if exc.code == INVALID_TOKEN or exc.code == 9:
+                return f"the stream's resume token is not valid here ({exc.details.get('codeName', exc.code)})"
+            raise SourceError(self.settings.scrub(f"mongodb: change stream: {exc}")) from None
+        return None
+
+    def _lost(self, state: State, stream: CatalogStream, reason: str) -> None:
+        if self.settings.on_position_lost == "fail":
+            raise PositionLostError(f"{stream.label}: change position lost: {reason} "
+                                    f"(on_position_lost = fail; set it to resync to re-copy the stream)")
+        self.log(f"{stream.label}: change position lost: {reason}; re-syncing with a fresh full load "
+                 f"(on_position_lost = resync)")
+        state.streams = [s for s in state.streams if s.key != stream.key]
+
+    def _now(self, client) -> MongoPosition:
+        """A position at the log's end now: the cluster time read first, then a fresh stream's token."""
+        time = self._command(client, "hello")["operationTime"]
+        with self._watch(client, None) as stream:
+            stream.try_next()  # an empty batch sets the post-batch resume token
+            return MongoPosition(stream.resume_token["_data"], cluster_op(time))
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def read(self, streams: list[CatalogStream], state: State) -> Iterator[ChangeBatch]:
+        """Changes after the streams' positions, up to the cluster time at the call, in batches."""
+        held = [self.position_of(state.find(s.namespace, s.name)) for s in streams]
+        start = min((p for p in held if p is not None), key=lambda p: p.op)
+        with self.settings.client() as client:
+            upto = cluster_op(self._command(client, "hello")["operationTime"])
+            self.log(f"change capture: database '{self.settings.database}' from {start.op} up to {upto}")
+            with self._watch(client, {"_data": start.token}) as stream:
+                yield from _EventReader(self, streams, upto).batches(stream)
+
+    def _watch(self, client, resume_after: dict | None):
+        from olake_cli.sources.mongodb.bson_schema import BSON_CODEC_OPTIONS
+
+        names = [s.name for s in self.streams]
+        match = {"$match": {"ns.coll": {"$in": names}}}
+        database = client.get_database(self.settings.database, codec_options=BSON_CODEC_OPTIONS)
+        return database.watch([match], full_document="updateLookup", resume_after=resume_after,
+                              max_await_time_ms=200)
+
+    def _command(self, client, name: str) -> dict:
+        import pymongo.errors
+
+        try:
+            return client.admin.command(name)
+        except pymongo.errors.PyMongoError as exc:
+            raise SourceError(self.settings.scrub(f"mongodb: {name}: {exc}")) from None
+
+
+class _EventReader:
+    """Turns change events into ChangeBatches, checkpointing between cluster times."""
+
+    def __init__(self, capture: MongoChangeCapture, streams: list[CatalogStream], upto: OpId) -> None:
+        self.capture, self.upto = capture, upto
+        self.streams = {s.name: s for s in streams}
+        self.namespace = {s.name: s.key for s in streams}
+
+    def batches(self, stream) -> Iterator[ChangeBatch]:
+        """Events up to ``upto``: a checkpoint after every complete cluster time once enough changed."""
+        import pymongo.errors
+
+        batch, since, group, seq, last = ChangeBatch(), 0, None, 0, None
+        try:
+            while (event := stream.try_next()) is not None:
+                op = cluster_op(event["clusterTime"])
+                if op.commit > self.upto.commit:
+                    break
+                if op.commit != group:
+                    if last is not None and (since >= CHECKPOINT_EVERY or len(batch.changes) >= BATCH_CHANGES):
+                        batch.position, since = last, 0
+                        yield batch
+                        batch = ChangeBatch()
+                    group, seq = op.commit, 0
+                seq += 1
+                change = self._change(event, OpId(op.commit, seq), batch)
+                if change is not None:
+                    batch.changes.append(change)
+                    since += 1
+                last = MongoPosition(event["_id"]["_data"], OpId(op.commit, seq))
+            else:  # the log is exhausted: the post-batch token is past everything up to ``upto``
+                if stream.resume_token is not None:
+                    covered = OpId(self.upto.commit, 0) if last is None else max(last.op, OpId(self.upto.commit, 0))
+                    last = MongoPosition(stream.resume_token["_data"], covered)
+        except pymongo.errors.PyMongoError as exc:
+            raise SourceError(self.capture.settings.scrub(f"mongodb: change stream: {exc}")) from None
+        batch.position = last
+        yield batch
+
+    def _change(self, event: dict, op_id: OpId, batch: ChangeBatch) -> Change | None:
+        from olake_cli.sources.mongodb.bson_types import document_to_wire
+
+        kind = event["operationType"]
+        name = (event.get("ns") or {}).get("coll")
+        stream = self.streams.get(name)
+        if stream is None:
+            return None
+        if kind in _ENDS:
+            if stream.key not in batch.resync:
+                batch.resync[stream.key] = (f"the collection saw '{kind}'; its stream ends here and is "
+                                            f"loaded anew on the next run (run discover again if it is gone)")
+            del self.streams[name]
+            return None
+        if kind not in _OPS:
+            return None
+        if kind == "delete":
+            data = document_to_wire({"_id": event["documentKey"]["_id"]}, _key_schema(stream), stream.label)
+        else:
+            document = event.get("fullDocument")
+            if document is None:
+                return None  # updated, then deleted before it could be looked up: the delete follows
+            data = document_to_wire(document, stream.json_schema, stream.label)
+        data["_olake_op"] = _OPS[kind]
+        data["_olake_op_id"] = [op_id.commit, op_id.seq]
+        wall = event.get("wallTime")
+        data["_olake_commit_ts"] = _micros(wall) if wall is not None else event["clusterTime"].time * 1_000_000
+        return Change(stream.key, op_id, data)
+
+
+def _key_schema(stream: CatalogStream) -> dict:
+    """The part of a stream's schema a delete carries: its ``_id``."""
+    return {"type": "object", "properties": {"_id": stream.json_schema["properties"]["_id"]}}
+
+
+def _micros(value: Any) -> int:
+    """Microseconds since the epoch of a wallTime (datetime or DatetimeMS)."""
+    if hasattr(value, "_value"):  # bson.datetime_ms.DatetimeMS
+        return int(value._value) * 1000
+    from datetime import timezone
+
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    return int(value.timestamp() * 1_000_000)
