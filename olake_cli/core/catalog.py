@@ -16,16 +16,18 @@ SYNC_MODES = ("full_refresh", "incremental", "cdc")
 _KNOWN_KEYS = ("name", "namespace", "json_schema", "supported_sync_modes", "source_defined_primary_key",
                "default_cursor_field", "cursor_candidates", "selected", "sync_mode", "cursor_field",
                "cursor_lookback", "primary_key", "x-olake")
-# olake types whose values PostgreSQL orders and that can serve as an incremental cursor
-TEMPORAL_CURSOR_TYPES = ("date", "timestamp", "timestamptz")
-NUMERIC_CURSOR_TYPES = ("int16", "int32", "int64", "float32", "float64", "numeric")
+# olake types whose values the source orders and that can serve as an incremental cursor
+TEMPORAL_CURSOR_TYPES = ("date", "timestamp", "timestamptz", "datetime_ms")
+NUMERIC_CURSOR_TYPES = ("int16", "int32", "int64", "float32", "float64", "numeric", "decimal128")
+ORDERED_CURSOR_TYPES = ("objectid",)  # ordered, but no look-back window can be subtracted
 _INTERVAL = re.compile(r"\s*(\d+(\.\d+)?\s*(microsecond|millisecond|second|minute|hour|day|week|month|year)s?\s*)+",
                        re.IGNORECASE)
 
 
 def is_cursor_type(olake_type: str) -> bool:
     """Whether a column of this olake type can be an incremental cursor (its values are ordered)."""
-    return olake_type in TEMPORAL_CURSOR_TYPES or is_numeric_cursor_type(olake_type)
+    return (olake_type in TEMPORAL_CURSOR_TYPES or olake_type in ORDERED_CURSOR_TYPES
+            or is_numeric_cursor_type(olake_type))
 
 
 def is_numeric_cursor_type(olake_type: str) -> bool:
@@ -203,6 +205,9 @@ def check_cursor_column(where: str, column: str, olake_type: str, lookback: Any)
                            f"ordered; choose a number, date or timestamp column")
     if lookback is None:
         return
+    if olake_type in ORDERED_CURSOR_TYPES:
+        raise CatalogError(f"{where}: cursor_lookback cannot apply to the {olake_type} cursor '{column}'; "
+                           f"remove it")
     if is_numeric_cursor_type(olake_type):
         if isinstance(lookback, bool) or not isinstance(lookback, (int, float)) or lookback < 0:
             raise CatalogError(f"{where}: cursor_lookback {lookback!r} must be a non-negative number for "

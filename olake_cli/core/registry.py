@@ -34,8 +34,10 @@ SOURCES: dict[str, ConnectorEntry] = {
 DESTINATIONS: dict[str, ConnectorEntry] = {
     "parquet": ConnectorEntry("destination", "destination-parquet",
                               "olake_cli.destinations.parquet.writer:ParquetDestination"),
+    "iceberg": ConnectorEntry("destination", "destination-iceberg",
+                              "olake_cli.destinations.iceberg.destination:IcebergDestination"),
 }
-PLANNED = {"iceberg": "destination"}
+PLANNED = {"postgres": "destination"}  # types named in the design, not built yet
 
 
 def entry(kind: str, role: str | None = None, where: str = "config") -> ConnectorEntry:

@@ -1,0 +1,143 @@
+"""What one stream holds between two commits: its table, its committed progress, buffered rows.
+
+Records are split on arrival: full-load rows (no ``_olake_op_id``: appended, chunk by chunk) and
+changes (inserts, updates, deletes and incremental rows: merged by key). Changes at or below the
+table's highest applied operation id are replays and are dropped at once; a truncate drops what came
+before it in the batch and empties the table at the next commit.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pyarrow as pa
+from pyiceberg.manifest import DataFile
+from pyiceberg.table import Table
+
+from olake_cli.core import codec
+from olake_cli.core.catalog import CatalogStream
+from olake_cli.destinations.iceberg.merge import TOAST
+
+DECODE_EVERY = 20_000
+CHANGE_OPS = ("c", "u", "d", "t")
+UNKNOWN_LOAD = "0"
+
+
+@dataclass
+class StreamBuffer:
+    """One stream of the destination during a run."""
+
+    stream: CatalogStream
+    identifier: tuple[str, str]
+    table: Table
+    key_columns: list[str]
+    committed: dict | None = None  # the stream state the table holds
+    watermark: str | None = None  # highest operation id applied to the table
+    staged: dict | None = None  # {"load_id", "files"}: a load waiting to replace the table
+    load_id: str = UNKNOWN_LOAD
+    load_op_key: str | None = None  # operation id of the current load's rows (cdc streams)
+    load_rows: list[dict] = field(default_factory=list)
+    change_rows: list[dict] = field(default_factory=list)
+    load_tables: list[pa.Table] = field(default_factory=list)
+    change_tables: list[pa.Table] = field(default_factory=list)
+    load_table_rows: int = 0
+    written: list[DataFile] = field(default_factory=list)  # load rows already written, not committed
+    truncated: bool = False
+    replayed: int = 0  # changes dropped as replays since the last commit
+    warned: set[str] = field(default_factory=set)
+
+    @property
+    def keyed(self) -> bool:
+        """Whether changes merge by key (keyless streams append every row)."""
+        return bool(self.key_columns)
+
+    def has_rows(self) -> bool:
+        """Whether rows arrived that no commit has covered yet."""
+        return bool(self.load_rows or self.change_rows or self.load_tables or self.change_tables
+                    or self.written or self.truncated)
+
+    def add(self, data: dict[str, Any]) -> None:
+        """Route one record's data (a replayed change is dropped; a truncate resets the batch)."""
+        op_id = data.get("_olake_op_id")
+        if op_id is None:
+            self.load_rows.append(data)
+            return
+        key = format_op_id(op_id)
+        if data.get("_olake_op") in CHANGE_OPS and self.watermark is not None and key <= self.watermark:
+            self.replayed += 1
+            return
+        if data.get("_olake_op") == "t":
+            self.change_rows, self.change_tables = [], []
+            self.load_rows, self.load_tables, self.load_table_rows = [], [], 0
+            self.truncated = True
+            return
+        self.change_rows.append(data)
+
+    def decode_load(self, log: Callable[[str], None]) -> None:
+        """Decode buffered full-load rows into an Arrow table (every DECODE_EVERY rows)."""
+        if self.load_rows:
+            table = self._decode(self.load_rows, log)
+            self.load_tables.append(table)
+            self.load_table_rows += table.num_rows
+            self.load_rows = []
+
+    def decode_changes(self, log: Callable[[str], None]) -> None:
+        """Decode buffered changes into an Arrow table."""
+        if self.change_rows:
+            self.change_tables.append(self._decode(self.change_rows, log))
+            self.change_rows = []
+
+    def take_load(self, log: Callable[[str], None]) -> pa.Table | None:
+        """Every decoded full-load row since the last take (or None)."""
+        self.decode_load(log)
+        if not self.load_tables:
+            return None
+        table = pa.concat_tables(self.load_tables, promote_options="permissive")
+        self.load_tables, self.load_table_rows = [], 0
+        return table
+
+    def take_changes(self, log: Callable[[str], None]) -> pa.Table | None:
+        """Every decoded change since the last commit (or None)."""
+        self.decode_changes(log)
+        if not self.change_tables:
+            return None
+        table = pa.concat_tables(self.change_tables, promote_options="permissive")
+        self.change_tables = []
+        return table
+
+    def _decode(self, rows: list[dict], log: Callable[[str], None]) -> pa.Table:
+        table, warnings = codec.decode_rows(rows, self.stream.json_schema, all_nullable=True,
+                                            stream=self.stream.label, key_columns=tuple(self.key_columns))
+        for warning in warnings:
+            if warning not in self.warned:
+                self.warned.add(warning)
+                log(f"{self.stream.label}: {warning}")
+        return with_metadata(table, rows, self.load_op_key)
+
+
+def with_metadata(table: pa.Table, rows: list[dict], load_op_key: str | None) -> pa.Table:
+    """``table`` with the _olake_* columns of ``rows`` (full-load rows rank at ``load_op_key``)."""
+    now = int(time.time() * 1_000_000)
+    ops = [r.get("_olake_op", "r") for r in rows]
+    op_ids = [format_op_id(r.get("_olake_op_id")) if r.get("_olake_op_id") is not None else load_op_key
+              for r in rows]
+    columns = {
+        "_olake_op": pa.array(ops, pa.string()),
+        "_olake_op_id": pa.array(op_ids, pa.string()),
+        "_olake_commit_ts": pa.array([r.get("_olake_commit_ts") for r in rows], pa.int64())
+        .cast(pa.timestamp("us", tz="UTC")),
+        "_olake_synced_at": pa.array([now] * len(rows), pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        TOAST: pa.array([r.get(TOAST) for r in rows], pa.list_(pa.string())),
+    }
+    for name, column in columns.items():
+        table = table.append_column(name, column)
+    return table
+
+
+def format_op_id(op_id: Any) -> str:
+    """32 hex digits (text order = operation order) of a ``[commit, seq]`` pair or a key string."""
+    if type(op_id) is list and len(op_id) == 2:
+        return f"{op_id[0]:016X}{op_id[1]:016X}"
+    return str(op_id)

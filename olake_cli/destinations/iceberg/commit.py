@@ -1,0 +1,210 @@
+"""One stream's commit: the rows a STATE covers and that STATE go into one Iceberg metadata commit.
+
+Order: data and delete files are written (invisible until referenced), then one transaction adds
+them in a snapshot (``snapshot.RowDelta``) and sets the table properties holding the state, the
+highest applied operation id and any staged load; that metadata swap is the commit point. A process
+killed before it leaves only unreferenced files; killed after it, the next run finds the newer state
+in the table and skips what it replays: full-load rows of chunks the table's state already marks
+done, changes at or below its highest operation id.
+
+Full loads: a stream's first load (or any load into an empty table) is appended chunk by chunk. A
+later load (``full_refresh`` run, re-sync, new load after a catalog change) is staged: its data files
+are written and listed in ``olake.staged-load`` with each chunk's state, and the commit of its last
+chunk removes every old file and adds all staged ones in one snapshot, so readers see the old
+contents until the new ones are complete.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import orjson
+import pyarrow as pa
+from pyiceberg.io import FileIO
+from pyiceberg.manifest import DataFile
+
+from olake_cli.core.faults import crash_point
+from olake_cli.core.state import State, StreamState, merge_state
+from olake_cli.destinations.iceberg.buffer import StreamBuffer
+from olake_cli.destinations.iceberg.files import data_file_of, write_position_deletes, write_rows
+from olake_cli.destinations.iceberg.merge import TOAST, plan_changes
+from olake_cli.destinations.iceberg.schema import table_arrow_schema
+from olake_cli.destinations.iceberg.snapshot import RowDelta
+from olake_cli.destinations.iceberg.tables import PROP_MAX_OP, PROP_STAGED, PROP_STATE, dumps, has_rows
+
+
+@dataclass
+class CommitOptions:
+    """Destination-wide settings a commit needs."""
+
+    soft_delete: bool
+    compression: str
+    log: Callable[[str], None]
+
+
+def commit_stream(buf: StreamBuffer, ss: StreamState, options: CommitOptions) -> None:
+    """Commit the rows buffered for ``buf``'s stream together with its state ``ss``."""
+    table, log = buf.table, options.log
+    txn = table.transaction()
+    metadata, io = txn.table_metadata, table.io
+    load_id = (ss.extra or {}).get("load_id") or buf.load_id
+    new_load = _load_of(buf.committed) != load_id
+    newly = completed_chunks(buf.committed, ss, load_id)
+    load_files = _load_files(buf, metadata, io, log)
+    if not new_load and not newly and load_files:
+        log(f"{buf.stream.label}: skipped {sum(f.record_count for f in load_files)} full-load row(s) of a "
+            f"chunk the table already holds (a replay)")
+        _delete_quietly(io, load_files)
+        load_files = []
+    elif newly:
+        load_files += _sink_files(io, metadata, table.location(), load_id, newly)
+    delta = RowDelta(txn)
+    staged, watermark = _staged_for(buf, load_id, new_load, ss, load_files, io), buf.watermark
+    if staged is not None:
+        staged["files"] += [f.file_path for f in load_files]
+        if load_complete(ss):
+            delta.remove_all().add_data([data_file_of(io, metadata, p) for p in staged["files"]])
+            staged, watermark = None, buf.load_op_key
+    else:
+        delta.add_data(load_files)
+        if new_load and (load_files or ss.sync_type == "full-load"):
+            watermark = buf.load_op_key
+        elif buf.load_op_key and (watermark is None or buf.load_op_key > watermark):
+            watermark = buf.load_op_key
+    if buf.truncated:
+        delta.remove_all()
+        log(f"{buf.stream.label}: truncated at the source; the table is emptied")
+    watermark = _apply_changes(buf, delta, txn, options, watermark)
+    merged = _merged(buf.committed, ss)
+    properties = {PROP_STATE: dumps(merged)}
+    if watermark is not None:
+        properties[PROP_MAX_OP] = watermark
+    if delta.has_changes:
+        delta.snapshot_properties = {"olake.state": properties[PROP_STATE]}
+        delta.commit()
+    txn.set_properties(properties)
+    if staged is not None:
+        txn.set_properties({PROP_STAGED: dumps(staged)})
+    elif PROP_STAGED in table.properties:
+        txn.remove_properties(PROP_STAGED)
+    buf.table = txn.commit_transaction()
+    crash_point("iceberg-committed")
+    buf.committed, buf.watermark, buf.staged = merged, watermark, staged
+    buf.truncated, buf.replayed, buf.load_id = False, 0, load_id
+
+
+def _apply_changes(buf: StreamBuffer, delta: RowDelta, txn: Any, options: CommitOptions,
+                   watermark: str | None) -> str | None:
+    """Merge (keyed) or append (keyless) the buffered changes; returns the new highest op id."""
+    changes = buf.take_changes(options.log)
+    if buf.replayed:
+        options.log(f"{buf.stream.label}: skipped {buf.replayed} change(s) the table already holds (a replay)")
+    if changes is None:
+        return watermark
+    metadata, io = txn.table_metadata, buf.table.io
+    top = pa.compute.max(changes.column("_olake_op_id")).as_py()
+    if buf.keyed:
+        target = table_arrow_schema(metadata.schema()).remove_metadata()
+        target = pa.schema([f.remove_metadata() for f in target])
+        empty = buf.truncated or not has_rows(buf.table)
+        plan = plan_changes(changes, buf.key_columns, metadata, io, target, options.soft_delete, watermark, empty)
+        if plan.stale:
+            options.log(f"{buf.stream.label}: {plan.stale} change(s) older than the table's version of "
+                        f"their key were ignored")
+        delta.add_data(write_rows(metadata, io, plan.append))
+        delta.add_deletes(_delete_files(plan, io, buf.table.location(), options.compression))
+    else:
+        delta.add_data(write_rows(metadata, io, changes.drop_columns([TOAST])))
+    return top if watermark is None or (top is not None and top > watermark) else watermark
+
+
+def _delete_files(plan: Any, io: FileIO, location: str, compression: str) -> list[DataFile]:
+    """One position-delete file per partition holding deleted rows."""
+    groups: dict[tuple, dict[str, list[int]]] = {}
+    for path, positions in plan.deletes.items():
+        data_file = plan.tasks[path].file
+        groups.setdefault((data_file.spec_id, data_file.partition), {})[path] = positions
+    return [write_position_deletes(io, f"{location}/data", spec_id, partition, positions, compression)
+            for (spec_id, partition), positions in groups.items()]
+
+
+def _load_files(buf: StreamBuffer, metadata: Any, io: FileIO, log: Callable[[str], None]) -> list[DataFile]:
+    """Data files of the full-load rows of this commit (written now or spilled before)."""
+    files, buf.written = buf.written, []
+    table = buf.take_load(log)
+    if table is not None:
+        files += write_rows(metadata, io, table.drop_columns([TOAST]))
+    return files
+
+
+def _staged_for(buf: StreamBuffer, load_id: str, new_load: bool, ss: StreamState, load_files: list,
+                io: FileIO) -> dict | None:
+    """The staged load this commit adds to (a copy), or None when rows go straight into the table."""
+    if buf.staged is not None and buf.staged.get("load_id") == load_id:
+        return {"load_id": load_id, "files": list(buf.staged["files"])}
+    if buf.staged is not None:  # an abandoned load: its files were never part of the table
+        _delete_quietly(io, buf.staged.get("files", []))
+    if new_load and (load_files or ss.sync_type == "full-load") and has_rows(buf.table):
+        return {"load_id": load_id, "files": []}
+    return None
+
+
+def completed_chunks(committed: dict | None, ss: StreamState, load_id: str) -> list[int]:
+    """Chunks of ``load_id`` that ``ss`` marks done and the table's committed state does not."""
+    now = _pending(ss.to_dict(), load_id) or set()
+    before = _pending(committed, load_id)
+    if before is None:
+        before = set(range(len(ss.chunks or [])))
+    return sorted(before - now)
+
+
+def _pending(state: dict | None, load_id: str) -> set[int] | None:
+    """Chunk indexes not done in a state dict of load ``load_id`` (None: another load)."""
+    if state is None or _load_of(state) != load_id:
+        return None
+    chunks = (state.get("stream_state") or {}).get("chunks")
+    if state.get("sync_type") != "full-load" or not chunks:
+        return set()
+    return {i for i, chunk in enumerate(chunks) if chunk["status"] != "succeed"}
+
+
+def load_complete(ss: StreamState) -> bool:
+    """Whether ``ss`` says its load has every chunk done."""
+    return not (ss.sync_type == "full-load" and ss.chunks and any(c.status != "succeed" for c in ss.chunks))
+
+
+def _load_of(state: dict | None) -> str | None:
+    return None if state is None else (state.get("stream_state") or {}).get("load_id")
+
+
+def _merged(committed: dict | None, ss: StreamState) -> dict:
+    """The state to commit: ``ss`` merged over the table's (chunk progress never goes back)."""
+    if committed is None:
+        return ss.to_dict()
+    base = State(streams=[StreamState.from_dict(committed)])
+    return merge_state(base, State(level="stream", streams=[ss])).find(*ss.key).to_dict()
+
+
+def _sink_files(io: FileIO, metadata: Any, location: str, load_id: str, chunks: list[int]) -> list[DataFile]:
+    """The data files Spark tasks of ``olake sync`` wrote for these chunks (from each chunk's index)."""
+    from olake_cli.destinations.iceberg.chunk_sink import chunk_index_path
+
+    files = []
+    for chunk in chunks:
+        index = io.new_input(chunk_index_path(location, load_id, chunk))
+        if not index.exists():
+            continue
+        with index.open() as stream:
+            listed = orjson.loads(stream.read())
+        files += [data_file_of(io, metadata, path) for path in listed["files"]]
+    return files
+
+
+def _delete_quietly(io: FileIO, files: list) -> None:
+    """Delete files no commit references (best effort: a leftover is harmless)."""
+    for item in files:
+        try:
+            io.delete(item if isinstance(item, str) else item.file_path)
+        except OSError:
+            pass

@@ -1,0 +1,74 @@
+"""The chunk reader of a MongoDB stream: runs inside a Spark task and yields Arrow record batches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import bson
+
+from olake_cli.core.errors import OlakeError
+from olake_cli.sources.mongodb.bson_schema import BSON_CODEC_OPTIONS
+from olake_cli.sources.mongodb.connection import MongoSettings, read_error
+
+
+def encode_query(query: dict) -> bytes:
+    """A query as BSON bytes: exact (every number keeps its BSON type) and picklable."""
+    return bson.encode(query, codec_options=BSON_CODEC_OPTIONS)
+
+
+@dataclass(frozen=True)
+class MongoChunkReader:
+    """The documents of one collection matching ``query`` (a chunk or an incremental range).
+
+    ``after_cluster_time`` (seconds, increment) makes the read wait until the member it reads from
+    has applied that operation time, so a lagging secondary never returns data older than the
+    position the run captured before planning.
+    """
+
+    settings: MongoSettings
+    collection: str
+    query: bytes  # BSON of the filter document
+    json_schema: dict = field(hash=False)
+    label: str = ""
+    chunk_index: int = 0
+    after_cluster_time: tuple[int, int] | None = None
+
+    def filter(self) -> dict[str, Any]:
+        """The query as a document."""
+        return bson.decode(self.query, codec_options=BSON_CODEC_OPTIONS)
+
+    def read_batches(self) -> Iterator[Any]:
+        """Record batches of ``batch_documents`` documents, typed by the stream's json_schema."""
+        try:
+            yield from self._batches()
+        except OlakeError:
+            raise
+        except Exception as exc:  # driver errors arrive as many types; report them as one, scrubbed
+            raise read_error(self.settings, exc, f"chunk {self.chunk_index} of {self.label}") from None
+
+    def documents(self) -> Iterator[dict]:
+        """The matching documents, decoded for the converter (dates as DatetimeMS, Int64 kept)."""
+        from bson.timestamp import Timestamp
+
+        with self.settings.client() as client:
+            coll = client[self.settings.database].get_collection(self.collection,
+                                                                 codec_options=BSON_CODEC_OPTIONS)
+            with client.start_session(causal_consistency=True) as session:
+                if self.after_cluster_time is not None:
+                    session.advance_operation_time(Timestamp(*self.after_cluster_time))
+                for raw in coll.find_raw_batches(self.filter(), session=session):
+                    yield from bson.decode_all(raw, codec_options=BSON_CODEC_OPTIONS)
+
+    def _batches(self) -> Iterator[Any]:
+        from olake_cli.sources.mongodb.bson_types import documents_to_batch
+
+        size = max(1, self.settings.batch_documents)
+        pending: list[dict] = []
+        for document in self.documents():
+            pending.append(document)
+            if len(pending) >= size:
+                yield documents_to_batch(pending, self.json_schema, self.label)
+                pending = []
+        if pending:
+            yield documents_to_batch(pending, self.json_schema, self.label)
