@@ -1,6 +1,7 @@
-"""End-to-end demo: throwaway PostgreSQL seeded from fixtures/, copied into ./demo-output/parquet.
+"""End-to-end demo: a throwaway PostgreSQL seeded from fixtures/ and an embedded MongoDB-compatible
+server (SecantusDB) seeded with nested documents, each copied into ./demo-output/.
 
-Runs the real commands a user would type:
+Runs the real commands a user would type, for each source:
     olake discover --config src.json > catalog.json
     olake read --config src.json --catalog catalog.json --state state.json | olake write --config dst.json --state state.json
 then prints what landed.
@@ -21,6 +22,12 @@ sys.path.insert(0, str(ROOT))
 
 from tests.support.pgcluster import create_database, start_cluster  # noqa: E402
 
+COMMANDS = [
+    "{olake} discover --config src.json > catalog.json",
+    "{olake} read --config src.json --catalog catalog.json --state state.json"
+    " | {olake} write --config dst.json --state state.json > committed-states.jsonl",
+]
+
 
 def main() -> int:
     """Run the demo; returns the exit code."""
@@ -39,22 +46,49 @@ def main() -> int:
         src = out / "src.json"
         src.write_text(json.dumps(cluster.source_config("demo", schemas=["shop", "public"], chunk_rows=5000), indent=2))
         (out / "dst.json").write_text(json.dumps({"type": "parquet", "path": str(out / "parquet")}, indent=2))
-        olake = f"{sys.executable} -m olake_cli"
-        env = dict(os.environ, OLAKE_SPARK_MASTER=os.environ.get("OLAKE_SPARK_MASTER", "local[*]"))
-        commands = [
-            f"{olake} discover --config src.json > catalog.json",
-            f"{olake} read --config src.json --catalog catalog.json --state state.json"
-            f" | {olake} write --config dst.json --state state.json > committed-states.jsonl",
-        ]
-        started = time.time()
-        for command in commands:
-            print(f"demo: $ {command.replace(sys.executable + ' -m olake_cli', 'olake')}", file=sys.stderr)
-            subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=out, env=env, check=True)
-        elapsed = time.time() - started
-        summarize(out, elapsed, ds)
+        summarize(out, run_commands(out), ds)
     finally:
         cluster.stop()
+    mongo_demo(out / "mongodb", ds)
     return 0
+
+
+def run_commands(folder: Path) -> float:
+    """Run discover and read | write in ``folder``; returns the wall seconds."""
+    olake = f"{sys.executable} -m olake_cli"
+    env = dict(os.environ, OLAKE_SPARK_MASTER=os.environ.get("OLAKE_SPARK_MASTER", "local[*]"))
+    started = time.time()
+    for command in COMMANDS:
+        print(f"demo: $ {command.format(olake='olake')}", file=sys.stderr)
+        subprocess.run(["bash", "-o", "pipefail", "-c", command.format(olake=olake)], cwd=folder, env=env,
+                       check=True)
+    return time.time() - started
+
+
+def mongo_demo(out: Path, ds) -> None:
+    """Seed an embedded MongoDB-compatible server with orders, copy them, print the Parquet schema."""
+    import tempfile
+
+    from bson import Decimal128, ObjectId
+    from bson.datetime_ms import DatetimeMS
+    from secantus import SecantusDBServer
+
+    from tests.support.mongo import connect
+
+    out.mkdir()
+    print("\ndemo: starting an embedded MongoDB-compatible server (SecantusDB) ...", file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="olake-demo-mongo-") as data, SecantusDBServer(storage_path=data) as server:
+        with connect(server.uri) as client:
+            client.shop.orders.insert_many([
+                {"_id": ObjectId(), "number": i, "total": Decimal128(f"{i * 3}.99"), "placed": DatetimeMS(i * 60_000),
+                 "customer": {"name": f"customer {i % 50}", "city": ["Lyon", "Porto", "Oslo"][i % 3]},
+                 "items": [f"sku-{i % 7}", f"sku-{i % 11}"], "gift": i % 5 == 0} for i in range(5000)])
+        (out / "src.json").write_text(json.dumps({"type": "mongodb", "uri": server.uri, "database": "shop",
+                                                  "chunk_documents": 1000}, indent=2))
+        (out / "dst.json").write_text(json.dumps({"type": "parquet", "path": str(out / "parquet")}, indent=2))
+        summarize(out, run_commands(out), ds)
+    schema = ds.dataset(str(out / "parquet" / "shop" / "orders")).schema
+    print("MongoDB types kept: " + ", ".join(f"{f.name}: {f.type}" for f in schema if not f.name.startswith("_olake_")))
 
 
 def summarize(out: Path, elapsed: float, ds) -> None:
