@@ -6,6 +6,7 @@ import glob
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
@@ -22,6 +23,8 @@ class SparkChunkRunner:
                  local: bool = False) -> None:
         self._spark_factory = spark_factory
         self._sc = None
+        self._starting: threading.Thread | None = None
+        self._start_error: BaseException | None = None
         self._max_parallel = max_parallel
         self._group = f"olake-{id(self)}"
         # With a local master, tasks share the driver's disk: they spool their output to files here
@@ -36,9 +39,29 @@ class SparkChunkRunner:
         if self.spool_dir:
             shutil.rmtree(self.spool_dir, ignore_errors=True)
 
+    def prestart(self) -> None:
+        """Start the JVM in the background now, so its start-up overlaps the driver's planning."""
+        if self._sc is not None or self._starting is not None:
+            return
+
+        def start() -> None:
+            try:
+                self._sc = self._spark_factory().sparkContext
+            except BaseException as exc:  # re-raised by the first use of ``sc``
+                self._start_error = exc
+
+        self._starting = threading.Thread(target=start, name="olake-spark-start", daemon=True)
+        self._starting.start()
+
     @property
     def sc(self):
         """The SparkContext, started on first use (so bad input fails before the JVM starts)."""
+        if self._starting is not None:
+            self._starting.join()
+            self._starting = None
+            if self._start_error is not None:
+                error, self._start_error = self._start_error, None
+                raise error
         if self._sc is None:
             self._sc = self._spark_factory().sparkContext
         return self._sc

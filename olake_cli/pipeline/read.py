@@ -7,6 +7,7 @@ the same run). Written against ``core.contracts`` only: no source or destination
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
 from dataclasses import dataclass, field, replace
@@ -89,6 +90,8 @@ class ReadPipeline:
         from olake_cli.pipeline.changes import run_change_phase
 
         streams = self.catalog.selected_streams()
+        if any(decide_work(s, self.state.find(s.namespace, s.name)) != "continue" for s in streams):
+            getattr(self.runner, "prestart", lambda: None)()  # a full load follows: overlap the JVM start
         session = self.source.open_session(streams, self.log)
         for warning in session.warnings:
             self.log(warning)
@@ -181,9 +184,13 @@ class ReadPipeline:
 
     def _scan_all(self, runs: list[StreamRun]) -> None:
         by_key = {(r.stream.namespace, r.stream.name): r for r in runs}
-        jobs = [self._with_sink(run, job) for run in runs for job in run.jobs]
-        progress = Progress(self.log, total_chunks=len(jobs))
-        for result in self.runner.run(run_chunk_job, jobs):
+        jobs = [self._with_sink(run, job) for run in runs if run.kind == "full" for job in run.jobs]
+        passes = [job for run in runs if run.kind == "incremental" for job in run.jobs]
+        progress = Progress(self.log, total_chunks=len(jobs) + len(passes))
+        # Full-load chunks are Spark tasks; an incremental pass is one range read on the driver, so a
+        # run with no full load never starts a JVM.
+        results = itertools.chain(self.runner.run(run_chunk_job, jobs), map(run_chunk_job, passes))
+        for result in results:
             run = by_key[(result.namespace, result.stream)]
             if result.error is not None:
                 self.errors.append(result.error)
