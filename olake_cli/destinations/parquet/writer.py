@@ -83,7 +83,7 @@ class ParquetDestination:
         """Spark tasks of ``sync`` write their full-load chunks as staged files themselves."""
         from olake_cli.destinations.parquet.chunk_sink import ParquetChunkSink
 
-        return ParquetChunkSink(self.root, self.compression)
+        return ParquetChunkSink(self.root, self.compression, self.rows_per_file)
 
     def open(self, catalog: Catalog) -> None:
         """Prepare each stream of the catalog: roll its last commit forward, delete uncommitted files."""
@@ -119,10 +119,10 @@ class ParquetDestination:
             self._truncate(buf)
             return
         buf.rows.append(data)
-        if len(buf.rows) >= DECODE_EVERY:
+        if len(buf.rows) >= min(DECODE_EVERY, self.rows_per_file):
             self._decode(buf)
             if buf.table_rows >= self.rows_per_file:
-                self._spill(buf)
+                self._spill(buf, whole_files_only=True)
 
     def widen(self, stream: CatalogStream) -> None:
         """Later rows of ``stream`` use its new (widened) schema; buffered rows are written first."""
@@ -217,17 +217,20 @@ class ParquetDestination:
         unchanged = [r.get("_olake_toast_unchanged") for r in rows]
         return append_metadata(table, ops, op_ids, commit_ts, unchanged, now)
 
-    def _spill(self, buf: StreamBuffer) -> None:
-        """Write the decoded rows to a hidden file in the directory they belong to (not yet live)."""
+    def _spill(self, buf: StreamBuffer, whole_files_only: bool = False) -> None:
+        """Write the decoded rows to hidden files of at most ``rows_per_file`` rows in the directory
+        they belong to (not yet live); ``whole_files_only`` keeps a last, smaller part buffered."""
         self._decode(buf)
         if not buf.table_rows:
             return
         dir_id = buf.truncated_into or buf.manifest.dir_of(buf.load_id) or buf.load_id
         folder = buf.paths.load_dir(dir_id)
-        path = write_staged(folder, f"_spill-{uuid.uuid4().hex}.parquet", pa.concat_tables(buf.tables),
-                            self.compression)
-        buf.spills.append((dir_id, buf.load_id, path))
-        buf.tables, buf.table_rows = [], 0
+        parts = file_parts(pa.concat_tables(buf.tables), self.rows_per_file)
+        kept = parts.pop() if whole_files_only and parts[-1].num_rows < self.rows_per_file else None
+        for part in parts:
+            path = write_staged(folder, f"_spill-{uuid.uuid4().hex}.parquet", part, self.compression)
+            buf.spills.append((dir_id, buf.load_id, path))
+        buf.tables, buf.table_rows = ([kept], kept.num_rows) if kept is not None else ([], 0)
 
     def _truncate(self, buf: StreamBuffer) -> None:
         """The source table was truncated: at the next commit the stream's earlier files stop being live."""
@@ -246,6 +249,11 @@ def destination_schema(stream: CatalogStream) -> pa.Schema:
     for meta in METADATA_FIELDS:
         schema = schema.append(meta)
     return schema
+
+
+def file_parts(table: pa.Table, rows_per_file: int) -> list[pa.Table]:
+    """``table`` cut into consecutive pieces of at most ``rows_per_file`` rows (one file each)."""
+    return [table.slice(start, rows_per_file) for start in range(0, table.num_rows, rows_per_file)]
 
 
 def check_root(root: str) -> None:
