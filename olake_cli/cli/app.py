@@ -9,7 +9,7 @@ import typer
 from typer.exceptions import TyperException
 
 from olake_cli.core.config import load_config
-from olake_cli.cli.report import fail, log, protocol_writer
+from olake_cli.cli.report import fail, log, protocol_writer, quiet_when_stdout_closes, stdout_closed
 from olake_cli.core import messages
 from olake_cli.core.errors import ConfigError, OlakeError
 
@@ -71,7 +71,8 @@ def read(config: str = CONFIG_OPT, catalog: str = CATALOG_OPT, state: Optional[s
     """Read the selected streams and print RECORD and STATE messages on stdout."""
     from olake_cli.pipeline.connectors import run_read
 
-    run_read(config, catalog, state, spark_master, max_parallel, protocol_writer(), log)
+    with quiet_when_stdout_closes():  # click would turn a closed stdout into a silent exit 1
+        run_read(config, catalog, state, spark_master, max_parallel, protocol_writer(), log)
 
 
 @app.command()
@@ -81,7 +82,10 @@ def write(config: str = CONFIG_OPT,
     """Consume protocol messages on stdin and write them to the destination."""
     from olake_cli.pipeline.connectors import run_write
 
-    run_write(config, catalog, state, sys.stdin.buffer, protocol_writer(), log)
+    if sys.stdin.isatty():
+        log("reading protocol messages from stdin (pipe 'olake read ...' into 'olake write'; Ctrl-D ends)")
+    with quiet_when_stdout_closes():
+        run_write(config, catalog, state, sys.stdin.buffer, protocol_writer(), log)
 
 
 @app.command()
@@ -92,7 +96,8 @@ def sync(source: str = typer.Option(..., "--source", help="Source config JSON fi
     """Read and write in one process (full-load chunks are written by the Spark tasks); prints STATEs."""
     from olake_cli.pipeline.connectors import run_sync
 
-    run_sync(source, destination, catalog, state, spark_master, max_parallel, protocol_writer(), log)
+    with quiet_when_stdout_closes():
+        run_sync(source, destination, catalog, state, spark_master, max_parallel, protocol_writer(), log)
 
 
 @state_app.command("recover")
@@ -121,8 +126,7 @@ def main() -> None:
     except OlakeError as exc:
         fail(exc)
     except BrokenPipeError:
-        log("error: stdout closed by the reader of the pipe")
-        sys.exit(1)
+        stdout_closed()
     except KeyboardInterrupt:
         fail(OlakeError("interrupted"), 130)
     except Exception as exc:  # anything unexpected is a system error with its stack in the TRACE

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-from typing import NoReturn
+from contextlib import contextmanager
+from typing import Iterator, NoReturn
 
 from olake_cli.core import messages
 from olake_cli.core.errors import OlakeError
@@ -32,6 +33,27 @@ def protocol_writer() -> messages.MessageWriter:
         os.dup2(2, 1)
         _WRITER = messages.MessageWriter(os.fdopen(saved, "wb", buffering=1 << 20))
     return _WRITER
+
+
+@contextmanager
+def quiet_when_stdout_closes() -> Iterator[None]:
+    """Run a command; if the reader of stdout goes away, end quietly (see :func:`stdout_closed`)."""
+    try:
+        yield
+    except BrokenPipeError:
+        stdout_closed()
+
+
+def stdout_closed() -> NoReturn:
+    """The reader of stdout went away (``olake read ... | head``): end quietly, exit status 0.
+
+    Further output, including what is still buffered, goes to /dev/null, so nothing complains at exit.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    if _WRITER is not None:
+        os.dup2(devnull, _WRITER.fileno())
+    os.dup2(devnull, 1)
+    sys.exit(0)
 
 
 def fail(error: OlakeError, exit_code: int = 1) -> NoReturn:

@@ -116,3 +116,7 @@ class MessageWriter:
         """Flush the underlying stream."""
         with self._lock:
             self._stream.flush()
+
+    def fileno(self) -> int:
+        """The file descriptor written to."""
+        return self._stream.fileno()
