@@ -73,7 +73,7 @@ def test_op_id_order_json_and_key() -> None:
     assert OpId.from_json(big.to_json()) == big
     assert OpId.from_json(big.to_key()) == big
     assert OpId.from_key(big.to_key()) == big
-    assert str(OpId(0x16B3748, 3)) == "0/16B3748#3"
+    assert str(OpId(0x16B3748, 3)) == "16B3748#3"
     assert pickle.loads(pickle.dumps(big)) == big
 
 

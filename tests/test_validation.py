@@ -26,9 +26,12 @@ PG_CONFIG = {"type": "postgres", "host": "db.local", "database": "shop", "userna
 
 
 def test_top_level_schemas_dir_is_the_package_dir() -> None:
+    """One schema per registered connector, plus the catalog, message and state schemas."""
     assert (REPO / "schemas").resolve() == schema_dir()
-    assert SCHEMA_FILES == ["catalog.schema.json", "destination-parquet.schema.json",
-                            "message.schema.json", "source-postgres.schema.json", "state.schema.json"]
+    from olake_cli.core.registry import DESTINATIONS, SOURCES
+
+    connectors = {f"{e.schema}.schema.json" for e in (*SOURCES.values(), *DESTINATIONS.values())}
+    assert SCHEMA_FILES == sorted(connectors | {"catalog.schema.json", "message.schema.json", "state.schema.json"})
 
 
 def _properties_without_description(node: object, path: str = "") -> list[str]:
