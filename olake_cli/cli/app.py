@@ -9,7 +9,8 @@ import typer
 from typer.exceptions import TyperException
 
 from olake_cli.core.config import load_config
-from olake_cli.cli.report import fail, log, protocol_writer, quiet_when_stdout_closes, stdout_closed
+from olake_cli.cli.report import (catch_signals, command_guard, fail, interrupted, log, protocol_writer,
+                                  stdout_closed)
 from olake_cli.core import messages
 from olake_cli.core.errors import ConfigError, OlakeError
 
@@ -71,7 +72,9 @@ def read(config: str = CONFIG_OPT, catalog: str = CATALOG_OPT, state: Optional[s
     """Read the selected streams and print RECORD and STATE messages on stdout."""
     from olake_cli.pipeline.connectors import run_read
 
-    with quiet_when_stdout_closes():  # click would turn a closed stdout into a silent exit 1
+    from olake_cli.pipeline.connectors import shutdown_engine
+
+    with command_guard(shutdown_engine):  # click would turn these into a silent exit 1 or "Aborted!"
         run_read(config, catalog, state, spark_master, max_parallel, protocol_writer(), log)
 
 
@@ -84,7 +87,7 @@ def write(config: str = CONFIG_OPT,
 
     if sys.stdin.isatty():
         log("reading protocol messages from stdin (pipe 'olake read ...' into 'olake write'; Ctrl-D ends)")
-    with quiet_when_stdout_closes():
+    with command_guard():
         run_write(config, catalog, state, sys.stdin.buffer, protocol_writer(), log)
 
 
@@ -96,7 +99,9 @@ def sync(source: str = typer.Option(..., "--source", help="Source config JSON fi
     """Read and write in one process (full-load chunks are written by the Spark tasks); prints STATEs."""
     from olake_cli.pipeline.connectors import run_sync
 
-    with quiet_when_stdout_closes():
+    from olake_cli.pipeline.connectors import shutdown_engine
+
+    with command_guard(shutdown_engine):
         run_sync(source, destination, catalog, state, spark_master, max_parallel, protocol_writer(), log)
 
 
@@ -110,6 +115,7 @@ def state_recover(config: str = CONFIG_OPT, catalog: str = CATALOG_OPT) -> None:
 
 def main() -> None:
     """Console-script entry point."""
+    catch_signals()
     try:
         result = app(standalone_mode=False)
         if isinstance(result, int) and result:
@@ -127,8 +133,8 @@ def main() -> None:
         fail(exc)
     except BrokenPipeError:
         stdout_closed()
-    except KeyboardInterrupt:
-        fail(OlakeError("interrupted"), 130)
+    except KeyboardInterrupt as exc:
+        interrupted(getattr(exc, "signum", 2))
     except Exception as exc:  # anything unexpected is a system error with its stack in the TRACE
         err = OlakeError(f"internal error: {type(exc).__name__}: {exc}")
         err.__traceback__ = exc.__traceback__

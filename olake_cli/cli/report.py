@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import traceback
 from contextlib import contextmanager
-from typing import Iterator, NoReturn
+from typing import Callable, Iterator, NoReturn
 
 from olake_cli.core import messages
 from olake_cli.core.errors import OlakeError
@@ -35,13 +36,54 @@ def protocol_writer() -> messages.MessageWriter:
     return _WRITER
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived; raised in the main thread by the handler :func:`catch_signals` installs."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def catch_signals() -> None:
+    """Turn SIGINT and SIGTERM into :class:`Interrupted`, so a run stops through its normal cleanup."""
+    def handler(signum: int, frame: object) -> None:
+        raise Interrupted(signum)
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+
+
 @contextmanager
-def quiet_when_stdout_closes() -> Iterator[None]:
-    """Run a command; if the reader of stdout goes away, end quietly (see :func:`stdout_closed`)."""
+def command_guard(shutdown: Callable[[], None] = lambda: None) -> Iterator[None]:
+    """Run a long command: a closed stdout ends it quietly (see :func:`stdout_closed`); an interrupt
+    ends it with one line and status 128 + the signal number (see :func:`interrupted`)."""
     try:
         yield
     except BrokenPipeError:
         stdout_closed()
+    except KeyboardInterrupt as exc:
+        interrupted(getattr(exc, "signum", signal.SIGINT), shutdown)
+
+
+def interrupted(signum: int, shutdown: Callable[[], None] = lambda: None) -> NoReturn:
+    """One line and a TRACE for an interrupted run, after ``shutdown`` (which must not print)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the cleanup
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        shutdown()
+    except Exception:  # the run is over either way; the line below says what matters
+        pass
+    name = signal.Signals(signum).name
+    text = (f"interrupted by {name}; everything acknowledged before it is committed and saved, "
+            f"so running the same command again resumes from there")
+    try:
+        writer = protocol_writer()
+        writer.write(messages.trace_error(text, "transient_error"))
+        writer.flush()
+    except (BrokenPipeError, OSError):
+        pass
+    log(text)
+    sys.exit(128 + signum)
 
 
 def stdout_closed() -> NoReturn:

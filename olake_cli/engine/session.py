@@ -38,9 +38,12 @@ def spark_session(master: str | None = None, app_name: str = "olake"):
     return _SESSION
 
 
-def stop_spark_session() -> None:
-    """Stop the process-wide session if one was started."""
+def stop_spark_session(quiet: bool = False) -> None:
+    """Stop the process-wide session if one was started (``quiet``: Spark logs nothing while it stops)."""
     global _SESSION
     if _SESSION is not None:
+        if quiet:
+            _SESSION.sparkContext.setLogLevel("OFF")
+            _SESSION.sparkContext.cancelAllJobs()
         _SESSION.stop()
         _SESSION = None

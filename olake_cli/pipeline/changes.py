@@ -68,6 +68,8 @@ class _ChangeEmitter:
             self._resync(key, reason)
         if batch.position is not None:
             self._checkpoint(batch.position)
+        if batch.position is not None or batch.resync:
+            self.out.flush()  # the writer commits as soon as the state arrives
         return len(lines)
 
     def _resync(self, key: tuple, reason: str) -> None:

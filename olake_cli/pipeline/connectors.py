@@ -72,6 +72,13 @@ def _runner(spark_master: str | None, max_parallel: int | None):
     return SparkChunkRunner(lambda: spark_session(master), max_parallel, local=master.startswith("local"))
 
 
+def shutdown_engine() -> None:
+    """Stop Spark without its own error output (an interrupted run's cancelled tasks)."""
+    from olake_cli.engine.session import stop_spark_session
+
+    stop_spark_session(quiet=True)
+
+
 def run_recover(config_path: str, catalog_path: str, out: MessageWriter, log: Callable[[str], None]) -> None:
     """``olake state recover``: the state the destination's files prove, as one STATE message."""
     from olake_cli.core.messages import state_message

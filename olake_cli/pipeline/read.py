@@ -84,6 +84,7 @@ class ReadPipeline:
         self.errors: list[OlakeError] = []
         self.run_started_ms = int(time.time() * 1000)
         self.capture: ChangeCapture | None = None
+        self.rows_by_tasks = 0  # sync: rows the tasks wrote to the destination themselves
 
     def run(self) -> None:
         """Emit the CATALOG, every selected stream's records with a STATE after each chunk, a final STATE."""
@@ -200,12 +201,18 @@ class ReadPipeline:
                 for warning in result.warnings:
                     self.log(f"{run.stream.label}: {warning}")
             progress.chunk_done(run.stream.label, result.rows, result.seconds)
+            if result.error is None and self._tasks_write(run):
+                self.rows_by_tasks += result.rows
             self._after_task(run, result)
         progress.finish()
 
+    def _tasks_write(self, run: StreamRun) -> bool:
+        """Whether the stream's tasks write their rows to the destination themselves (sync, full load)."""
+        return self.sink is not None and run.kind == "full"
+
     def _with_sink(self, run: StreamRun, job: ChunkJob) -> ChunkJob:
         """For sync: full-load tasks write their own files under the stream's load id."""
-        if self.sink is None or run.kind != "full":
+        if not self._tasks_write(run):
             return job
         extra = run.state.extra or {}
         return replace(job, sink=self.sink, load_id=extra.get("load_id"), load_op_key=extra.get("load_op_key"))
@@ -226,3 +233,4 @@ class ReadPipeline:
         """Record a stream's new state and emit it (stream level) after the records before it."""
         self.state.upsert(ss)
         self.out.write(messages.state_message(State(level="stream", streams=[ss])))
+        self.out.flush()  # the writer commits as soon as the state arrives, not when a buffer fills

@@ -27,11 +27,13 @@ def run_in_process(source, destination, catalog: Catalog, state: State, store: F
     pipe_in = os.fdopen(read_fd, "rb", buffering=1 << 20)
     pipe_out = os.fdopen(write_fd, "wb", buffering=1 << 20)
     failures: list[BaseException] = []
+    reader = ReadPipeline(source, catalog, state, MessageWriter(pipe_out), runner, log, sink=sink)
 
     def drain() -> None:
         try:
             # its own copy: the reader may widen its streams' schemas, which the writer must see arrive
-            WritePipeline(destination, copy.deepcopy(catalog), store, out, log).run(pipe_in)
+            WritePipeline(destination, copy.deepcopy(catalog), store, out, log,
+                          rows_by_tasks=lambda: reader.rows_by_tasks).run(pipe_in)
         except BaseException as exc:  # reported after the reader stops
             failures.append(exc)
         finally:
@@ -40,7 +42,7 @@ def run_in_process(source, destination, catalog: Catalog, state: State, store: F
     writer = threading.Thread(target=drain, name="olake-write", daemon=True)
     writer.start()
     try:
-        ReadPipeline(source, catalog, state, MessageWriter(pipe_out), runner, log, sink=sink).run()
+        reader.run()
     except BrokenPipeError:
         if not failures:
             raise

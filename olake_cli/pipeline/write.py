@@ -19,7 +19,8 @@ class WritePipeline:
     """Drives a destination from a stream of protocol messages (``olake write``)."""
 
     def __init__(self, destination, catalog: Catalog | None, state_store: FileStateStore | None,
-                 out: messages.MessageWriter, log: Callable[[str], None]) -> None:
+                 out: messages.MessageWriter, log: Callable[[str], None], rows_by_tasks: Callable[[], int] = int,
+                 ) -> None:
         self.destination, self.catalog, self.store = destination, catalog, state_store
         self.out, self.log = out, log
         self.keys: set[tuple] = set()
@@ -27,6 +28,7 @@ class WritePipeline:
         self.records = 0
         self.states = 0
         self.known_state = state_store.load() if state_store is not None else None
+        self.rows_by_tasks = rows_by_tasks  # sync: rows the Spark tasks wrote themselves
         if catalog is not None:
             self._adopt(catalog)
 
@@ -54,7 +56,9 @@ class WritePipeline:
                 keys, add = self.keys, self.destination.add
         if self.destination.has_uncommitted():
             self.log("records after the last STATE were not committed (no STATE covers them)")
-        self.log(f"wrote {self.records} record(s), committed {self.states} state(s) from {lineno} line(s)")
+        by_tasks = self.rows_by_tasks()
+        tasks = f" (plus {by_tasks} row(s) written by the Spark tasks)" if by_tasks else ""
+        self.log(f"wrote {self.records} record(s){tasks}, committed {self.states} state(s) from {lineno} line(s)")
         if self.upstream_error:
             message, failure_type = self.upstream_error
             raise UpstreamError(f"the reading side failed: {message}", failure_type)
