@@ -76,11 +76,16 @@ def test_validation_errors_are_one_line_naming_the_field(config: object, expecte
     assert info.value.failure_type == "config_error"
 
 
-def test_unknown_field_lists_the_allowed_ones() -> None:
+def test_unknown_field_names_the_closest_valid_one_or_lists_them() -> None:
     with pytest.raises(ConfigError) as info:
         validate({"type": "parquet", "path": "/out", "compresion": "zstd"}, "destination-parquet", "dest.json")
-    assert info.value.message == ("dest.json: unknown field 'compresion' "
-                                  "(allowed: type, path, rows_per_file, compression)")
+    assert info.value.message == "dest.json: unknown field 'compresion'; did you mean 'compression'?"
+    with pytest.raises(ConfigError) as info:
+        validate({**PG_CONFIG, "chunk_row": 5}, "source-postgres", "src.json")
+    assert info.value.message == "src.json: unknown field 'chunk_row'; did you mean 'chunk_rows'?"
+    with pytest.raises(ConfigError) as info:
+        validate({"type": "parquet", "path": "/out", "zzz": 1}, "destination-parquet", "dest.json")
+    assert info.value.message == "dest.json: unknown field 'zzz' (allowed: type, path, rows_per_file, compression)"
 
 
 def test_password_value_is_never_echoed() -> None:

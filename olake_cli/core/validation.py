@@ -8,6 +8,7 @@ fields (passwords) are never echoed.
 from __future__ import annotations
 
 import copy
+import difflib
 import functools
 import json
 from collections.abc import Iterable
@@ -176,6 +177,9 @@ def _unknown_field_line(error: ValidationError, path: list, what: str) -> str:
     allowed = list(error.schema.get("properties", {}))
     extras = [k for k in error.instance if k not in allowed]
     field = json_path(path + extras[:1])
+    close = difflib.get_close_matches(str(extras[0]), allowed, n=1, cutoff=0.6) if extras else []
+    if close:
+        return f"{what}: unknown field '{field}'; did you mean '{close[0]}'?"
     hint = f" (allowed: {', '.join(allowed)})" if allowed else ""
     return f"{what}: unknown field '{field}'{hint}"
 
