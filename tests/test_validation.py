@@ -85,7 +85,7 @@ def test_unknown_field_names_the_closest_valid_one_or_lists_them() -> None:
     assert info.value.message == "src.json: unknown field 'chunk_row'; did you mean 'chunk_rows'?"
     with pytest.raises(ConfigError) as info:
         validate({"type": "parquet", "path": "/out", "zzz": 1}, "destination-parquet", "dest.json")
-    assert info.value.message == "dest.json: unknown field 'zzz' (allowed: type, path, rows_per_file, compression)"
+    assert info.value.message == "dest.json: unknown field 'zzz' (allowed: type, path, rows_per_file, compression, shared_path)"
 
 
 def test_password_value_is_never_echoed() -> None:
@@ -106,7 +106,7 @@ def test_valid_configs_pass_and_defaults_fill_in() -> None:
     filled["schemas"].append("sales")
     assert apply_defaults(PG_CONFIG, "source-postgres")["schemas"] == ["public"]
     dest = apply_defaults({"type": "parquet", "path": "/out", "compression": "gzip"}, "destination-parquet")
-    assert dest == {"type": "parquet", "path": "/out", "compression": "gzip", "rows_per_file": 1000000}
+    assert dest == {"type": "parquet", "path": "/out", "compression": "gzip", "rows_per_file": 1000000, "shared_path": False}
 
 
 @pytest.mark.parametrize("content, expected", [

@@ -7,6 +7,7 @@ from typing import Any, BinaryIO, Callable
 
 from olake_cli.core.catalog import load_catalog
 from olake_cli.core.config import load_config
+from olake_cli.core.errors import ConfigError
 from olake_cli.core.messages import MessageWriter
 from olake_cli.core.registry import make_destination, make_source
 from olake_cli.core.state import FileStateStore, State, load_state
@@ -34,7 +35,7 @@ def run_read(config_path: str, catalog_path: str, state_path: str | None, spark_
     catalog = load_catalog(catalog_path)
     state = load_state(state_path) if state_path else State()
     source = make_source(kind, config)
-    runner = _runner(spark_master, max_parallel or config.get("max_parallel"))
+    runner = _runner(_master(spark_master), max_parallel or config.get("max_parallel"))
     try:
         ReadPipeline(source, catalog, state, out, runner, log).run()
     finally:
@@ -54,21 +55,34 @@ def run_sync(source_path: str, dest_path: str, catalog_path: str, state_path: st
     state = store.load() if store is not None else State()
     source = make_source(source_kind, source_config)
     destination = make_destination(dest_kind, dest_config, log)
+    master = _master(spark_master)
     sink = destination.chunk_sink()
+    if sink is not None and not master.startswith("local") and not dest_config.get("shared_path"):
+        raise ConfigError(f"{dest_path}: with the Spark master '{master}' the tasks write the destination's "
+                          f"files on the executors' own disks; set \"shared_path\": true if every executor "
+                          f"sees the same path (NFS, a mounted bucket), or use a local master")
     if sink is not None:
         destination.open(catalog)  # roll back/forward an interrupted run before any task stages files
-    runner = _runner(spark_master, max_parallel or source_config.get("max_parallel"))
+    runner = _runner(master, max_parallel or source_config.get("max_parallel"))
     try:
         run_in_process(source, destination, catalog, state, store, sink, runner, out, log)
     finally:
         runner.close()
 
 
-def _runner(spark_master: str | None, max_parallel: int | None):
+def _master(spark_master: str | None) -> str:
+    """The Spark master URL of a run (checked: a wrong one fails now with one line, not after a minute)."""
+    from olake_cli.engine.session import check_master
+
+    master = spark_master or os.environ.get("OLAKE_SPARK_MASTER") or "local[*]"
+    check_master(master)
+    return master
+
+
+def _runner(master: str, max_parallel: int | None):
     from olake_cli.engine.chunk_runner import SparkChunkRunner
     from olake_cli.engine.session import spark_session
 
-    master = spark_master or os.environ.get("OLAKE_SPARK_MASTER") or "local[*]"
     return SparkChunkRunner(lambda: spark_session(master), max_parallel, local=master.startswith("local"))
 
 
