@@ -70,9 +70,7 @@ def discover(config: str = CONFIG_OPT) -> None:
 def read(config: str = CONFIG_OPT, catalog: str = CATALOG_OPT, state: Optional[str] = STATE_OPT,
          spark_master: Optional[str] = MASTER_OPT, max_parallel: Optional[int] = PARALLEL_OPT) -> None:
     """Read the selected streams and print RECORD and STATE messages on stdout."""
-    from olake_cli.pipeline.connectors import run_read
-
-    from olake_cli.pipeline.connectors import shutdown_engine
+    from olake_cli.pipeline.connectors import run_read, shutdown_engine
 
     with command_guard(shutdown_engine):  # click would turn these into a silent exit 1 or "Aborted!"
         run_read(config, catalog, state, spark_master, max_parallel, protocol_writer(), log)
@@ -97,12 +95,43 @@ def sync(source: str = typer.Option(..., "--source", help="Source config JSON fi
          catalog: str = CATALOG_OPT, state: Optional[str] = STATE_OPT,
          spark_master: Optional[str] = MASTER_OPT, max_parallel: Optional[int] = PARALLEL_OPT) -> None:
     """Read and write in one process (full-load chunks are written by the Spark tasks); prints STATEs."""
-    from olake_cli.pipeline.connectors import run_sync
-
-    from olake_cli.pipeline.connectors import shutdown_engine
+    from olake_cli.pipeline.connectors import run_sync, shutdown_engine
 
     with command_guard(shutdown_engine):
         run_sync(source, destination, catalog, state, spark_master, max_parallel, protocol_writer(), log)
+
+
+@state_app.command("show")
+def state_show(path: str = typer.Argument(..., help="State JSON file."),
+               as_json: bool = typer.Option(False, "--json", help="Print the state as a STATE message on stdout.")) -> None:
+    """Show a state file: per stream its sync type, position and chunks done (a table on stderr)."""
+    from olake_cli.cli.state_view import state_table
+    from olake_cli.core.state import load_state
+
+    state = load_state(path)
+    if as_json:
+        protocol_writer().write(messages.state_message(state))
+        return
+    sys.stderr.write(state_table(state) + "\n")
+
+
+@state_app.command("reset")
+def state_reset(path: str = typer.Argument(..., help="State JSON file."),
+                stream: list[str] = typer.Option(..., "--stream", help="NAMESPACE.NAME of a stream to forget "
+                                                 "(repeatable); its next run loads it anew.")) -> None:
+    """Forget streams in a state file (atomically), so the next run copies them again from scratch."""
+    from olake_cli.core.state import FileStateStore
+
+    store = FileStateStore(path)
+    state = store.load()
+    for name in stream:
+        namespace, _, table = name.rpartition(".")
+        if state.find(namespace or None, table) is None:
+            known = ", ".join(f"{s.stream_namespace}.{s.stream_name}" for s in state.streams) or "none"
+            raise ConfigError(f"state file '{path}' has no stream '{name}' (streams: {known})")
+        state.streams = [s for s in state.streams if s.key != (namespace or None, table)]
+    store.save(state)
+    log(f"reset {len(stream)} stream(s) in {path}; the next run loads them anew")
 
 
 @state_app.command("recover")
