@@ -197,3 +197,18 @@ def test_check_names_keyless_tables_with_the_sql_and_fails_once_one_is_published
         finally:
             conn.execute(f'DROP PUBLICATION IF EXISTS "{pub}"')
             conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+
+
+def test_check_passes_full_refresh_users_and_says_what_cdc_lacks(pg_cluster, demo_db, tmp_path):
+    """A slot and publication named but not created yet: full_refresh works, so check succeeds and
+    lists what cdc still needs, each with its SQL."""
+    config = source_config(pg_cluster, tmp_path, replication_slot="not_yet_slot", publication="not_yet_pub")
+    result = run_olake("check", "--config", config)
+    assert result.returncode == 0, result.stderr.decode()
+    message = connection_statuses(result.stdout)[0]["message"]
+    assert "full_refresh and incremental ready; cdc NOT ready" in message
+    assert "replication slot 'not_yet_slot' does not exist" in message
+    assert "pg_create_logical_replication_slot('not_yet_slot', 'pgoutput')" in message
+    assert "publication 'not_yet_pub' does not exist" in message
+    plain = run_olake("check", "--config", source_config(pg_cluster, tmp_path))
+    assert "cdc: not configured" in connection_statuses(plain.stdout)[0]["message"]

@@ -28,6 +28,7 @@ class CdcProblem:
 
     what: str
     fix_sql: str | None = None
+    breaks_source: bool = False  # the source application's own writes fail until it is fixed
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,7 @@ def keyless_problem(conn: psycopg.Connection, view: PublicationView | None, keyl
                   "DELETE on it")
     return CdcProblem(f"table {table.label} cannot use cdc: {keyless.reason}; {effect}; give it a primary key "
                       "or REPLICA IDENTITY FULL (the fix), or copy it with full_refresh",
-                      keyless_fix_sql(conn, view, keyless))
+                      keyless_fix_sql(conn, view, keyless), breaks_source=view is not None and view.covers(table))
 
 
 def _table_list(tables: list[ResolvedTable]) -> sql.Composable:

@@ -43,21 +43,27 @@ class PostgresSource:
                 f"{', '.join(self.settings.schemas)}{cdc}")
 
     def _check_change_capture(self, conn, tables: list[tuple[str, str]]) -> str:
-        """When a slot or publication is configured: every CDC problem with the SQL that fixes it."""
+        """When a slot or publication is configured: every CDC problem with the SQL that fixes it.
+
+        Only a problem that breaks the source application now fails the check; the rest say that
+        ``cdc`` is not ready while ``full_refresh`` and ``incremental`` are.
+        """
         from olake_cli.sources.postgres import cdc_setup
 
         if not (self.settings.replication_slot or self.settings.publication):
-            return ""
+            return "; cdc: not configured (set replication_slot and publication)"
         problems = cdc_setup.cdc_problems(conn, self.settings, tables)
+        if self.settings.create_slot_and_publication:  # read creates these itself
+            problems = [p for p in problems if not _creatable(p.what)]
+        breaking = [p for p in problems if p.breaks_source]
+        if breaking:
+            raise ConfigError(f"postgres: change capture setup breaks the source, {len(breaking)} problem(s): "
+                              f"{_problem_text(breaking)}")
+        notes = "".join(f"; note: {n}" for n in cdc_setup.cdc_notes(conn, self.settings, tables))
         if problems:
-            if self.settings.create_slot_and_publication:  # read creates these itself
-                problems = [p for p in problems if not _creatable(p.what)]
-            if problems:
-                text = "; ".join(p.what + (f" (fix: {' '.join(p.fix_sql.split())})" if p.fix_sql else "")
-                                 for p in problems)
-                raise ConfigError(f"postgres: change capture is not ready, {len(problems)} problem(s): {text}")
-        notes = cdc_setup.cdc_notes(conn, self.settings, tables)
-        return "; change capture ready" + "".join(f"; note: {n}" for n in notes)
+            return (f"; full_refresh and incremental ready; cdc NOT ready, {len(problems)} problem(s): "
+                    f"{_problem_text(problems)}{notes}")
+        return "; change capture ready" + notes
 
     def discover(self) -> dict[str, Any]:
         """The catalog of every table in the configured schemas."""
@@ -73,6 +79,11 @@ class PostgresSource:
         from olake_cli.sources.postgres.capture import PostgresChangeCapture
 
         return PostgresChangeCapture(self.settings, streams, log)
+
+
+def _problem_text(problems: list) -> str:
+    """Problems on one line, each with its fix SQL."""
+    return "; ".join(p.what + (f" (fix: {' '.join(p.fix_sql.split())})" if p.fix_sql else "") for p in problems)
 
 
 def _creatable(problem: str) -> bool:
