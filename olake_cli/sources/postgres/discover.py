@@ -1,4 +1,8 @@
-"""Discovery: every table of the configured schemas becomes one catalog stream."""
+"""Discovery: every table, view and materialized view of the configured schemas becomes one stream.
+
+Views and materialized views are offered ``full_refresh`` (and ``incremental`` on an orderable
+column) only: they have no replica identity for ``cdc``, and a plain view is read in one chunk.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from olake_cli.sources.postgres.replica_identity import ResolvedTable, keyless_t
 TABLES_SQL = """
 SELECT n.nspname, c.relname, c.relkind, c.oid
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname = ANY(%s) AND c.relkind IN ('r', 'p') AND NOT c.relispartition
+WHERE n.nspname = ANY(%s) AND c.relkind IN ('r', 'p', 'v', 'm') AND NOT c.relispartition
 ORDER BY n.nspname, c.relname
 """
 
@@ -25,9 +29,15 @@ ORDER BY k.ord
 """
 
 
-def list_tables(conn, schemas: tuple[str, ...] | list[str]) -> list[tuple[str, str, str, int]]:
-    """(schema, table, relkind, oid) of every ordinary or partitioned table, partitions excluded."""
-    return [tuple(row) for row in conn.execute(TABLES_SQL, (list(schemas),)).fetchall()]
+TABLE_KINDS = ("r", "p")  # relations change capture can serve; views ('v') and matviews ('m') cannot
+_RELKIND_NAMES = {"r": "table", "p": "partitioned", "v": "view", "m": "materialized_view"}
+
+
+def list_tables(conn, schemas: tuple[str, ...] | list[str],
+                kinds: tuple[str, ...] = ("r", "p", "v", "m")) -> list[tuple[str, str, str, int]]:
+    """(schema, name, relkind, oid) of every table, partitioned table, view and materialized view
+    (``kinds`` restricts them), partitions excluded."""
+    return [tuple(row) for row in conn.execute(TABLES_SQL, (list(schemas),)).fetchall() if row[2] in kinds]
 
 
 def primary_key(conn, table_oid: int) -> list[str]:
@@ -45,7 +55,7 @@ def discover_stream(conn, schema: str, table: str, relkind: str, oid: int,
     properties = {col.name: pgtypes.json_schema_property(col) for col in columns}
     pkey = primary_key(conn, oid)
     candidates = [col.name for col in columns if is_cursor_type(col.olake_type)]
-    modes = ["full_refresh"] + ([] if cdc_unsupported else ["cdc"])
+    modes = ["full_refresh"] + ([] if cdc_unsupported or relkind not in TABLE_KINDS else ["cdc"])
     if candidates:
         modes.insert(1, "incremental")
     default_cursor = _default_cursor(candidates)
@@ -59,7 +69,7 @@ def discover_stream(conn, schema: str, table: str, relkind: str, oid: int,
         "cursor_candidates": candidates,
         "selected": True,
         "sync_mode": "full_refresh",
-        "x-olake": {"relkind": "partitioned" if relkind == "p" else "table",
+        "x-olake": {"relkind": _RELKIND_NAMES[relkind],
                     **({"cdc_unsupported": cdc_unsupported} if cdc_unsupported else {})},
     }
 
@@ -74,7 +84,8 @@ def _default_cursor(candidates: list[str]) -> str | None:
 def discover_catalog(conn, schemas: tuple[str, ...] | list[str]) -> dict[str, Any]:
     """The catalog object (``{"streams": [...]}``) of every table in ``schemas``."""
     rows = list_tables(conn, schemas)
-    keyless = keyless_tables(conn, [ResolvedTable(s, t, oid, kind == "p") for s, t, kind, oid in rows])
+    keyless = keyless_tables(conn, [ResolvedTable(s, t, oid, kind == "p") for s, t, kind, oid in rows
+                                    if kind in TABLE_KINDS])
     reasons = {oid: f"{k.reason}; for cdc run: {' '.join(k.fix_sql(conn).splitlines())}"
                for oid, k in keyless.items()}
     return {"streams": [discover_stream(conn, *row, reasons.get(row[3])) for row in rows]}

@@ -31,6 +31,7 @@ class TableInfo:
     primary_key: list[str]
     missing: list[str] = field(default_factory=list)  # catalog columns the table dropped: read as NULL
     warnings: list[str] = field(default_factory=list)  # schema changes the run reports on stderr
+    relkind: str = "r"  # 'r' table, 'p' partitioned, 'v' view, 'm' materialized view
 
     def column(self, name: str):
         """The PgColumn called ``name``."""
@@ -57,7 +58,7 @@ def resolve_tables(conn, settings: PostgresSettings, streams: list[Any]) -> dict
         _check_cursor(stream, label, found)
         pkey = stream.primary_key_columns or disco.primary_key(conn, live[(schema, stream.name)][1])
         resolved[stream.key] = TableInfo(schema, stream.name, found.columns, pkey, found.missing,
-                                         found.warnings)
+                                         found.warnings, live[(schema, stream.name)][0])
     return resolved
 
 
@@ -88,6 +89,8 @@ class PostgresReadSession:
         ctid chunks record the table's identity (relfilenodes), so a resume after a rewrite is refused.
         """
         info, conn, rows = self.tables[stream.key], self.snapshot.conn, self.settings.chunk_rows
+        if info.relkind == "v":  # a view has no pages to split: one chunk, the whole view
+            return FullLoadPlan([(None, None)], {"chunk_column": chunking.CTID, "table_identity": {}})
         key_present = not set(info.primary_key) & set(info.missing)
         if self.settings.chunk_strategy == "primary_key" and info.primary_key and key_present:
             bounds = chunking.plan_key_chunks(conn, info.schema, info.table, info.primary_key, rows)

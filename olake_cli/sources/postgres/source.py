@@ -28,7 +28,7 @@ class PostgresSource:
                                   f"database '{self.settings.database}'; fix 'schemas'")
             denied = conn.execute(
                 """SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-                   WHERE n.nspname = ANY(%s) AND c.relkind IN ('r','p') AND NOT c.relispartition
+                   WHERE n.nspname = ANY(%s) AND c.relkind IN ('r','p','v','m') AND NOT c.relispartition
                      AND NOT (has_schema_privilege(n.oid, 'USAGE') AND has_table_privilege(c.oid, 'SELECT'))
                    ORDER BY 1""", (list(self.settings.schemas),)).fetchall()
             if denied:
@@ -37,7 +37,7 @@ class PostgresSource:
                 grants = " ".join(f"GRANT SELECT ON {_qualified(conn, r[0])} TO {role};" for r in denied[:5])
                 raise ConfigError(f"postgres: user '{self.settings.username}' lacks SELECT on {names}; "
                                   f"run as an admin: {grants} (and GRANT USAGE ON SCHEMA where missing)")
-            tables = [(t[0], t[1]) for t in disco.list_tables(conn, self.settings.schemas)]
+            tables = [(t[0], t[1]) for t in disco.list_tables(conn, self.settings.schemas, disco.TABLE_KINDS)]
             cdc = self._check_change_capture(conn, tables)
         return (f"connected to {self.settings.describe()}; {len(tables)} table(s) readable in "
                 f"{', '.join(self.settings.schemas)}{cdc}")
