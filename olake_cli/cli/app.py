@@ -57,13 +57,16 @@ def check(config: str = CONFIG_OPT) -> None:
 
 
 @app.command()
-def discover(config: str = CONFIG_OPT) -> None:
-    """Print the CATALOG of every table the source config can see."""
+def discover(config: str = CONFIG_OPT,
+             catalog: Optional[str] = typer.Option(None, "--catalog", help="A previous catalog whose edits "
+                                                   "(selections, sync modes, cursors, removed columns) are kept.")
+             ) -> None:
+    """Print the CATALOG of every stream the source config can see."""
     from olake_cli.pipeline.connectors import run_discover
 
-    catalog = run_discover(config)
-    protocol_writer().write(messages.catalog_message(catalog))
-    log(f"discovered {len(catalog['streams'])} stream(s)")
+    found = run_discover(config, catalog, log)
+    protocol_writer().write(messages.catalog_message(found))
+    log(f"discovered {len(found['streams'])} stream(s)")
 
 
 @app.command()

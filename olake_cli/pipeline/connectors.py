@@ -20,10 +20,21 @@ def check_connector(role: str, kind: str, config: dict[str, Any], log: Callable[
     return make_destination(kind, config, log).check()
 
 
-def run_discover(config_path: str) -> dict[str, Any]:
-    """``olake discover``: the source's catalog."""
+def run_discover(config_path: str, previous_path: str | None, log: Callable[[str], None]) -> dict[str, Any]:
+    """``olake discover``: the source's catalog; with a previous catalog, the user's edits are kept."""
+    from olake_cli.core.catalog_merge import merge_edits
+
     _, kind, config = load_config(config_path, role="source")
-    return make_source(kind, config).discover()
+    previous = load_catalog(previous_path) if previous_path else None  # a bad file fails before connecting
+    catalog = make_source(kind, config).discover()
+    for entry in catalog["streams"]:  # lets a later rediscovery tell removed columns from new ones
+        entry.setdefault("x-olake", {})["discovered_columns"] = list(entry["json_schema"].get("properties", {}))
+    if previous is None:
+        return catalog
+    catalog, notes = merge_edits(catalog, previous)
+    for note in notes:
+        log(note)
+    return catalog
 
 
 def run_read(config_path: str, catalog_path: str, state_path: str | None, spark_master: str | None,
