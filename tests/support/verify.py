@@ -97,7 +97,7 @@ def load_into_copy(conn: psycopg.Connection, schema: str, table: str, json_schem
         sql.Identifier(schema), sql.Identifier(table)))
     types = dict(conn.execute(
         "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = %s::regclass "
-        "AND attnum > 0 AND NOT attisdropped", (f'"{copy}"',)).fetchall())
+        "AND attnum > 0 AND NOT attisdropped", (sql.Identifier(copy).as_string(conn),)).fetchall())
     columns = [_column_values(props[c]["x-olake-type"], data.column(c)) for c in cols]
     placeholders = sql.SQL(", ").join(sql.SQL("%s::{}").format(sql.SQL(types[c])) for c in cols)
     insert = sql.SQL("INSERT INTO {} VALUES ({})").format(sql.Identifier(copy), placeholders)
