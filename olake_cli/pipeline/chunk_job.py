@@ -8,13 +8,17 @@ lines (``read``) or to let the destination write them itself (``sync``). Errors 
 from __future__ import annotations
 
 import os
+import random
 import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from olake_cli.core.contracts import ChunkReader, ChunkSink
-from olake_cli.core.errors import OlakeError, SourceError
+from olake_cli.core.errors import OlakeError, SourceError, TransientError
+
+RETRIES = int(os.environ.get("OLAKE_CHUNK_RETRIES", "3"))  # transient failures retried per chunk
+BACKOFF_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -65,8 +69,22 @@ class ScanResult:
 
 
 def run_chunk_job(job: ChunkJob) -> ScanResult:
-    """Scan one chunk and encode it as RECORD lines (or let the sink write it)."""
-    started = time.monotonic()
+    """Scan one chunk, retrying transient failures with backoff and jitter (a chunk is read whole
+    again: its output is replaced, never appended to)."""
+    started, retried = time.monotonic(), []
+    for attempt in range(RETRIES + 1):
+        result = _attempt(job)
+        if not isinstance(result.error, TransientError) or attempt == RETRIES:
+            break
+        retried.append(f"chunk {job.chunk_index}: {result.error}; retrying (attempt {attempt + 2})")
+        time.sleep(min(30.0, BACKOFF_S * 2 ** attempt) * (0.5 + random.random()))
+    result.warnings = retried + result.warnings
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _attempt(job: ChunkJob) -> ScanResult:
+    """One try at a chunk; errors come back in the result."""
     result = ScanResult(job.chunk_index, job.stream, job.namespace)
     spool = None
     try:
@@ -86,7 +104,6 @@ def run_chunk_job(job: ChunkJob) -> ScanResult:
             result.spool_path = None
     if result.error is not None:
         result.blobs = []
-    result.seconds = time.monotonic() - started
     return result
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from olake_cli.core.errors import OlakeError, SourceError
+from olake_cli.core.errors import OlakeError, SourceError, TransientError
 
 
 @dataclass(frozen=True)
@@ -28,8 +28,9 @@ class PostgresChunkReader:
         except OlakeError:
             raise
         except Exception as exc:  # driver errors arrive as many types; report them as one SourceError
-            message = f"chunk {self.chunk_index} of {self.label}: {type(exc).__name__}: {exc}"
-            raise SourceError(_scrub(message, self.uri)) from None
+            message = _scrub(f"chunk {self.chunk_index} of {self.label}: {type(exc).__name__}: {exc}", self.uri)
+            error = TransientError if is_transient(exc) else SourceError
+            raise error(message) from None
 
     def _batches(self) -> Iterator[Any]:
         import adbc_driver_postgresql.dbapi as dbapi
@@ -66,6 +67,21 @@ class PostgresChunkReader:
                 key = {k: batch.column(k)[bad.index].as_py() for k in self.key_columns if k in batch.schema.names}
                 raise value_error(SourceError, self.label, name, key, bad.index, bad.detail) from None
         return parsed
+
+# SQLSTATE classes and codes worth retrying: connection exceptions, serialization failures and
+# deadlocks, insufficient resources, a backend terminated by an administrator or a server shutdown.
+_TRANSIENT_CLASSES = ("08", "40", "53")
+_TRANSIENT_CODES = ("57P01", "57P02", "57P03")
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a driver error may go away on retry (by SQLSTATE; a lost connection has none)."""
+    state = getattr(exc, "sqlstate", None) or getattr(exc, "sqlstate_code", None)
+    if isinstance(state, str) and state:
+        return state[:2] in _TRANSIENT_CLASSES or state in _TRANSIENT_CODES
+    text = str(exc).lower()
+    return "terminating connection" in text or "connection" in text and ("closed" in text or "reset" in text)
+
 
 def _scrub(text: str, uri: str) -> str:
     """``text`` without the password that ``uri`` carries."""
