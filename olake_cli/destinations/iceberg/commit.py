@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile
 
@@ -28,6 +29,7 @@ from olake_cli.core.faults import crash_point
 from olake_cli.core.state import State, StreamState, merge_state
 from olake_cli.destinations.iceberg.buffer import StreamBuffer
 from olake_cli.destinations.iceberg.files import data_file_of, write_position_deletes, write_rows
+from olake_cli.destinations.iceberg.maintenance import maintain
 from olake_cli.destinations.iceberg.merge import TOAST, plan_changes
 from olake_cli.destinations.iceberg.schema import table_arrow_schema
 from olake_cli.destinations.iceberg.snapshot import RowDelta
@@ -41,57 +43,74 @@ class CommitOptions:
     soft_delete: bool
     compression: str
     log: Callable[[str], None]
+    sink_files: bool = False  # ``olake sync``: full-load chunks arrive as files Spark tasks wrote
 
 
 def commit_stream(buf: StreamBuffer, ss: StreamState, options: CommitOptions) -> None:
     """Commit the rows buffered for ``buf``'s stream together with its state ``ss``."""
-    table, log = buf.table, options.log
-    txn = table.transaction()
-    metadata, io = txn.table_metadata, table.io
+    table, txn = buf.table, buf.table.transaction()
     load_id = (ss.extra or {}).get("load_id") or buf.load_id
-    new_load = _load_of(buf.committed) != load_id
-    newly = completed_chunks(buf.committed, ss, load_id)
-    load_files = _load_files(buf, metadata, io, log)
-    if not new_load and not newly and load_files:
-        log(f"{buf.stream.label}: skipped {sum(f.record_count for f in load_files)} full-load row(s) of a "
-            f"chunk the table already holds (a replay)")
-        _delete_quietly(io, load_files)
-        load_files = []
-    elif newly:
-        load_files += _sink_files(io, metadata, table.location(), load_id, newly)
     delta = RowDelta(txn)
-    staged, watermark = _staged_for(buf, load_id, new_load, ss, load_files, io), buf.watermark
-    if staged is not None:
-        staged["files"] += [f.file_path for f in load_files]
-        if load_complete(ss):
-            delta.remove_all().add_data([data_file_of(io, metadata, p) for p in staged["files"]])
-            staged, watermark = None, buf.load_op_key
-    else:
-        delta.add_data(load_files)
-        if new_load and (load_files or ss.sync_type == "full-load"):
-            watermark = buf.load_op_key
-        elif buf.load_op_key and (watermark is None or buf.load_op_key > watermark):
-            watermark = buf.load_op_key
+    staged, watermark = _add_load(buf, ss, load_id, txn, delta, options)
     if buf.truncated:
         delta.remove_all()
-        log(f"{buf.stream.label}: truncated at the source; the table is emptied")
+        options.log(f"{buf.stream.label}: truncated at the source; the table is emptied")
+    had_changes = bool(buf.change_rows or buf.change_tables)
     watermark = _apply_changes(buf, delta, txn, options, watermark)
     merged = _merged(buf.committed, ss)
     properties = {PROP_STATE: dumps(merged)}
     if watermark is not None:
         properties[PROP_MAX_OP] = watermark
-    if delta.has_changes:
-        delta.snapshot_properties = {"olake.state": properties[PROP_STATE]}
-        delta.commit()
-    txn.set_properties(properties)
-    if staged is not None:
-        txn.set_properties({PROP_STAGED: dumps(staged)})
-    elif PROP_STAGED in table.properties:
-        txn.remove_properties(PROP_STAGED)
-    buf.table = txn.commit_transaction()
-    crash_point("iceberg-committed")
-    buf.committed, buf.watermark, buf.staged = merged, watermark, staged
+    if delta.has_changes or staged != buf.staged or any(table.properties.get(k) != v for k, v in properties.items()):
+        if delta.has_changes:
+            delta.snapshot_properties = {"olake.state": properties[PROP_STATE]}
+            delta.commit()
+        _set_properties(txn, table.properties, properties, staged)
+        buf.table = txn.commit_transaction()
+        crash_point("iceberg-committed")
+        buf.committed, buf.watermark, buf.staged = merged, watermark, staged
     buf.truncated, buf.replayed, buf.load_id = False, 0, load_id
+    if had_changes and delta.has_changes:
+        buf.table = maintain(buf.table, options.compression, options.log)
+
+
+def _add_load(buf: StreamBuffer, ss: StreamState, load_id: str, txn: Any, delta: RowDelta,
+              options: CommitOptions) -> tuple[dict | None, str | None]:
+    """Add (or stage) the full-load rows this STATE covers; returns (staged load, highest op id)."""
+    metadata, io = txn.table_metadata, buf.table.io
+    new_load = _load_of(buf.committed) != load_id
+    newly = completed_chunks(buf.committed, ss, load_id)
+    load_files = _load_files(buf, metadata, io, options)
+    if not new_load and not newly and load_files:
+        options.log(f"{buf.stream.label}: skipped {sum(f.record_count for f in load_files)} full-load row(s) "
+                    f"of a chunk the table already holds (a replay)")
+        _delete_quietly(io, load_files)
+        load_files = []
+    elif newly and options.sink_files:
+        load_files += _sink_files(io, metadata, buf.table.location(), load_id, newly)
+    op_key = (ss.extra or {}).get("load_op_key") or buf.load_op_key
+    staged, watermark = _staged_for(buf, load_id, new_load, ss, load_files), buf.watermark
+    if staged is not None:
+        staged["files"] += [f.file_path for f in load_files]
+        if load_complete(ss):  # the new load replaces the table's contents in this one snapshot
+            delta.remove_all().add_data([data_file_of(io, metadata, p) for p in staged["files"]])
+            staged, watermark = None, op_key
+    else:
+        delta.add_data(load_files)
+        if new_load and (load_files or ss.sync_type == "full-load"):
+            watermark = op_key
+        elif op_key and (watermark is None or op_key > watermark):
+            watermark = op_key
+    return staged, watermark
+
+
+def _set_properties(txn: Any, current: dict[str, str], properties: dict[str, str], staged: dict | None) -> None:
+    """Set the olake properties of this commit (and remove those it no longer has)."""
+    txn.set_properties({**properties, **({PROP_STAGED: dumps(staged)} if staged is not None else {})})
+    stale = [k for k in (PROP_MAX_OP, PROP_STAGED) if k in current and k not in properties
+             and not (k == PROP_STAGED and staged is not None)]
+    if stale:
+        txn.remove_properties(*stale)
 
 
 def _apply_changes(buf: StreamBuffer, delta: RowDelta, txn: Any, options: CommitOptions,
@@ -103,7 +122,7 @@ def _apply_changes(buf: StreamBuffer, delta: RowDelta, txn: Any, options: Commit
     if changes is None:
         return watermark
     metadata, io = txn.table_metadata, buf.table.io
-    top = pa.compute.max(changes.column("_olake_op_id")).as_py()
+    top = pc.max(changes.column("_olake_op_id")).as_py()
     if buf.keyed:
         target = table_arrow_schema(metadata.schema()).remove_metadata()
         target = pa.schema([f.remove_metadata() for f in target])
@@ -112,10 +131,10 @@ def _apply_changes(buf: StreamBuffer, delta: RowDelta, txn: Any, options: Commit
         if plan.stale:
             options.log(f"{buf.stream.label}: {plan.stale} change(s) older than the table's version of "
                         f"their key were ignored")
-        delta.add_data(write_rows(metadata, io, plan.append))
+        delta.add_data(write_rows(metadata, io, plan.append, options.compression))
         delta.add_deletes(_delete_files(plan, io, buf.table.location(), options.compression))
     else:
-        delta.add_data(write_rows(metadata, io, changes.drop_columns([TOAST])))
+        delta.add_data(write_rows(metadata, io, changes.drop_columns([TOAST]), options.compression))
     return top if watermark is None or (top is not None and top > watermark) else watermark
 
 
@@ -129,22 +148,21 @@ def _delete_files(plan: Any, io: FileIO, location: str, compression: str) -> lis
             for (spec_id, partition), positions in groups.items()]
 
 
-def _load_files(buf: StreamBuffer, metadata: Any, io: FileIO, log: Callable[[str], None]) -> list[DataFile]:
+def _load_files(buf: StreamBuffer, metadata: Any, io: FileIO, options: CommitOptions) -> list[DataFile]:
     """Data files of the full-load rows of this commit (written now or spilled before)."""
     files, buf.written = buf.written, []
-    table = buf.take_load(log)
+    table = buf.take_load(options.log)
     if table is not None:
-        files += write_rows(metadata, io, table.drop_columns([TOAST]))
+        files += write_rows(metadata, io, table.drop_columns([TOAST]), options.compression)
     return files
 
 
-def _staged_for(buf: StreamBuffer, load_id: str, new_load: bool, ss: StreamState, load_files: list,
-                io: FileIO) -> dict | None:
+def _staged_for(buf: StreamBuffer, load_id: str, new_load: bool, ss: StreamState,
+                load_files: list) -> dict | None:
     """The staged load this commit adds to (a copy), or None when rows go straight into the table."""
     if buf.staged is not None and buf.staged.get("load_id") == load_id:
         return {"load_id": load_id, "files": list(buf.staged["files"])}
-    if buf.staged is not None:  # an abandoned load: its files were never part of the table
-        _delete_quietly(io, buf.staged.get("files", []))
+    # a staged load of another load id is abandoned: its files stay unreferenced (never part of the table)
     if new_load and (load_files or ss.sync_type == "full-load") and has_rows(buf.table):
         return {"load_id": load_id, "files": []}
     return None
@@ -182,6 +200,9 @@ def _merged(committed: dict | None, ss: StreamState) -> dict:
     """The state to commit: ``ss`` merged over the table's (chunk progress never goes back)."""
     if committed is None:
         return ss.to_dict()
+    load_id = (ss.extra or {}).get("load_id")
+    if load_id and _pending(committed, load_id) == set() and not load_complete(ss):
+        return committed  # a replay of a load the table already holds whole
     base = State(streams=[StreamState.from_dict(committed)])
     return merge_state(base, State(level="stream", streams=[ss])).find(*ss.key).to_dict()
 

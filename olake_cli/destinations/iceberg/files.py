@@ -1,7 +1,9 @@
 """Data and position-delete files of the Iceberg destination, and their manifest descriptions.
 
-Data files are Parquet with Iceberg field ids; their ``DataFile`` entries carry pyiceberg's own
-statistics (so scans prune by key ranges). Position-delete files follow the Iceberg v2 spec
+Data files are Parquet with Iceberg field ids, one per partition per write; their ``DataFile``
+entries carry pyiceberg's column statistics, except that dates, times and timestamps take their
+bounds from the raw Parquet statistics (pyiceberg turns them into Python dates, which cannot hold
+PostgreSQL's infinities or years beyond 9999). Position-delete files follow the Iceberg v2 spec
 (``file_path``, ``pos``, sorted; field ids 2147483546 and 2147483545) and carry ``file_path`` bounds,
 so readers (pyiceberg, Spark, Trino, DuckDB) apply each one only to the data files it names.
 """
@@ -9,36 +11,48 @@ so readers (pyiceberg, Spark, Trino, DuckDB) apply each one only to the data fil
 from __future__ import annotations
 
 import uuid
-from typing import Iterable
+from dataclasses import replace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.conversions import to_bytes
 from pyiceberg.io import FileIO
-from pyiceberg.io.pyarrow import (_dataframe_to_data_files, compute_statistics_plan,
-                                  data_file_statistics_from_parquet_metadata, parquet_path_to_id_mapping,
-                                  schema_to_pyarrow)
+from pyiceberg.io.pyarrow import (MetricModeTypes, MetricsMode, StatsAggregator, _determine_partitions,
+                                  compute_statistics_plan, data_file_statistics_from_parquet_metadata,
+                                  parquet_path_to_id_mapping)
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.schema import Schema
+from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import Record
-from pyiceberg.types import LongType, StringType
+from pyiceberg.types import DateType, LongType, StringType, TimestampType, TimestamptzType, TimeType
 
-from olake_cli.destinations.iceberg.schema import conform
+from olake_cli.destinations.iceberg.schema import conform, table_arrow_schema
 
 PATH_FIELD_ID, POS_FIELD_ID = 2147483546, 2147483545
 DELETE_SCHEMA = pa.schema([
     pa.field("file_path", pa.string(), nullable=False, metadata={"PARQUET:field_id": str(PATH_FIELD_ID)}),
     pa.field("pos", pa.int64(), nullable=False, metadata={"PARQUET:field_id": str(POS_FIELD_ID)}),
 ])
+_TEMPORAL = (DateType, TimeType, TimestampType, TimestamptzType)
+_COUNTS = MetricsMode(MetricModeTypes.COUNTS)
 
 
-def write_rows(metadata: TableMetadata, io: FileIO, table: pa.Table) -> list[DataFile]:
-    """Write ``table`` (any column order and compatible types) as data files of the table."""
+def write_rows(metadata: TableMetadata, io: FileIO, table: pa.Table, compression: str) -> list[DataFile]:
+    """Write ``table`` (columns by name, compatible types) as data files of the table, one per partition."""
     if table.num_rows == 0:
         return []
-    target = schema_to_pyarrow(metadata.schema(), include_field_ids=False)
-    files = list(_dataframe_to_data_files(metadata, conform(table, target), io, uuid.uuid4()))
-    return [with_spec(f, metadata.default_spec_id) for f in files]
+    schema, spec = metadata.schema(), metadata.spec()
+    data = conform(table, table_arrow_schema(schema))
+    provider = load_location_provider(table_location=metadata.location, table_properties=metadata.properties)
+    parts = [(None, data)] if spec.is_unpartitioned() else \
+        [(p.partition_key, p.arrow_table_partition.cast(data.schema)) for p in _determine_partitions(spec, schema, data)]
+    files = []
+    for key, part in parts:
+        path = provider.new_data_location(f"olake-{uuid.uuid4().hex}.parquet", key)
+        write_parquet(io, path, part, compression)
+        files.append(data_file_of(io, metadata, path, key.partition if key is not None else Record()))
+    return files
 
 
 def write_parquet(io: FileIO, path: str, table: pa.Table, compression: str) -> int:
@@ -70,27 +84,47 @@ def write_position_deletes(io: FileIO, folder: str, spec_id: int, partition: Rec
         split_offsets=None, equality_ids=None, sort_order_id=None, key_metadata=None), spec_id)
 
 
-def data_file_of(io: FileIO, metadata: TableMetadata, path: str) -> DataFile:
-    """The manifest description of a Parquet data file written elsewhere (a Spark task's chunk file)."""
-    schema = metadata.schema()
+def data_file_of(io: FileIO, metadata: TableMetadata, path: str, partition: Record | None = None) -> DataFile:
+    """The manifest description of a Parquet data file of the table (its footer's statistics)."""
     input_file = io.new_input(path)
     with input_file.open() as stream:
         parquet = pq.ParquetFile(stream)
         footer = parquet.metadata
-        partition = _partition_of(parquet, metadata) if not metadata.spec().is_unpartitioned() else Record()
-    statistics = data_file_statistics_from_parquet_metadata(
-        parquet_metadata=footer, stats_columns=compute_statistics_plan(schema, metadata.properties),
-        parquet_column_mapping=parquet_path_to_id_mapping(schema))
+        if partition is None:
+            partition = _partition_of(parquet, metadata) if not metadata.spec().is_unpartitioned() else Record()
+    statistics = file_statistics(footer, metadata.schema(), metadata.properties)
     return with_spec(DataFile.from_args(
         content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET, partition=partition,
         file_size_in_bytes=len(input_file), sort_order_id=None, equality_ids=None, key_metadata=None,
         **statistics.to_serialized_dict()), metadata.default_spec_id)
 
 
+def file_statistics(footer: pq.FileMetaData, schema: Schema, properties: dict[str, str]):
+    """pyiceberg's statistics of a Parquet footer, temporal bounds taken from the raw values."""
+    plan = compute_statistics_plan(schema, properties)
+    temporal = {fid: c for fid, c in plan.items()
+                if isinstance(c.iceberg_type, _TEMPORAL) and c.mode.type in (MetricModeTypes.FULL,
+                                                                             MetricModeTypes.TRUNCATE)}
+    for fid, collector in temporal.items():
+        plan[fid] = replace(collector, mode=_COUNTS)
+    mapping = parquet_path_to_id_mapping(schema)
+    statistics = data_file_statistics_from_parquet_metadata(footer, plan, mapping)
+    for group in range(footer.num_row_groups):
+        row_group = footer.row_group(group)
+        for index in range(footer.num_columns):
+            column = row_group.column(index)
+            fid = mapping.get(column.path_in_schema)
+            if fid not in temporal or not column.is_stats_set or not column.statistics.has_min_max:
+                continue
+            aggregator = statistics.column_aggregates.setdefault(
+                fid, StatsAggregator(temporal[fid].iceberg_type, column.statistics.physical_type))
+            aggregator.update_min(column.statistics.min_raw)
+            aggregator.update_max(column.statistics.max_raw)
+    return statistics
+
+
 def _partition_of(parquet: pq.ParquetFile, metadata: TableMetadata) -> Record:
     """The partition of a single-partition data file, computed from its first row."""
-    from pyiceberg.io.pyarrow import _determine_partitions
-
     spec, schema = metadata.spec(), metadata.schema()
     columns = sorted({schema.find_column_name(f.source_id).split(".")[0] for f in spec.fields})
     first = parquet.read_row_group(0, columns=columns).slice(0, 1)
@@ -101,11 +135,3 @@ def with_spec(data_file: DataFile, spec_id: int) -> DataFile:
     """``data_file`` with its partition spec id set (``DataFile.from_args`` does not keep it)."""
     data_file.spec_id = spec_id
     return data_file
-
-
-def partition_groups(files: Iterable[DataFile]) -> dict[tuple[int, Record], list[DataFile]]:
-    """Data files grouped by (spec id, partition)."""
-    groups: dict[tuple[int, Record], list[DataFile]] = {}
-    for data_file in files:
-        groups.setdefault((data_file.spec_id, data_file.partition), []).append(data_file)
-    return groups

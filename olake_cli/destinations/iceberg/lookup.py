@@ -10,7 +10,6 @@ position-delete files are dropped, and the rest are joined with the batch's keys
 from __future__ import annotations
 
 import bisect
-import datetime
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -29,7 +28,6 @@ from olake_cli.destinations.iceberg.schema import conform
 
 POS, PATH = "__olake_pos", "__olake_path"
 _PRUNABLE = (IntegerType, LongType, StringType, DateType)
-_EPOCH = datetime.date(1970, 1, 1)
 
 
 @dataclass
@@ -67,7 +65,7 @@ def locate(metadata: TableMetadata, io: FileIO, key_columns: list[str], keys: pa
     schema = metadata.schema()
     tasks = list(DataScan(table_metadata=metadata, io=io).plan_files()) if metadata.current_snapshot() else []
     keep = _bounds_filter(schema, key_columns, keys)
-    wanted = _storage(keys.select(key_columns))
+    wanted = key_storage(keys.select(key_columns))
     found, result = [], LiveRows(pa.table({}))
     for task in tasks:
         if not keep(task.file):
@@ -102,7 +100,7 @@ def _read_keys(io: FileIO, task: FileScanTask, schema: Schema, key_columns: list
         present = {n: by_id[schema.find_field(n).field_id] for n in names if schema.find_field(n).field_id in by_id}
         table = parquet.read(columns=list(present.values()))
     columns = {n: table.column(present[n]) if n in present else pa.nulls(table.num_rows) for n in names}
-    out = _storage(pa.table(columns)).append_column(POS, pa.array(range(table.num_rows), pa.int64()))
+    out = key_storage(pa.table(columns)).append_column(POS, pa.array(range(table.num_rows), pa.int64()))
     deleted = deletes.deleted(task)
     if deleted is not None and len(deleted):
         out = out.filter(pc.invert(pc.is_in(out.column(POS), value_set=deleted)))
@@ -131,9 +129,19 @@ def read_rows(io: FileIO, data_file: DataFile, schema: Schema, target: pa.Schema
     return conform(table, pa.schema([target.field(n) for n in columns]))
 
 
-def _storage(table: pa.Table) -> pa.Table:
-    """Extension columns (uuid) as their storage, so they can be joined and compared."""
-    columns = [c.cast(c.type.storage_type) if isinstance(c.type, pa.ExtensionType) else c for c in table.columns]
+def key_storage(table: pa.Table) -> pa.Table:
+    """Key columns as plain values that can be joined, grouped and turned into Python values:
+    extension types (uuid) as their storage, dates and times as their integer counts."""
+    columns = []
+    for column in table.columns:
+        kind = column.type
+        if isinstance(kind, pa.BaseExtensionType):
+            column = column.cast(kind.storage_type)
+        elif pa.types.is_date32(kind):
+            column = column.cast(pa.int32())
+        elif pa.types.is_timestamp(kind) or pa.types.is_time64(kind):
+            column = column.cast(pa.int64())
+        columns.append(column)
     return pa.Table.from_arrays(columns, names=table.column_names)
 
 
@@ -142,11 +150,13 @@ def _bounds_filter(schema: Schema, key_columns: list[str], keys: pa.Table):
     key_field = schema.find_field(key_columns[0])
     if not isinstance(key_field.field_type, _PRUNABLE):
         return lambda data_file: True
-    values = sorted(v for v in keys.column(key_columns[0]).to_pylist() if v is not None)
+    column = keys.column(key_columns[0])
     if isinstance(key_field.field_type, DateType):
-        values = sorted((v - _EPOCH).days for v in values)
+        column = column.cast(pa.int32())  # days: also dates Python cannot hold
+    values = sorted(v for v in column.to_pylist() if v is not None)
 
     def may_hold(data_file: DataFile) -> bool:
+        """Whether the first key column's bounds of ``data_file`` hold one of the keys."""
         low = (data_file.lower_bounds or {}).get(key_field.field_id)
         high = (data_file.upper_bounds or {}).get(key_field.field_id)
         if not values:

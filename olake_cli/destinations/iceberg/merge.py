@@ -19,7 +19,7 @@ from pyiceberg.io import FileIO
 from pyiceberg.table import FileScanTask
 from pyiceberg.table.metadata import TableMetadata
 
-from olake_cli.destinations.iceberg.lookup import PATH, POS, DeleteCache, locate, read_rows
+from olake_cli.destinations.iceberg.lookup import PATH, POS, DeleteCache, key_storage, locate, read_rows
 from olake_cli.destinations.iceberg.schema import METADATA_NAMES, conform
 
 TOAST = "_olake_toast_unchanged"
@@ -69,13 +69,13 @@ def plan_changes(batch: pa.Table, key_columns: list[str], metadata: TableMetadat
 
 def _latest_per_key(rows: pa.Table, key_columns: list[str]) -> pa.Table:
     """The last row (highest arrival index) of each key."""
-    keys = _storage(rows.select(key_columns + [_IDX]))
+    keys = key_storage(rows.select(key_columns + [_IDX]))
     last = keys.group_by(key_columns, use_threads=False).aggregate([(_IDX, "max")]).column(f"{_IDX}_max")
-    return rows.take(pc.sort_indices(last))
+    return rows.take(pc.take(last, pc.sort_indices(last)))
 
 
 def _no_rows(latest: pa.Table, key_columns: list[str], with_ops: bool) -> pa.Table:
-    table = _storage(latest.select(key_columns)).slice(0, 0).append_column(POS, pa.array([], pa.int64()))
+    table = key_storage(latest.select(key_columns)).slice(0, 0).append_column(POS, pa.array([], pa.int64()))
     if with_ops:
         table = table.append_column("_olake_op_id", pa.array([], pa.string()))
     return table.append_column(PATH, pa.array([], pa.string()))
@@ -84,7 +84,7 @@ def _no_rows(latest: pa.Table, key_columns: list[str], with_ops: bool) -> pa.Tab
 def _drop_stale(latest: pa.Table, live: pa.Table, key_columns: list[str]) -> tuple[pa.Table, pa.Table, int]:
     """Drop batch versions the table already holds a newer (or the same) version of, and their rows."""
     held = live.group_by(key_columns, use_threads=False).aggregate([("_olake_op_id", "max")])
-    incoming = _storage(latest.select(key_columns + ["_olake_op_id", _IDX]))
+    incoming = key_storage(latest.select(key_columns + ["_olake_op_id", _IDX]))
     joined = incoming.join(held, keys=key_columns, join_type="left outer")
     stale = pc.fill_null(pc.less_equal(joined.column("_olake_op_id"), joined.column("_olake_op_id_max")), False)
     stale_idx = joined.filter(stale).column(_IDX)
@@ -127,7 +127,7 @@ def _fill_sources(rows: pa.Table, toast: pa.ChunkedArray, latest: pa.Table, key_
 def _history(rows: pa.Table, toast: pa.ChunkedArray, key_columns: list[str],
              targets: list[int]) -> dict[int, list[tuple[int, str, set[str]]]]:
     """For each target arrival index: (index, op, unsent columns) of every batch row of its key."""
-    keys = [tuple(r.values()) for r in _storage(rows.select(key_columns)).to_pylist()]
+    keys = [tuple(r.values()) for r in key_storage(rows.select(key_columns)).to_pylist()]
     wanted = {keys[i] for i in targets}
     by_key: dict[tuple, list[tuple[int, str, set[str]]]] = {}
     ops, unsent = rows.column("_olake_op").to_pylist(), toast.to_pylist()
@@ -168,7 +168,7 @@ def _current_rows(latest: pa.Table, live: pa.Table, positions: set[int], key_col
     ``"__table"``: {column: array}."""
     if not positions or live.num_rows == 0:
         return {}
-    wanted_keys = _storage(latest.select(key_columns)).take(sorted(positions)).to_pylist()
+    wanted_keys = key_storage(latest.select(key_columns)).take(sorted(positions)).to_pylist()
     key_to_position = {tuple(k.values()): p for k, p in zip(wanted_keys, sorted(positions))}
     located: dict[str, list[tuple[int, int]]] = {}
     for row in live.to_pylist():
@@ -187,8 +187,3 @@ def _current_rows(latest: pa.Table, live: pa.Table, positions: set[int], key_col
         joined = pa.concat_tables(parts)
         out["__table"] = {c: joined.column(c).combine_chunks() for c in columns}
     return out
-
-
-def _storage(table: pa.Table) -> pa.Table:
-    columns = [c.cast(c.type.storage_type) if isinstance(c.type, pa.ExtensionType) else c for c in table.columns]
-    return pa.Table.from_arrays(columns, names=table.column_names)

@@ -13,6 +13,7 @@ column before anything is committed.
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyiceberg.catalog import Catalog as IcebergCatalog
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.partitioning import PartitionField as IcebergPartitionField
@@ -155,8 +156,11 @@ def conform_array(array: pa.Array, target: pa.DataType) -> pa.Array:
                     else pa.nulls(len(array), f.type) for f in target]
         return pa.StructArray.from_arrays(children, fields=list(target), mask=array.is_null())
     if pa.types.is_list(target) and (pa.types.is_list(array.type) or pa.types.is_large_list(array.type)):
-        values = conform_array(array.values, target.value_type)
-        return pa.ListArray.from_arrays(array.offsets, values, type=target, mask=array.is_null())
+        offsets = array.offsets  # of a slice: they start where its first list does
+        first, last = offsets[0].as_py(), offsets[-1].as_py()
+        values = conform_array(array.values.slice(first, last - first), target.value_type)
+        offsets = pc.subtract(offsets, first) if first else offsets
+        return pa.ListArray.from_arrays(offsets, values, type=target, mask=array.is_null())
     try:
         return array.cast(target)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:

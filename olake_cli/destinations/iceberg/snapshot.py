@@ -36,9 +36,11 @@ class DeleteManifestWriter(ManifestWriterV2):
 class RowDelta(_SnapshotProducer["RowDelta"]):
     """Adds data and position-delete files and removes files, in one snapshot."""
 
-    def __init__(self, transaction: Transaction, snapshot_properties: dict[str, str] = EMPTY_DICT) -> None:
+    def __init__(self, transaction: Transaction, snapshot_properties: dict[str, str] = EMPTY_DICT,
+                 rewrite_manifests: bool = False) -> None:
         super().__init__(Operation.APPEND, transaction, transaction._table.io,
                          snapshot_properties=snapshot_properties)
+        self._rewrite_manifests = rewrite_manifests  # merge every kept entry into one manifest per kind
         self._added_deletes: list[DataFile] = []
         self._removed_paths: set[str] = set()
         self._remove_all = False
@@ -98,13 +100,17 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
         return manifests
 
     def _kept_manifests(self) -> list[ManifestFile]:
-        """The parent's manifests, rewritten where they hold removed files."""
+        """The parent's manifests, rewritten where they hold removed files (manifests left with no
+        live file are dropped: they only recorded the previous snapshot's removals)."""
         parent = self._transaction.table_metadata.snapshot_by_id(self._parent_snapshot_id) \
             if self._parent_snapshot_id is not None else None
         if parent is None:
             return []
+        manifests = [m for m in parent.manifests(io=self._io) if m.has_added_files() or m.has_existing_files()]
+        if self._rewrite_manifests:
+            return self._merged_manifests(manifests)
         kept = []
-        for manifest in parent.manifests(io=self._io):
+        for manifest in manifests:
             if not (self._remove_all or self._removed_paths):
                 kept.append(manifest)
                 continue
@@ -123,6 +129,25 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
             kept.append(writer.to_manifest_file())
             self._removed_files += [e.data_file for e in removed]
         return kept
+
+    def _merged_manifests(self, manifests: list[ManifestFile]) -> list[ManifestFile]:
+        """Every live entry of ``manifests`` in one manifest per (content, spec); removed ones dropped."""
+        groups: dict[tuple, list[ManifestEntry]] = {}
+        for manifest in manifests:
+            for entry in manifest.fetch_manifest_entry(io=self._io, discard_deleted=True):
+                if self._remove_all or entry.data_file.file_path in self._removed_paths:
+                    self._removed_files.append(entry.data_file)
+                else:
+                    groups.setdefault((manifest.content, manifest.partition_spec_id), []).append(entry)
+        merged = []
+        for (content, spec_id), entries in groups.items():
+            writer = self._delete_writer(spec_id) if content == ManifestContent.DELETES \
+                else self.new_manifest_writer(spec=self.spec(spec_id))
+            with writer:
+                for entry in entries:
+                    writer.existing(entry)
+            merged.append(writer.to_manifest_file())
+        return merged
 
     def _delete_writer(self, spec_id: int) -> DeleteManifestWriter:
         return DeleteManifestWriter(self.spec(spec_id), self.schema(), self.new_manifest_output(),

@@ -53,7 +53,8 @@ def create_table(catalog: Any, cfg: IcebergConfig, identifier: tuple[str, str], 
     """Create the stream's table (and its namespace) from the catalog schema."""
     schema = stream_iceberg_schema(stream)
     spec = partition_spec(schema, cfg.partition_fields(stream.namespace, stream.name), stream.label)
-    properties = {**CREATE_PROPERTIES, "write.parquet.compression-codec": cfg.compression}
+    codec_name = "uncompressed" if cfg.compression == "none" else cfg.compression
+    properties = {**CREATE_PROPERTIES, "write.parquet.compression-codec": codec_name}
     try:
         try:
             catalog.create_namespace(identifier[0])
