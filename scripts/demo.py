@@ -47,6 +47,7 @@ def main() -> int:
         src.write_text(json.dumps(cluster.source_config("demo", schemas=["shop", "public"], chunk_rows=5000), indent=2))
         (out / "dst.json").write_text(json.dumps({"type": "parquet", "path": str(out / "parquet")}, indent=2))
         summarize(out, run_commands(out), ds)
+        iceberg_demo(out)
     finally:
         cluster.stop()
     mongo_demo(out / "mongodb", ds)
@@ -63,6 +64,24 @@ def run_commands(folder: Path) -> float:
         subprocess.run(["bash", "-o", "pipefail", "-c", command.format(olake=olake)], cwd=folder, env=env,
                        check=True)
     return time.time() - started
+
+
+def iceberg_demo(out: Path) -> None:
+    """The same source into Iceberg tables on the embedded catalog, then a query through pyiceberg."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    lake = out / "iceberg"
+    (out / "iceberg.json").write_text(json.dumps({"type": "iceberg", "path": str(lake)}, indent=2))
+    command = ("{olake} sync --source src.json --destination iceberg.json --catalog catalog.json "
+               "--state iceberg-state.json > /dev/null")
+    print(f"\ndemo: $ {command.format(olake='olake')}", file=sys.stderr)
+    subprocess.run(["bash", "-o", "pipefail", "-c", command.format(olake=f"{sys.executable} -m olake_cli")],
+                   cwd=out, check=True)
+    catalog = SqlCatalog("olake", uri=f"sqlite:///{lake}/catalog.db", warehouse=f"file://{lake}/warehouse")
+    tables = sorted(".".join(t) for ns in catalog.list_namespaces() for t in catalog.list_tables(ns))
+    orders = catalog.load_table("shop.orders").scan().to_arrow()
+    print(f"Iceberg tables in {lake}: {', '.join(tables)}")
+    print(f"pyiceberg: shop.orders has {orders.num_rows} rows; columns {', '.join(orders.schema.names[:6])}, ...")
 
 
 def mongo_demo(out: Path, ds) -> None:

@@ -142,6 +142,14 @@ def test_postgres_full_load_changes_replay_and_recover(pg_cluster, pg_db, tmp_pa
     with psycopg.connect(dsn, autocommit=True) as conn:
         for stream in streams:
             assert_stream_matches(conn, root, stream)
+        conn.execute("UPDATE acct SET note = 'read --state-from' WHERE id = 8")
+    # no state file at all: read resumes from what the tables committed
+    direct = read_into_write(["--config", src, "--catalog", cat, "--state-from", dst], ["--config", dst])
+    assert direct.read_code == 0 and direct.write_code == 0, direct.read_stderr.decode()[-3000:]
+    assert b"acct: full load" not in direct.read_stderr
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for stream in streams:
+            assert_stream_matches(conn, root, stream)
         conn.execute("SELECT pg_drop_replication_slot('slot_ice')")
 
 

@@ -71,12 +71,14 @@ def discover(config: str = CONFIG_OPT,
 
 @app.command()
 def read(config: str = CONFIG_OPT, catalog: str = CATALOG_OPT, state: Optional[str] = STATE_OPT,
+         state_from: Optional[str] = typer.Option(None, "--state-from", help="Destination config JSON: resume "
+                                                  "from the state the destination committed (instead of --state)."),
          spark_master: Optional[str] = MASTER_OPT, max_parallel: Optional[int] = PARALLEL_OPT) -> None:
     """Read the selected streams and print RECORD and STATE messages on stdout."""
     from olake_cli.pipeline.connectors import run_read, shutdown_engine
 
     with command_guard(shutdown_engine):  # click would turn these into a silent exit 1 or "Aborted!"
-        run_read(config, catalog, state, spark_master, max_parallel, protocol_writer(), log)
+        run_read(config, catalog, state, spark_master, max_parallel, protocol_writer(), log, state_from)
 
 
 @app.command()

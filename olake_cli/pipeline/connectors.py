@@ -38,13 +38,24 @@ def run_discover(config_path: str, previous_path: str | None, log: Callable[[str
 
 
 def run_read(config_path: str, catalog_path: str, state_path: str | None, spark_master: str | None,
-             max_parallel: int | None, out: MessageWriter, log: Callable[[str], None]) -> None:
-    """``olake read``: validate every input first, then start Spark and stream the messages."""
+             max_parallel: int | None, out: MessageWriter, log: Callable[[str], None],
+             state_from: str | None = None) -> None:
+    """``olake read``: validate every input first, then start Spark and stream the messages.
+
+    ``state_from`` (a destination config) resumes from the state the destination committed.
+    """
     from olake_cli.pipeline.read import ReadPipeline
+    from olake_cli.pipeline.recover import recover_state
 
     _, kind, config = load_config(config_path, role="source")
     catalog = load_catalog(catalog_path)
-    state = load_state(state_path) if state_path else State()
+    if state_path and state_from:
+        raise ConfigError("read: give --state or --state-from, not both")
+    if state_from:
+        _, dest_kind, dest_config = load_config(state_from, role="destination")
+        state = recover_state(make_destination(dest_kind, dest_config, log).committed_state, catalog, log)
+    else:
+        state = load_state(state_path) if state_path else State()
     source = make_source(kind, config)
     runner = _runner(_master(spark_master), max_parallel or config.get("max_parallel"))
     try:
