@@ -77,29 +77,3 @@ def stop_spark_session(quiet: bool = False) -> None:
             _SESSION.sparkContext.cancelAllJobs()
         _SESSION.stop()
         _SESSION = None
-_LOCAL = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?")
-_OTHER_SCHEMES = ("yarn", "k8s://", "mesos://")
-
-
-def check_master(master: str, timeout_s: float = 5.0) -> None:
-    """Refuse a master URL Spark would hang on: an unknown form, or a spark:// master nobody answers at.
-
-    Raises ConfigError with one line saying what to check (Spark itself retries for about a minute).
-    """
-    if _LOCAL.fullmatch(master) or master.startswith(_OTHER_SCHEMES):
-        return
-    if not master.startswith("spark://"):
-        raise ConfigError(f"spark master '{master}' is not a Spark master URL (local[*], local[N], "
-                          f"spark://host:port, yarn, k8s://...); check --spark-master or OLAKE_SPARK_MASTER")
-    problems = []
-    for address in master[len("spark://"):].split(","):
-        host, _, port = address.rpartition(":")
-        if not host or not port.isdigit():
-            raise ConfigError(f"spark master '{master}': '{address}' is not host:port")
-        try:
-            socket.create_connection((host, int(port)), timeout=timeout_s).close()
-            return
-        except OSError as exc:
-            problems.append(f"{address}: {exc.strerror or exc}")
-    raise ConfigError(f"cannot reach the Spark master ({'; '.join(problems)}); check --spark-master or "
-                      f"OLAKE_SPARK_MASTER and that the master runs")

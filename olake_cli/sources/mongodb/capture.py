@@ -20,8 +20,9 @@ from typing import Any, Callable, Iterator
 
 from olake_cli.core.catalog import CatalogStream
 from olake_cli.core.contracts import Change, ChangeBatch
-from olake_cli.core.errors import ConfigError, PositionLostError, SourceError
+from olake_cli.core.errors import ConfigError, SourceError
 from olake_cli.core.opid import OpId
+from olake_cli.core.position_lost import handle_lost_position
 from olake_cli.core.state import State, StreamState
 
 HISTORY_LOST, INVALID_TOKEN = 286, 280
@@ -116,12 +117,7 @@ class MongoChangeCapture:
         return None
 
     def _lost(self, state: State, stream: CatalogStream, reason: str) -> None:
-        if self.settings.on_position_lost == "fail":
-            raise PositionLostError(f"{stream.label}: change position lost: {reason} "
-                                    f"(on_position_lost = fail; set it to resync to re-copy the stream)")
-        self.log(f"{stream.label}: change position lost: {reason}; re-syncing with a fresh full load "
-                 f"(on_position_lost = resync)")
-        state.streams = [s for s in state.streams if s.key != stream.key]
+        handle_lost_position(state, stream.key, stream.label, reason, self.settings.on_position_lost, self.log)
 
     def _now(self, client) -> MongoPosition:
         """A position at the log's end now: the cluster time read first, then a fresh stream's token."""

@@ -17,8 +17,9 @@ import psycopg
 
 from olake_cli.core.catalog import CatalogStream
 from olake_cli.core.contracts import Change, ChangeBatch
-from olake_cli.core.errors import ConfigError, PositionLostError, StateError
+from olake_cli.core.errors import ConfigError, StateError
 from olake_cli.core.opid import OpId
+from olake_cli.core.position_lost import handle_lost_position
 from olake_cli.core.state import State, StreamState
 from olake_cli.sources.postgres.connection import PostgresSettings, connect
 from olake_cli.sources.postgres.lsn import format_lsn, parse_lsn
@@ -144,12 +145,7 @@ class PostgresChangeCapture:
                 self._lost(state, stream, reason)
 
     def _lost(self, state: State, stream: CatalogStream, reason: str) -> None:
-        if self.settings.on_position_lost == "fail":
-            raise PositionLostError(f"{stream.label}: change position lost: {reason} "
-                                    f"(on_position_lost = fail; set it to resync to re-copy the stream)")
-        self.log(f"{stream.label}: change position lost: {reason}; re-syncing with a fresh full load "
-                 f"(on_position_lost = resync)")
-        state.streams = [s for s in state.streams if s.key != stream.key]
+        handle_lost_position(state, stream.key, stream.label, reason, self.settings.on_position_lost, self.log)
 
     # -- reading -----------------------------------------------------------------------------
 
