@@ -91,8 +91,6 @@ class ReadPipeline:
         from olake_cli.pipeline.changes import run_change_phase
 
         streams = self.catalog.selected_streams()
-        if any(decide_work(s, self.state.find(s.namespace, s.name)) != "continue" for s in streams):
-            getattr(self.runner, "prestart", lambda: None)()  # a full load follows: overlap the JVM start
         session = self.source.open_session(streams, self.log)
         for warning in session.warnings:
             self.log(warning)
@@ -101,6 +99,10 @@ class ReadPipeline:
         if cdc_streams:
             self.capture = self.source.change_capture(cdc_streams, self.log)
             self.capture.preflight(self.state)  # may reset streams whose position is lost: before planning
+        if any(decide_work(s, self.state.find(s.namespace, s.name)) != "continue" for s in streams):
+            # a full load follows and every input has been checked: the JVM starts while the driver
+            # exports the snapshot and plans the chunks
+            getattr(self.runner, "prestart", lambda: None)()
         with session:
             runs = [self._prepare(stream, session) for stream in streams]
             self._scan_all(runs)
