@@ -24,4 +24,4 @@ if (( select_all )); then
     set -- tests "$@"
 fi
 
-exec "$repo_root/.venv/bin/python" -m pytest -q -p no:cacheprovider "$@"
+exec "$repo_root/.venv/bin/python" -m pytest -q -p no:cacheprovider --durations=15 "$@"
