@@ -134,10 +134,11 @@ def _uuid_text(values: list) -> list:
             [None if u is None else str(u) for u in v] if isinstance(v, list) else str(v) for v in values]
 
 
-def decode_column(values: list, olake_type: str, column: str, warnings: list[str],
+def decode_column(values: list | pa.Array, olake_type: str, column: str, warnings: list[str],
                   prop: dict | None = None) -> pa.Array:
     """Wire values of one column as an Arrow array of ``arrow_type(olake_type)`` (``prop``: the
-    column's json_schema property, needed by ``document`` and ``array<document>``)."""
+    column's json_schema property, needed by ``document`` and ``array<document>``). Types whose
+    wire value is a string also take a string array (see ``record_block``)."""
     kind = olake_type.split("<")[0].split("(")[0]
     decoder = _DECODERS.get(kind)
     if decoder is None:
@@ -165,9 +166,18 @@ def _check_types(values: list, allowed: tuple[type, ...], olake_type: str, colum
     return present
 
 
+def _texts(values: list | pa.Array, olake_type: str, column: str) -> pa.Array:
+    """The wire texts of a column as a string array (a column parsed a block at a time is one)."""
+    if isinstance(values, pa.Array):
+        return values
+    _check_types(values, (str,), olake_type, column)
+    return pa.array(values, type=pa.string())
+
+
 def _plain_column(values: list, olake_type: str, column: str, warnings: list[str]) -> pa.Array:
-    allowed = {"bool": (bool,)}.get(olake_type, (int,) if olake_type in _INT_TYPES else (str,))
-    _check_types(values, allowed, olake_type, column)
+    if olake_type != "bool" and olake_type not in _INT_TYPES:
+        return _texts(values, olake_type, column)
+    _check_types(values, (bool,) if olake_type == "bool" else (int,), olake_type, column)
     return pa.array(values, type=arrow_type(olake_type))
 
 
@@ -181,8 +191,7 @@ def _float_column(values: list, olake_type: str, column: str, warnings: list[str
 
 
 def _decimal_column(values: list, olake_type: str, column: str, warnings: list[str]) -> pa.Array:
-    _check_types(values, (str,), olake_type, column)
-    text = pa.array(values, type=pa.string())
+    text = _texts(values, olake_type, column)
     nan = pc.fill_null(pc.equal(text, "NaN"), False)
     nan_count = pc.sum(nan).as_py() or 0
     if nan_count:
@@ -192,8 +201,7 @@ def _decimal_column(values: list, olake_type: str, column: str, warnings: list[s
 
 
 def _uuid_column(values: list, olake_type: str, column: str, warnings: list[str]) -> pa.Array:
-    _check_types(values, (str,), olake_type, column)
-    text = pa.array(values, type=pa.string())
+    text = _texts(values, olake_type, column)
     canonical = pc.fill_null(pc.match_substring_regex(text, _UUID_PATTERN), True)
     if not pc.all(canonical).as_py():
         bad = text.filter(pc.invert(canonical))[0].as_py()
@@ -206,28 +214,27 @@ def _uuid_column(values: list, olake_type: str, column: str, warnings: list[str]
 
 
 def _bytes_column(values: list, olake_type: str, column: str, warnings: list[str]) -> pa.Array:
-    _check_types(values, (str,), olake_type, column)
     a2b = binascii.a2b_base64
-    return pa.array([None if v is None else a2b(v, strict_mode=True) for v in values], pa.binary())
+    texts = _texts(values, olake_type, column).to_pylist()
+    return pa.array([None if v is None else a2b(v, strict_mode=True) for v in texts], pa.binary())
 
 
-def _plain_texts(values: list) -> tuple[pa.Array, pa.Array | None]:
-    """The texts, and a mask of those Arrow's own parser takes (a 4-digit year, no " BC"; None
-    when all are): the others hold infinities, BC or years beyond 9999."""
-    text = pa.array(values, type=pa.string())
+def _plain_texts(text: pa.Array) -> pa.Array | None:
+    """A mask of the texts Arrow's own parser takes (a 4-digit year, no " BC"; None when all
+    are): the others hold infinities, BC or years beyond 9999."""
     four_digits = pc.equal(pc.utf8_slice_codeunits(text, 4, 5), "-")
     plain = pc.fill_null(pc.and_(four_digits, pc.invert(pc.ends_with(text, " BC"))), True)
-    return text, (None if pc.all(plain).as_py() else plain)
+    return None if pc.all(plain).as_py() else plain
 
 
 def _date_column(values: list, olake_type: str, column: str, warnings: list[str]) -> pa.Array:
-    _check_types(values, (str,), olake_type, column)
-    text, plain = _plain_texts(values)
+    text = _texts(values, olake_type, column)
+    plain = _plain_texts(text)
     if plain is None:
         return pc.cast(text, pa.date32())
     days = pc.cast(pc.cast(pc.if_else(plain, text, None), pa.date32()), pa.int32()).to_pylist()
     for index in pc.indices_nonzero(pc.invert(plain)).to_pylist():
-        days[index] = _date_days(values[index], index)
+        days[index] = _date_days(text[index].as_py(), index)
     return pa.array(days, pa.int32()).cast(pa.date32())
 
 
@@ -242,15 +249,15 @@ def _date_days(value: str, index: int) -> int:
 
 
 def _timestamp_column(values: list, olake_type: str, column: str, warnings: list[str]) -> pa.Array:
-    _check_types(values, (str,), olake_type, column)
+    text = _texts(values, olake_type, column)
     target = arrow_type(olake_type)
     with_zone = olake_type == "timestamptz"
-    text, plain = _plain_texts(values)
+    plain = _plain_texts(text)
     if plain is None:
         return pc.cast(text, target)
     micros = pc.cast(pc.cast(pc.if_else(plain, text, None), target), pa.int64()).to_pylist()
     for index in pc.indices_nonzero(pc.invert(plain)).to_pylist():
-        micros[index] = _timestamp_micros(values[index], with_zone, index)
+        micros[index] = _timestamp_micros(text[index].as_py(), with_zone, index)
     return pa.array(micros, pa.int64()).cast(target)
 
 
@@ -269,8 +276,7 @@ def _timestamp_micros(value: str, with_zone: bool, index: int) -> int:
 
 
 def _time_column(values: list, olake_type: str, column: str, warnings: list[str]) -> pa.Array:
-    _check_types(values, (str,), olake_type, column)
-    text = pa.array(values, type=pa.string())
+    text = _texts(values, olake_type, column)
     midnight = pc.fill_null(pc.match_substring_regex(text, r"^24:00:00(\.0{1,6})?$"), False)
     as_timestamp = pc.binary_join_element_wise("1970-01-01T", pc.if_else(midnight, None, text), "")
     micros = pc.cast(pc.cast(as_timestamp, pa.timestamp("us")), pa.int64())
@@ -302,8 +308,7 @@ def _is_interval_object(value: dict) -> bool:
 
 
 def _json_column(values: list, olake_type: str, column: str, warnings: list[str]) -> pa.Array:
-    _check_types(values, (str,), olake_type, column)
-    return pa.ExtensionArray.from_storage(pa.json_(), pa.array(values, type=pa.string()))
+    return pa.ExtensionArray.from_storage(pa.json_(), _texts(values, olake_type, column))
 
 
 def _array_column(values: list, olake_type: str, column: str, warnings: list[str],
@@ -329,10 +334,9 @@ _OBJECTID_PATTERN = "^[0-9a-f]{24}$"
 
 
 def _objectid_column(values: list, olake_type: str, column: str, warnings: list[str]) -> pa.Array:
-    _check_types(values, (str,), olake_type, column)
-    text = pa.array(values, type=pa.string())
+    text = _texts(values, olake_type, column)
     if not pc.all(pc.fill_null(pc.match_substring_regex(text, _OBJECTID_PATTERN), True)).as_py():
-        bad = next(v for v in values if v is not None and not re.fullmatch(_OBJECTID_PATTERN, v))
+        bad = next(v for v in text.to_pylist() if v is not None and not re.fullmatch(_OBJECTID_PATTERN, v))
         raise ProtocolError(f"column {column!r}: {bad[:60]!r} is not 24 lowercase hex digits")
     return text
 

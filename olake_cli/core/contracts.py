@@ -175,6 +175,11 @@ class Destination(Protocol):
         """Buffer one record's data."""
         ...
 
+    def add_table(self, key: StreamKey, table: "pa.Table", warnings: list[str]) -> None:
+        """Buffer full-load rows already decoded to the stream's destination types, after any
+        record added before (``warnings``: the decoder's, to report once per stream)."""
+        ...
+
     def widen(self, stream: "CatalogStream") -> None:
         """Later records of ``stream`` follow its new, wider schema."""
         ...

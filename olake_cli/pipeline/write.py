@@ -10,6 +10,7 @@ from olake_cli.core import messages
 from olake_cli.core.catalog import Catalog, parse_catalog
 from olake_cli.core.errors import CatalogError, OlakeError, ProtocolError, UpstreamError
 from olake_cli.core.faults import crash_point
+from olake_cli.core.record_block import BlockDecoder, record_prefix
 from olake_cli.core.schema_change import SchemaDiff, compare_columns, olake_type_of
 from olake_cli.core.state import FileStateStore, parse_state
 from olake_cli.core.validation import validate_message
@@ -24,6 +25,7 @@ class WritePipeline:
         self.destination, self.catalog, self.store = destination, catalog, state_store
         self.out, self.log = out, log
         self.keys: set[tuple] = set()
+        self.prefixes: dict[bytes, tuple[tuple, BlockDecoder]] = {}  # record_prefix -> stream, decoder
         self.upstream_error: tuple[str, str] | None = None
         self.records = 0
         self.states = 0
@@ -35,25 +37,14 @@ class WritePipeline:
     def run(self, stdin: BinaryIO) -> None:
         """Process every line of ``stdin``; raise on the first bad line (naming its number).
 
-        Well-formed RECORD lines of known streams take a short path (the hot loop of a load); every
-        other line, and any RECORD that looks wrong, goes through full validation.
+        Runs of RECORD lines of one stream in ``read``'s own layout are decoded a block at a time
+        (``core.record_block``); every other line, and every line of a run the block decoder
+        refuses, goes through ``_line`` one at a time.
         """
-        lineno, loads, add, keys = 0, orjson.loads, self.destination.add, self.keys
-        for lineno, line in enumerate(stdin, 1):
-            try:
-                msg = loads(line)
-            except orjson.JSONDecodeError:
-                msg = None
-            record = msg.get("record") if type(msg) is dict and msg.get("type") == "RECORD" else None
-            if type(record) is dict:
-                data, key = record.get("data"), (record.get("namespace"), record.get("stream"))
-                if type(data) is dict and key in keys:
-                    add(key, data)
-                    self.records += 1
-                    continue
-            if line.strip():
-                self._handle(self._parse(line, lineno), lineno)
-                keys, add = self.keys, self.destination.add
+        runs = _RunReader(stdin, self._on_run, self._line)
+        runs.prefixes = self.prefixes
+        runs.read_all()
+        lineno = runs.lineno
         if self.destination.has_uncommitted():
             self.log("records after the last STATE were not committed (no STATE covers them)")
         by_tasks = self.rows_by_tasks()
@@ -62,6 +53,34 @@ class WritePipeline:
         if self.upstream_error:
             message, failure_type = self.upstream_error
             raise UpstreamError(f"the reading side failed: {message}", failure_type)
+
+    def _on_run(self, prefix: bytes, lines: bytes, first_lineno: int) -> None:
+        """A run of RECORD lines of one stream: decoded as one block, or line by line if refused."""
+        key, decoder = self.prefixes[prefix]
+        warnings: list[str] = []
+        table = decoder.decode(lines, warnings)
+        if table is None:
+            for offset, line in enumerate(lines.splitlines(keepends=True)):
+                self._line(line, first_lineno + offset)
+            return
+        self.destination.add_table(key, table, warnings)
+        self.records += table.num_rows
+
+    def _line(self, line: bytes, lineno: int) -> None:
+        """One line: a well-formed RECORD of a known stream takes a short path, others full validation."""
+        try:
+            msg = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            msg = None
+        record = msg.get("record") if type(msg) is dict and msg.get("type") == "RECORD" else None
+        if type(record) is dict:
+            data, key = record.get("data"), (record.get("namespace"), record.get("stream"))
+            if type(data) is dict and key in self.keys:
+                self.destination.add(key, data)
+                self.records += 1
+                return
+        if line.strip():
+            self._handle(self._parse(line, lineno), lineno)
 
     def _parse(self, line: bytes, lineno: int) -> dict[str, Any]:
         try:
@@ -126,13 +145,21 @@ class WritePipeline:
             if diff.widened:
                 self.destination.widen(stream)
                 self.catalog.streams[self.catalog.streams.index(mine)] = stream
+                self._add_prefix(stream)
                 changes = ", ".join(f"'{c}' {old} -> {new}" for c, (old, new) in diff.widened.items())
                 self.log(f"{stream.label}: column(s) widened: {changes}; later files use the wider type")
+
+    def _add_prefix(self, stream) -> None:
+        self.prefixes[record_prefix(stream.namespace, stream.name)] = (
+            stream.key, BlockDecoder(stream.json_schema, stream.namespace))
 
     def _adopt(self, catalog: Catalog) -> None:
         self.catalog = catalog
         self.destination.open(catalog)
         self.keys = {s.key for s in catalog.streams}
+        self.prefixes.clear()
+        for stream in catalog.streams:
+            self._add_prefix(stream)
         if self.known_state is not None:
             self.destination.observe_state(self.known_state)  # which load the first records belong to
 
@@ -148,3 +175,79 @@ def _describe(diff: SchemaDiff) -> str:
     parts = [f"column '{c}' added" for c in diff.added] + [f"column '{c}' dropped" for c in diff.dropped]
     parts += [f"column '{c}' {old} -> {new}" for c, (old, new) in diff.incompatible.items()]
     return "; ".join(parts)
+
+
+class _RunReader:
+    """Splits stdin into runs of one stream's RECORD lines (by ``record_prefix``) and single lines.
+
+    A run grows until another kind of line, a size limit or the end of input; it is never held
+    back waiting for input, because only a STATE line (which ends the run first) commits rows.
+    """
+
+    RUN_BYTES = 1 << 24
+
+    def __init__(self, stdin: BinaryIO, on_run: Callable[[bytes, bytes, int], None],
+                 on_line: Callable[[bytes, int], None]) -> None:
+        self.stdin, self.on_run, self.on_line = stdin, on_run, on_line
+        self.prefixes: dict[bytes, Any] = {}
+        self.lineno = 0  # lines handed on so far
+        self.run_prefix: bytes | None = None
+        self.run_parts: list[bytes] = []
+        self.run_size = self.run_lines = 0
+
+    def read_all(self) -> None:
+        """Read stdin to its end, handing on every run and line in order."""
+        read = getattr(self.stdin, "read1", self.stdin.read)
+        tail = b""
+        while True:
+            data = read(1 << 20)
+            if not data:
+                break
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:
+                tail += data
+                continue
+            self._lines(tail + data[:cut])
+            tail = data[cut:]
+        if tail:
+            self._lines(tail)
+        self._flush()
+
+    def _lines(self, block: bytes) -> None:
+        prefix = self.run_prefix
+        if prefix is not None and block.startswith(prefix):
+            lines = block.count(b"\n") + (not block.endswith(b"\n"))
+            if block.count(b"\n" + prefix) + 1 == lines:  # the whole block continues the run
+                self._extend(prefix, block, lines)
+                return
+        pos, size = 0, len(block)
+        while pos < size:
+            end = block.find(b"\n", pos) + 1 or size
+            if prefix is None or not block.startswith(prefix, pos):
+                prefix = next((p for p in self.prefixes if block.startswith(p, pos)), None)
+                self._flush()
+                if prefix is None:
+                    self.lineno += 1
+                    self.on_line(block[pos:end], self.lineno)
+                    pos = end
+                    continue
+            self._extend(prefix, block[pos:end], 1)
+            pos = end
+
+    def _extend(self, prefix: bytes, lines: bytes, count: int) -> None:
+        if prefix != self.run_prefix:
+            self._flush()
+            self.run_prefix = prefix
+        self.run_parts.append(lines)
+        self.run_size += len(lines)
+        self.run_lines += count
+        if self.run_size >= self.RUN_BYTES:
+            self._flush()
+            self.run_prefix = prefix
+
+    def _flush(self) -> None:
+        if self.run_parts:
+            first = self.lineno + 1
+            self.lineno += self.run_lines
+            self.on_run(self.run_prefix, b"".join(self.run_parts), first)
+        self.run_prefix, self.run_parts, self.run_size, self.run_lines = None, [], 0, 0

@@ -83,6 +83,13 @@ class StreamBuffer:
             self.load_table_rows += table.num_rows
             self.load_rows = []
 
+    def add_load_table(self, table: pa.Table, warnings: list[str], log: Callable[[str], None]) -> None:
+        """Full-load rows already decoded to the destination types (after any buffered as dicts)."""
+        self.decode_load(log)
+        self._warn(warnings, log)
+        self.load_tables.append(with_metadata(table, None, self.load_op_key))
+        self.load_table_rows += table.num_rows
+
     def decode_changes(self, log: Callable[[str], None]) -> None:
         """Decode buffered changes into an Arrow table."""
         if self.change_rows:
@@ -110,16 +117,22 @@ class StreamBuffer:
     def _decode(self, rows: list[dict], log: Callable[[str], None]) -> pa.Table:
         table, warnings = codec.decode_rows(rows, self.stream.json_schema, all_nullable=True,
                                             stream=self.stream.label, key_columns=tuple(self.key_columns))
+        self._warn(warnings, log)
+        return with_metadata(table, rows, self.load_op_key)
+
+    def _warn(self, warnings: list[str], log: Callable[[str], None]) -> None:
         for warning in warnings:
             if warning not in self.warned:
                 self.warned.add(warning)
                 log(f"{self.stream.label}: {warning}")
-        return with_metadata(table, rows, self.load_op_key)
 
 
-def with_metadata(table: pa.Table, rows: list[dict], load_op_key: str | None) -> pa.Table:
-    """``table`` with the _olake_* columns of ``rows`` (full-load rows rank at ``load_op_key``)."""
+def with_metadata(table: pa.Table, rows: list[dict] | None, load_op_key: str | None) -> pa.Table:
+    """``table`` with the _olake_* columns of ``rows`` (full-load rows rank at ``load_op_key``;
+    ``rows`` None: plain full-load rows without any _olake_* field)."""
     now = int(time.time() * 1_000_000)
+    if rows is None:
+        rows = [{}] * table.num_rows
     ops = [r.get("_olake_op", "r") for r in rows]
     op_ids = [format_op_id(r.get("_olake_op_id")) if r.get("_olake_op_id") is not None else load_op_key
               for r in rows]

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import pyarrow as pa
+
 from olake_cli.core.catalog import Catalog, CatalogStream
 from olake_cli.core.errors import ConfigError, DestinationError, OlakeError
 from olake_cli.core.state import State
@@ -116,6 +118,13 @@ class IcebergDestination:
                 self._spill(buf)
         elif len(buf.change_rows) >= DECODE_EVERY:
             buf.decode_changes(self.log)
+
+    def add_table(self, key: tuple, table: pa.Table, warnings: list[str]) -> None:
+        """Buffer full-load rows already decoded to the stream's destination types (no _olake_* fields)."""
+        buf = self.buffers[key]
+        buf.add_load_table(table, warnings, self.log)
+        if buf.load_table_rows >= self.cfg.rows_per_file:
+            self._spill(buf)
 
     def _spill(self, buf: StreamBuffer) -> None:
         """Write the decoded full-load rows as data files (referenced at the next commit)."""

@@ -124,6 +124,19 @@ class ParquetDestination:
             if buf.table_rows >= self.rows_per_file:
                 self._spill(buf, whole_files_only=True)
 
+    def add_table(self, key: tuple, table: pa.Table, warnings: list[str]) -> None:
+        """Buffer full-load rows already decoded to the stream's destination types (no _olake_* fields)."""
+        buf = self.buffers[key]
+        self._decode(buf)  # records added one by one before these keep their place
+        self._warn(buf, warnings)
+        n = table.num_rows
+        table = append_metadata(table, ["r"] * n, [self.snapshot_keys.get(buf.stream.key)] * n,
+                                [None] * n, [None] * n, int(time.time() * 1_000_000))
+        buf.tables.append(table.cast(buf.schema))
+        buf.table_rows += n
+        if buf.table_rows >= self.rows_per_file:
+            self._spill(buf, whole_files_only=True)
+
     def widen(self, stream: CatalogStream) -> None:
         """Later rows of ``stream`` use its new (widened) schema; buffered rows are written first."""
         buf = self.buffers[stream.key]
@@ -199,14 +212,17 @@ class ParquetDestination:
         table, warnings = codec.decode_rows(buf.rows, buf.stream.json_schema, all_nullable=True,
                                             stream=buf.stream.label,
                                             key_columns=tuple(buf.stream.primary_key_columns))
-        for warning in warnings:
-            if warning not in buf.warned:
-                buf.warned.add(warning)
-                self.log(f"{buf.stream.namespace}.{buf.stream.name}: {warning}")
+        self._warn(buf, warnings)
         table = self._with_metadata(table, buf.rows, self.snapshot_keys.get(buf.stream.key))
         buf.tables.append(table.cast(buf.schema))
         buf.table_rows += table.num_rows
         buf.rows = []
+
+    def _warn(self, buf: StreamBuffer, warnings: list[str]) -> None:
+        for warning in warnings:
+            if warning not in buf.warned:
+                buf.warned.add(warning)
+                self.log(f"{buf.stream.namespace}.{buf.stream.name}: {warning}")
 
     def _with_metadata(self, table: pa.Table, rows: list[dict], snapshot_key: str | None) -> pa.Table:
         """Append the _olake_* columns; full-load rows rank at their snapshot's position."""

@@ -1,0 +1,89 @@
+"""The fast path of ``olake write``: a run of RECORD lines of one stream decoded a block at a time.
+
+``read`` writes every RECORD of a stream with the same leading bytes (``record_prefix``), so a run
+of such lines can go through pyarrow's JSON reader with an explicit schema of the wire types in
+one call, and each column is then converted to its destination type by the same column decoders
+as the line-by-line path. The reader is strict (a missing or extra field, a field twice, a value of
+another JSON type, an integer out of range), and any refusal, anywhere in the run, returns None:
+the caller then takes the line-by-line path, which validates every line and names the bad one.
+Lines carrying ``_olake_*`` fields (changes, truncates) always take that path.
+"""
+
+from __future__ import annotations
+
+import io
+
+import orjson
+import pyarrow as pa
+import pyarrow.json as pa_json
+
+from olake_cli.core.codec import arrow_schema, olake_type_of
+from olake_cli.core.codec_decode import decode_column
+from olake_cli.core.errors import OlakeError
+
+# the Arrow type pyarrow's reader parses each wire value into (kinds absent here are not block-decoded)
+_WIRE_TYPES: dict[str, pa.DataType] = {
+    "bool": pa.bool_(), "int16": pa.int16(), "int32": pa.int32(), "int64": pa.int64(),
+    "float32": pa.float64(), "float64": pa.float64(), "datetime_ms": pa.int64(),
+    **{kind: pa.string() for kind in ("decimal", "numeric", "string", "uuid", "json", "bytes", "date",
+                                     "time", "timestamp", "timestamptz", "objectid", "decimal128", "bson")},
+}
+_METADATA_MARK = b'"_olake_'
+_BLOCK_SIZE = 1 << 24
+
+
+def record_prefix(namespace: str | None, stream: str) -> bytes:
+    """The leading bytes of every RECORD line ``read`` writes for a stream (up to ``emitted_at``)."""
+    record: dict = {"stream": stream}
+    if namespace is not None:
+        record["namespace"] = namespace
+    return orjson.dumps({"type": "RECORD", "record": record})[:-2] + b',"emitted_at":'
+
+
+class BlockDecoder:
+    """Decodes runs of one stream's plain RECORD lines into tables of its destination types."""
+
+    def __init__(self, json_schema: dict, namespace: str | None) -> None:
+        self.json_schema = json_schema
+        self.types: dict[str, str] = {}
+        data_fields = []
+        for name, prop in json_schema.get("properties", {}).items():
+            olake_type = olake_type_of(prop, name)
+            kind = olake_type.split("(")[0]
+            if kind not in _WIRE_TYPES:
+                self.envelope = None  # nested and interval columns: line by line
+                return
+            self.types[name] = olake_type
+            data_fields.append(pa.field(name, _WIRE_TYPES[kind]))
+        record = [pa.field("stream", pa.string())]
+        if namespace is not None:
+            record.append(pa.field("namespace", pa.string()))
+        record += [pa.field("emitted_at", pa.int64()), pa.field("data", pa.struct(data_fields))]
+        self.envelope = pa.schema([pa.field("type", pa.string()), pa.field("record", pa.struct(record))])
+        self.schema = pa.schema([f.with_nullable(True) for f in arrow_schema(json_schema)])
+
+    def decode(self, lines: bytes, warnings: list[str]) -> pa.Table | None:
+        """The run's data as a table of the destination types, or None (take the line path)."""
+        if self.envelope is None or _METADATA_MARK in lines:
+            return None
+        found: list[str] = []
+        try:
+            parsed = pa_json.read_json(
+                io.BytesIO(lines), read_options=pa_json.ReadOptions(block_size=_BLOCK_SIZE),
+                parse_options=pa_json.ParseOptions(explicit_schema=self.envelope,
+                                                   unexpected_field_behavior="error"))
+            record = parsed.column("record").combine_chunks()
+            data = record.field("data")
+            if record.null_count or data.null_count:
+                return None
+            columns = []
+            for field, child in zip(self.schema, data.flatten()):
+                olake_type = self.types[field.name]
+                if _WIRE_TYPES[olake_type.split("(")[0]] == pa.string():
+                    columns.append(decode_column(child, olake_type, field.name, found))
+                else:
+                    columns.append(child.cast(field.type))
+        except (OlakeError, pa.ArrowInvalid, pa.ArrowTypeError, ValueError, OverflowError, ArithmeticError):
+            return None
+        warnings += found
+        return pa.Table.from_arrays(columns, schema=self.schema)
