@@ -16,7 +16,8 @@ import pyarrow.dataset as ds
 import pytest
 
 from olake_cli.core.codec import INT64_MAX, INT64_MIN, decode_rows, encode_records
-from olake_cli.core.record_block import BlockDecoder, record_prefix
+from olake_cli.core.record_block import BlockDecoder
+from olake_cli.core.record_lines import record_prefix
 from tests.support.cli import messages, run_olake, write_json
 
 U1 = uuid.UUID("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11")

@@ -42,7 +42,7 @@ import binascii
 import re
 from functools import lru_cache
 
-import orjson
+import numpy
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -163,48 +163,6 @@ def value_error(error_type: type, stream: str | None, column: str, key: dict | N
     return error_type(", ".join(parts) + f": {detail}")
 
 
-def encode_records(batch: pa.RecordBatch, json_schema: dict, stream: str, namespace: str | None,
-                   emitted_at: int, extra_data: dict | None = None, key_columns: tuple = (),
-                   wire_columns: dict[str, list] | None = None) -> bytes:
-    """The batch's rows as RECORD JSON lines; ``extra_data`` keys are added to every row's data.
-
-    ``wire_columns`` gives some columns' wire values directly (a source that scanned them in its own
-    text form parses them itself). A value that cannot be encoded raises a SourceError naming the
-    stream, column and ``key_columns``.
-    """
-    properties = json_schema.get("properties", {})
-    names = list(batch.schema.names)
-    columns = []
-    for name, array in zip(names, batch.columns):
-        if name not in properties:
-            raise CatalogError(f"column {name!r} is not a property of stream {stream!r}")
-        try:
-            prop = properties[name]
-            if wire_columns and name in wire_columns:
-                columns.append(wire_columns[name])
-            else:
-                columns.append(wire_values(array, olake_type_of(prop, name), name, prop))
-        except BadValue as bad:
-            key = {k: batch.column(k)[bad.index].as_py() for k in key_columns if k in names}
-            label = f"{namespace}.{stream}" if namespace else stream
-            raise value_error(SourceError, label, name, key, bad.index, bad.detail) from None
-    for key, value in (extra_data or {}).items():
-        names.append(key)
-        columns.append([value] * batch.num_rows)
-    record: dict = {"stream": stream}
-    if namespace is not None:
-        record["namespace"] = namespace
-    record["emitted_at"] = emitted_at
-    prefix = orjson.dumps({"type": "RECORD", "record": record})[:-2] + b',"data":'
-    if batch.num_rows == 0:
-        return b""
-    if not columns:
-        return (prefix + b"{}}}\n") * batch.num_rows
-    dumps = orjson.dumps
-    data = [dumps(dict(zip(names, row))) for row in zip(*columns)]
-    return prefix + (b"}}\n" + prefix).join(data) + b"}}\n"
-
-
 def wire_values(array: pa.Array | pa.ChunkedArray, olake_type: str, column: str,
                 prop: dict | None = None) -> list:
     """The wire (JSON-ready) values of one column, as a Python list (``prop``: its json_schema
@@ -219,9 +177,38 @@ def wire_values(array: pa.Array | pa.ChunkedArray, olake_type: str, column: str,
     encoder = _ENCODERS.get(kind)
     if encoder is None:
         raise CatalogError(f"column {column!r}: unknown x-olake-type {olake_type!r}")
-    if kind in _NESTED_KINDS:
-        return encoder(array, olake_type, column, prop)
+    values = encoder(array, olake_type, column, prop) if kind in _NESTED_KINDS else encoder(array, olake_type, column)
+    return values.to_pylist() if isinstance(values, pa.Array) else values
+
+
+def wire_array(array: pa.Array | pa.ChunkedArray, olake_type: str, column: str,
+               prop: dict | None = None) -> pa.Array | list:
+    """``wire_values``, but as an Arrow array where the encoder builds one (text, integers,
+    booleans: what ``record_lines`` turns into JSON without a Python object per value)."""
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    if isinstance(array.type, pa.UuidType):
+        return _uuid_texts(array)
+    if isinstance(array.type, pa.BaseExtensionType):
+        array = array.storage  # json, ADBC's opaque numeric
+    if olake_type.split("<")[0].split("(")[0] in _NESTED_KINDS:
+        return wire_values(array, olake_type, column, prop)
+    kind = olake_type.split("(")[0]
+    encoder = _ENCODERS.get(kind)
+    if encoder is None:
+        raise CatalogError(f"column {column!r}: unknown x-olake-type {olake_type!r}")
     return encoder(array, olake_type, column)
+
+
+def _uuid_texts(array: pa.Array) -> pa.Array:
+    """A uuid array as its canonical texts (8-4-4-4-12 lowercase hex), computed a buffer at a time."""
+    storage = array.storage
+    data = storage.buffers()[1]
+    hex_digits = binascii.hexlify(memoryview(data)[storage.offset * 16:(storage.offset + len(array)) * 16])
+    offsets = pa.array(numpy.arange(0, 32 * len(array) + 1, 32, dtype=numpy.int32))
+    whole = pa.StringArray.from_buffers(len(array), offsets.buffers()[1], pa.py_buffer(hex_digits))
+    parts = [pc.utf8_slice_codeunits(whole, a, b) for a, b in ((0, 8), (8, 12), (12, 16), (16, 20), (20, 32))]
+    return pc.if_else(array.is_valid(), pc.binary_join_element_wise(*parts, "-"), None)
 
 
 def _expect(array: pa.Array, ok: bool, olake_type: str, column: str) -> None:
@@ -241,7 +228,7 @@ def _plain(array: pa.Array, olake_type: str, column: str) -> list:
     else:
         _expect(array, pa.types.is_string(array.type) or pa.types.is_large_string(array.type),
                 olake_type, column)
-    return array.to_pylist()
+    return array
 
 
 def _floats(array: pa.Array, olake_type: str, column: str) -> list:
@@ -267,13 +254,14 @@ def _fast_mask(raw: pa.Array, bounds: tuple[int, int]) -> pa.Array | None:
     return None if pc.all(fast).as_py() is not False else pc.fill_null(fast, True)
 
 
-def _fill_slow(text: pa.Array, fast: pa.Array | None, raw: pa.Array, to_text) -> list:
-    """``text`` as a list, the values outside ``fast`` replaced by ``to_text(raw value)``."""
+def _fill_slow(text: pa.Array, fast: pa.Array | None, raw: pa.Array, to_text) -> pa.Array | list:
+    """``text``, the values outside ``fast`` replaced by ``to_text(raw value)`` (then a list)."""
+    if fast is None:
+        return text
     values = text.to_pylist()
-    if fast is not None:
-        raws = raw.to_pylist()
-        for index in pc.indices_nonzero(pc.invert(fast)).to_pylist():
-            values[index] = to_text(raws[index])
+    raws = raw.to_pylist()
+    for index in pc.indices_nonzero(pc.invert(fast)).to_pylist():
+        values[index] = to_text(raws[index])
     return values
 
 
@@ -328,7 +316,7 @@ def _times(array: pa.Array, olake_type: str, column: str) -> list:
     raw = array.view(pa.int64())
     text = pc.cast(array, pa.string())
     midnight = pc.fill_null(pc.equal(raw, _DAY_US), False)  # PostgreSQL's 24:00:00
-    return pc.if_else(midnight, "24:00:00.000000", text).to_pylist()
+    return pc.if_else(midnight, "24:00:00.000000", text)
 
 
 def _intervals(array: pa.Array, olake_type: str, column: str) -> list:
@@ -427,8 +415,9 @@ _NESTED_KINDS = frozenset({"array", "document"})  # their encoders and decoders 
 
 
 from olake_cli.core.codec_decode import decode_column, decode_rows, to_destination  # noqa: E402
+from olake_cli.core.record_lines import encode_records  # noqa: E402
 
 __all__ = ["INT32_MAX", "INT32_MIN", "INT64_MAX", "INT64_MIN", "BadValue", "arrow_schema", "arrow_type",
            "decode_column", "decode_rows", "element_property", "encode_records", "field_arrow_type",
            "olake_type_of", "parse_iso_interval", "sub_properties", "to_destination", "value_error",
-           "wire_values"]
+           "wire_array", "wire_values"]

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import io
 
-import orjson
 import pyarrow as pa
 import pyarrow.json as pa_json
 
@@ -30,14 +29,6 @@ _WIRE_TYPES: dict[str, pa.DataType] = {
 }
 _METADATA_MARK = b'"_olake_'
 _BLOCK_SIZE = 1 << 24
-
-
-def record_prefix(namespace: str | None, stream: str) -> bytes:
-    """The leading bytes of every RECORD line ``read`` writes for a stream (up to ``emitted_at``)."""
-    record: dict = {"stream": stream}
-    if namespace is not None:
-        record["namespace"] = namespace
-    return orjson.dumps({"type": "RECORD", "record": record})[:-2] + b',"emitted_at":'
 
 
 class BlockDecoder:

@@ -10,7 +10,8 @@ from olake_cli.core import messages
 from olake_cli.core.catalog import Catalog, parse_catalog
 from olake_cli.core.errors import CatalogError, OlakeError, ProtocolError, UpstreamError
 from olake_cli.core.faults import crash_point
-from olake_cli.core.record_block import BlockDecoder, record_prefix
+from olake_cli.core.record_block import BlockDecoder
+from olake_cli.core.record_lines import record_prefix
 from olake_cli.core.schema_change import SchemaDiff, compare_columns, olake_type_of
 from olake_cli.core.state import FileStateStore, parse_state
 from olake_cli.core.validation import validate_message
