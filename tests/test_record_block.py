@@ -16,7 +16,9 @@ import pyarrow.dataset as ds
 import pytest
 
 from olake_cli.core.codec import INT64_MAX, INT64_MIN, decode_rows, encode_records
+from olake_cli.core import row_metadata
 from olake_cli.core.record_block import BlockDecoder
+from olake_cli.core.row_metadata import WIRE_NAMES
 from olake_cli.core.record_lines import record_prefix
 from tests.support.cli import messages, run_olake, write_json
 
@@ -72,7 +74,8 @@ def test_block_path_equals_line_path_for_every_type(namespace):
     block = BlockDecoder(json_schema, namespace).decode(lines, warnings)
     expected, expected_warnings = line_path(lines, json_schema)
     assert block is not None
-    assert block.schema == expected.schema
+    assert block.select(expected.column_names).schema == expected.schema
+    assert block.column_names[len(TYPES):] == list(WIRE_NAMES)
     for name in TYPES:
         assert block.column(name).combine_chunks().equals(expected.column(name).combine_chunks()), name
     assert block.column("dt").combine_chunks().view(pa.int32()).to_pylist() == [-2440588, 2932897, None]
@@ -115,12 +118,28 @@ def test_values_the_line_path_rejects_or_handles_specially_are_refused(case):
     b'1,"data":{"c":1,"c":2}}}\n',                      # a field twice
     b'1}}\n',                                           # no data
     b'1,"data":null}}\n',                               # data not an object
-    b'1,"data":{"c":1,"_olake_op":"d"}}}\n',            # a change (metadata fields)
+    b'1,"data":{"c":1,"_olake_op":"t"}}}\n',            # a truncate (drops what came before it)
+    b'1,"data":{"c":1,"_olake_op_id":[1]}}}\n',         # an operation id that is not a pair
+    b'1,"data":{"c":1,"_olake_op_id":"x"}}}\n',         # an operation id that is not numbers
     b'1,"data":{"c":1}}}{"type":"RECORD"}\n',           # two objects on one line
     b'"x","data":{"c":1}}}\n',                          # emitted_at not an integer
 ])
 def test_malformed_or_special_lines_are_refused(line):
     assert BlockDecoder(schema_of(c="int64"), "n").decode(record_prefix("n", "s") + line, []) is None
+
+
+def test_changes_carry_their_metadata_as_the_line_path_does():
+    rows = [{"c": 1, "_olake_op": "u", "_olake_op_id": [2**64 - 1, 7], "_olake_commit_ts": 5,
+             "_olake_toast_unchanged": ["big"]},
+            {"c": 2, "_olake_op": "d", "_olake_op_id": [0x45ADDF0, 0]},
+            {"c": 3}]
+    lines = b"".join(record_prefix("n", "s") + b"1,\"data\":" + orjson.dumps(r) + b"}}\n" for r in rows)
+    block = BlockDecoder(schema_of(c="int64"), "n").decode(lines, [])
+    expected = row_metadata.of_rows(rows, "SNAP")
+    got = row_metadata.of_block(block, "SNAP")
+    for name in ("ops", "op_ids", "commit_ts", "unchanged"):
+        assert getattr(got, name).equals(getattr(expected, name)), name
+    assert got.op_ids.to_pylist() == ["FFFFFFFFFFFFFFFF0000000000000007", "00000000045ADDF00000000000000000", "SNAP"]
 
 
 def test_nested_and_interval_streams_always_take_the_line_path():

@@ -6,7 +6,8 @@ one call, and each column is then converted to its destination type by the same 
 as the line-by-line path. The reader is strict (a missing or extra field, a field twice, a value of
 another JSON type, an integer out of range), and any refusal, anywhere in the run, returns None:
 the caller then takes the line-by-line path, which validates every line and names the bad one.
-Lines carrying ``_olake_*`` fields (changes, truncates) always take that path.
+Changes carry their ``_olake_*`` fields (``row_metadata``) as extra columns of the table; a run
+holding a truncate takes the line path (it drops what came before it).
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ from __future__ import annotations
 import io
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from olake_cli.core.codec import arrow_schema, olake_type_of
 from olake_cli.core.codec_decode import decode_column
 from olake_cli.core.errors import OlakeError
+from olake_cli.core.row_metadata import OP, OP_ID, WIRE_FIELDS, WIRE_NAMES, hex_op_ids
 
 # the Arrow type pyarrow's reader parses each wire value into (kinds absent here are not block-decoded)
 _WIRE_TYPES: dict[str, pa.DataType] = {
@@ -27,7 +30,6 @@ _WIRE_TYPES: dict[str, pa.DataType] = {
     **{kind: pa.string() for kind in ("decimal", "numeric", "string", "uuid", "json", "bytes", "date",
                                      "time", "timestamp", "timestamptz", "objectid", "decimal128", "bson")},
 }
-_METADATA_MARK = b'"_olake_'
 _BLOCK_SIZE = 1 << 24
 
 
@@ -49,13 +51,16 @@ class BlockDecoder:
         record = [pa.field("stream", pa.string())]
         if namespace is not None:
             record.append(pa.field("namespace", pa.string()))
-        record += [pa.field("emitted_at", pa.int64()), pa.field("data", pa.struct(data_fields))]
+        record += [pa.field("emitted_at", pa.int64()), pa.field("data", pa.struct(data_fields + WIRE_FIELDS))]
         self.envelope = pa.schema([pa.field("type", pa.string()), pa.field("record", pa.struct(record))])
         self.schema = pa.schema([f.with_nullable(True) for f in arrow_schema(json_schema)])
+        self.out_schema = pa.schema(list(self.schema) + [f.with_type(pa.string()) if f.name == OP_ID else f
+                                                         for f in WIRE_FIELDS])
 
     def decode(self, lines: bytes, warnings: list[str]) -> pa.Table | None:
-        """The run's data as a table of the destination types, or None (take the line path)."""
-        if self.envelope is None or _METADATA_MARK in lines:
+        """The run's data as a table of the destination types followed by the ``_olake_*`` columns
+        (op ids as 32 hex digits), or None (take the line path)."""
+        if self.envelope is None:
             return None
         found: list[str] = []
         try:
@@ -67,14 +72,18 @@ class BlockDecoder:
             data = record.field("data")
             if record.null_count or data.null_count:
                 return None
+            children = dict(zip((f.name for f in data.type), data.flatten()))
+            if pc.any(pc.equal(children[OP], "t")).as_py():
+                return None
             columns = []
-            for field, child in zip(self.schema, data.flatten()):
-                olake_type = self.types[field.name]
+            for field in self.schema:
+                olake_type, child = self.types[field.name], children[field.name]
                 if _WIRE_TYPES[olake_type.split("(")[0]] == pa.string():
                     columns.append(decode_column(child, olake_type, field.name, found))
                 else:
                     columns.append(child.cast(field.type))
+            columns += [hex_op_ids(children[name]) if name == OP_ID else children[name] for name in WIRE_NAMES]
         except (OlakeError, pa.ArrowInvalid, pa.ArrowTypeError, ValueError, OverflowError, ArithmeticError):
             return None
         warnings += found
-        return pa.Table.from_arrays(columns, schema=self.schema)
+        return pa.Table.from_arrays(columns, schema=self.out_schema)

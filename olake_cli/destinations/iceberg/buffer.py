@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
-from olake_cli.core import codec
+from olake_cli.core import codec, row_metadata
 from olake_cli.core.catalog import CatalogStream
 from olake_cli.destinations.iceberg.merge import TOAST
 
@@ -64,7 +65,7 @@ class StreamBuffer:
         if op_id is None:
             self.load_rows.append(data)
             return
-        key = format_op_id(op_id)
+        key = row_metadata.format_op_id(op_id)
         if data.get("_olake_op") in CHANGE_OPS and self.watermark is not None and key <= self.watermark:
             self.replayed += 1
             return
@@ -83,12 +84,26 @@ class StreamBuffer:
             self.load_table_rows += table.num_rows
             self.load_rows = []
 
-    def add_load_table(self, table: pa.Table, warnings: list[str], log: Callable[[str], None]) -> None:
-        """Full-load rows already decoded to the destination types (after any buffered as dicts)."""
-        self.decode_load(log)
+    def add_table(self, table: pa.Table, warnings: list[str], log: Callable[[str], None]) -> None:
+        """Rows already decoded to the destination types with their _olake_* columns (``record_block``;
+        no truncate among them), routed as ``add`` routes records: rows without an operation id are
+        full-load rows, the others changes, of which replays are dropped."""
+        self.decode_load(log)  # rows added one by one before these keep their place
+        self.decode_changes(log)
         self._warn(warnings, log)
-        self.load_tables.append(with_metadata(table, None, self.load_op_key))
-        self.load_table_rows += table.num_rows
+        op_ids = table.column(row_metadata.OP_ID)
+        load = pc.is_null(op_ids)
+        changes = table.filter(pc.invert(load))
+        if changes.num_rows and self.watermark is not None:
+            replay = pc.and_(pc.is_in(changes.column(row_metadata.OP), pa.array(CHANGE_OPS)),
+                             pc.less_equal(changes.column(row_metadata.OP_ID), self.watermark))
+            self.replayed += pc.sum(replay).as_py() or 0
+            changes = changes.filter(pc.invert(replay))
+        for part, target in ((table.filter(load), self.load_tables), (changes, self.change_tables)):
+            if part.num_rows:
+                metadata = row_metadata.of_block(part, self.load_op_key)
+                target.append(with_metadata(part.drop_columns(list(row_metadata.WIRE_NAMES)), metadata))
+        self.load_table_rows += pc.sum(load).as_py() or 0
 
     def decode_changes(self, log: Callable[[str], None]) -> None:
         """Decode buffered changes into an Arrow table."""
@@ -118,7 +133,7 @@ class StreamBuffer:
         table, warnings = codec.decode_rows(rows, self.stream.json_schema, all_nullable=True,
                                             stream=self.stream.label, key_columns=tuple(self.key_columns))
         self._warn(warnings, log)
-        return with_metadata(table, rows, self.load_op_key)
+        return with_metadata(table, row_metadata.of_rows(rows, self.load_op_key))
 
     def _warn(self, warnings: list[str], log: Callable[[str], None]) -> None:
         for warning in warnings:
@@ -127,30 +142,9 @@ class StreamBuffer:
                 log(f"{self.stream.label}: {warning}")
 
 
-def with_metadata(table: pa.Table, rows: list[dict] | None, load_op_key: str | None) -> pa.Table:
-    """``table`` with the _olake_* columns of ``rows`` (full-load rows rank at ``load_op_key``;
-    ``rows`` None: plain full-load rows without any _olake_* field)."""
-    now = int(time.time() * 1_000_000)
-    if rows is None:
-        rows = [{}] * table.num_rows
-    ops = [r.get("_olake_op", "r") for r in rows]
-    op_ids = [format_op_id(r.get("_olake_op_id")) if r.get("_olake_op_id") is not None else load_op_key
-              for r in rows]
-    columns = {
-        "_olake_op": pa.array(ops, pa.string()),
-        "_olake_op_id": pa.array(op_ids, pa.string()),
-        "_olake_commit_ts": pa.array([r.get("_olake_commit_ts") for r in rows], pa.int64())
-        .cast(pa.timestamp("us", tz="UTC")),
-        "_olake_synced_at": pa.array([now] * len(rows), pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-        TOAST: pa.array([r.get(TOAST) for r in rows], pa.list_(pa.string())),
-    }
-    for name, column in columns.items():
+def with_metadata(table: pa.Table, metadata: row_metadata.RowMetadata) -> pa.Table:
+    """``table`` with the _olake_* columns appended (full-load rows rank at the load's position)."""
+    names = (row_metadata.OP, row_metadata.OP_ID, row_metadata.COMMIT_TS, row_metadata.SYNCED_AT, TOAST)
+    for name, column in zip(names, metadata.columns(int(time.time() * 1_000_000))):
         table = table.append_column(name, column)
     return table
-
-
-def format_op_id(op_id: Any) -> str:
-    """32 hex digits (text order = operation order) of a ``[commit, seq]`` pair or a key string."""
-    if type(op_id) is list and len(op_id) == 2:
-        return f"{op_id[0]:016X}{op_id[1]:016X}"
-    return str(op_id)

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-from olake_cli.core import codec
+from olake_cli.core import codec, row_metadata
 from olake_cli.core.errors import DestinationError
 from olake_cli.destinations.iceberg.buffer import UNKNOWN_LOAD
 from olake_cli.destinations.iceberg.files import write_parquet
@@ -91,11 +91,8 @@ class IcebergChunkSink:
         if not tables:
             return None, warnings
         table = pa.concat_tables(tables)
-        rows, now = table.num_rows, int(time.time() * 1_000_000)
-        values = [pa.array(["r"] * rows), pa.array([load_op_key] * rows, pa.string()),
-                  pa.nulls(rows, pa.timestamp("us", tz="UTC")),
-                  pa.array([now] * rows, pa.int64()).cast(pa.timestamp("us", tz="UTC"))]
-        for meta, column in zip(METADATA_FIELDS, values):
+        values = row_metadata.of_load(table.num_rows, load_op_key).columns(int(time.time() * 1_000_000))
+        for meta, column in zip(METADATA_FIELDS, values[:len(METADATA_FIELDS)]):  # all but TOAST
             table = table.append_column(meta, column)
         return table, warnings
 

@@ -120,9 +120,9 @@ class IcebergDestination:
             buf.decode_changes(self.log)
 
     def add_table(self, key: tuple, table: pa.Table, warnings: list[str]) -> None:
-        """Buffer full-load rows already decoded to the stream's destination types (no _olake_* fields)."""
+        """Buffer rows already decoded to the stream's destination types, with their _olake_* columns."""
         buf = self.buffers[key]
-        buf.add_load_table(table, warnings, self.log)
+        buf.add_table(table, warnings, self.log)
         if buf.load_table_rows >= self.cfg.rows_per_file:
             self._spill(buf)
 

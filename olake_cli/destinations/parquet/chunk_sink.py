@@ -8,13 +8,12 @@ so a retried task replaces its own files. The task returns only counts; the driv
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
-from olake_cli.core import codec
+from olake_cli.core import codec, row_metadata
 from olake_cli.destinations.parquet.paths import StreamPaths, chunk_file_name, staged_name
 from olake_cli.destinations.parquet.writer import (METADATA_FIELDS, UNKNOWN_LOAD, append_metadata,
                                                    file_parts, write_staged)
@@ -42,8 +41,7 @@ class ParquetChunkSink:
             return 0, warnings
         table = pa.concat_tables(tables)
         rows = table.num_rows
-        table = append_metadata(table, ["r"] * rows, [load_op_key] * rows, [None] * rows, [None] * rows,
-                                int(time.time() * 1_000_000))
+        table = append_metadata(table, row_metadata.of_load(rows, load_op_key))
         schema = pa.schema(list(table.schema)[: -len(METADATA_FIELDS)] + METADATA_FIELDS)
         load_id = load_id or UNKNOWN_LOAD
         folder = StreamPaths.of(self.root, namespace, stream).load_dir(load_id)

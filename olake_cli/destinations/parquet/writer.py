@@ -17,7 +17,7 @@ from typing import Any, Callable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from olake_cli.core import codec
+from olake_cli.core import codec, row_metadata
 from olake_cli.core.catalog import Catalog, CatalogStream
 from olake_cli.core.errors import ConfigError, DestinationError
 from olake_cli.core.state import State, StreamState
@@ -125,15 +125,15 @@ class ParquetDestination:
                 self._spill(buf, whole_files_only=True)
 
     def add_table(self, key: tuple, table: pa.Table, warnings: list[str]) -> None:
-        """Buffer full-load rows already decoded to the stream's destination types (no _olake_* fields)."""
+        """Buffer rows already decoded to the stream's destination types, then their _olake_* columns
+        (``record_block``; no truncate among them)."""
         buf = self.buffers[key]
         self._decode(buf)  # records added one by one before these keep their place
         self._warn(buf, warnings)
-        n = table.num_rows
-        table = append_metadata(table, ["r"] * n, [self.snapshot_keys.get(buf.stream.key)] * n,
-                                [None] * n, [None] * n, int(time.time() * 1_000_000))
+        metadata = row_metadata.of_block(table, self.snapshot_keys.get(buf.stream.key))
+        table = append_metadata(table.drop_columns(list(row_metadata.WIRE_NAMES)), metadata)
         buf.tables.append(table.cast(buf.schema))
-        buf.table_rows += n
+        buf.table_rows += table.num_rows
         if buf.table_rows >= self.rows_per_file:
             self._spill(buf, whole_files_only=True)
 
@@ -213,7 +213,7 @@ class ParquetDestination:
                                             stream=buf.stream.label,
                                             key_columns=tuple(buf.stream.primary_key_columns))
         self._warn(buf, warnings)
-        table = self._with_metadata(table, buf.rows, self.snapshot_keys.get(buf.stream.key))
+        table = append_metadata(table, row_metadata.of_rows(buf.rows, self.snapshot_keys.get(buf.stream.key)))
         buf.tables.append(table.cast(buf.schema))
         buf.table_rows += table.num_rows
         buf.rows = []
@@ -223,15 +223,6 @@ class ParquetDestination:
             if warning not in buf.warned:
                 buf.warned.add(warning)
                 self.log(f"{buf.stream.namespace}.{buf.stream.name}: {warning}")
-
-    def _with_metadata(self, table: pa.Table, rows: list[dict], snapshot_key: str | None) -> pa.Table:
-        """Append the _olake_* columns; full-load rows rank at their snapshot's position."""
-        now = int(time.time() * 1_000_000)
-        ops = [r.get("_olake_op", "r") for r in rows]
-        op_ids = [_format_op_id(r.get("_olake_op_id"), snapshot_key) for r in rows]
-        commit_ts = [r.get("_olake_commit_ts") for r in rows]
-        unchanged = [r.get("_olake_toast_unchanged") for r in rows]
-        return append_metadata(table, ops, op_ids, commit_ts, unchanged, now)
 
     def _spill(self, buf: StreamBuffer, whole_files_only: bool = False) -> None:
         """Write the decoded rows to hidden files of at most ``rows_per_file`` rows in the directory
@@ -283,14 +274,9 @@ def check_root(root: str) -> None:
         raise ConfigError(f"parquet: cannot write into '{root}': Not a directory ('{existing}' is a file)")
 
 
-def append_metadata(table: pa.Table, ops: list, op_ids: list, commit_ts: list, unchanged: list,
-                    synced_at_us: int) -> pa.Table:
-    """``table`` with the _olake_* columns appended (one value per row in each list)."""
-    columns = [pa.array(ops, pa.string()), pa.array(op_ids, pa.string()),
-               pa.array(commit_ts, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-               pa.array([synced_at_us] * table.num_rows, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-               pa.array(unchanged, pa.list_(pa.string()))]
-    for meta, column in zip(METADATA_FIELDS, columns):
+def append_metadata(table: pa.Table, metadata: row_metadata.RowMetadata) -> pa.Table:
+    """``table`` with the _olake_* columns appended (full-load rows rank at their snapshot's position)."""
+    for meta, column in zip(METADATA_FIELDS, metadata.columns(int(time.time() * 1_000_000))):
         table = table.append_column(meta, column)
     return table
 
@@ -310,12 +296,3 @@ def write_staged(folder: str, name: str, table: pa.Table, compression: str | Non
     except OSError as exc:
         raise DestinationError(f"parquet: cannot write {folder}: {exc.strerror or exc}") from None
     return path
-
-
-def _format_op_id(op_id: Any, default: str | None) -> str | None:
-    """32 hex digits (text order = operation order); ``default`` for rows without one."""
-    if op_id is None:
-        return default
-    if type(op_id) is list and len(op_id) == 2:
-        return f"{op_id[0]:016X}{op_id[1]:016X}"
-    return str(op_id)

@@ -1,0 +1,86 @@
+"""The ``_olake_*`` values every destination stores with each row, built a column at a time.
+
+A record's data may carry ``_olake_op`` (``r`` full load or incremental row, ``c``/``u``/``d``
+changes), ``_olake_op_id`` (a ``[commit, sequence]`` pair, stored as 32 hex digits so that text
+order is operation order), ``_olake_commit_ts`` (microseconds) and ``_olake_toast_unchanged``.
+Rows without an operation id rank at ``default_op_id`` (a full load of a ``cdc`` stream: the position
+its snapshot was taken at). The three builders give the same columns from record dicts, from a
+block-decoded table's wire columns, or for a plain full-load batch.
+"""
+
+from __future__ import annotations
+
+import binascii
+from dataclasses import dataclass
+from typing import Any
+
+import numpy
+import pyarrow as pa
+import pyarrow.compute as pc
+
+OP, OP_ID, COMMIT_TS, SYNCED_AT, TOAST = ("_olake_op", "_olake_op_id", "_olake_commit_ts", "_olake_synced_at",
+                                         "_olake_toast_unchanged")
+WIRE_FIELDS = [pa.field(OP, pa.string()), pa.field(OP_ID, pa.list_(pa.uint64())),
+               pa.field(COMMIT_TS, pa.int64()), pa.field(TOAST, pa.list_(pa.string()))]
+WIRE_NAMES = tuple(f.name for f in WIRE_FIELDS)
+_TS = pa.timestamp("us", tz="UTC")
+
+
+@dataclass
+class RowMetadata:
+    """The per-row _olake_* columns of a batch (the write time is added by ``columns``)."""
+
+    ops: pa.Array
+    op_ids: pa.Array
+    commit_ts: pa.Array
+    unchanged: pa.Array
+
+    def columns(self, synced_at_us: int) -> list[pa.Array]:
+        """op, op id, commit time, write time, unchanged-TOAST columns, in the documented order."""
+        synced = pa.array(numpy.full(len(self.ops), synced_at_us, dtype=numpy.int64)).cast(_TS)
+        return [self.ops, self.op_ids, self.commit_ts, synced, self.unchanged]
+
+
+def format_op_id(op_id: Any) -> str:
+    """32 hex digits (text order = operation order) of a ``[commit, seq]`` pair, or a key string."""
+    if type(op_id) is list and len(op_id) == 2:
+        return f"{op_id[0]:016X}{op_id[1]:016X}"
+    return str(op_id)
+
+
+def of_rows(rows: list[dict], default_op_id: str | None) -> RowMetadata:
+    """The metadata of record dicts."""
+    op_ids = [default_op_id if r.get(OP_ID) is None else format_op_id(r[OP_ID]) for r in rows]
+    return RowMetadata(pa.array([r.get(OP, "r") for r in rows], pa.string()), pa.array(op_ids, pa.string()),
+                       pa.array([r.get(COMMIT_TS) for r in rows], pa.int64()).cast(_TS),
+                       pa.array([r.get(TOAST) for r in rows], pa.list_(pa.string())))
+
+
+def of_load(rows: int, default_op_id: str | None) -> RowMetadata:
+    """The metadata of ``rows`` plain full-load rows."""
+    op_ids = pa.nulls(rows, pa.string()) if default_op_id is None else pa.array([default_op_id] * rows, pa.string())
+    return RowMetadata(pa.array(["r"] * rows, pa.string()), op_ids, pa.nulls(rows, _TS),
+                       pa.nulls(rows, pa.list_(pa.string())))
+
+
+def of_block(table: pa.Table, default_op_id: str | None) -> RowMetadata:
+    """The metadata of a block-decoded table's ``_olake_*`` columns (``record_block``)."""
+    op_ids = table.column(OP_ID).combine_chunks()
+    if default_op_id is not None:
+        op_ids = pc.fill_null(op_ids, default_op_id)
+    return RowMetadata(pc.fill_null(table.column(OP).combine_chunks(), "r"), op_ids,
+                       table.column(COMMIT_TS).combine_chunks().cast(_TS),
+                       table.column(TOAST).combine_chunks())
+
+
+def hex_op_ids(pairs: pa.Array) -> pa.Array:
+    """``[commit, seq]`` uint64 pairs as 32 hex digits (null stays null); ValueError unless pairs."""
+    lengths = pc.list_value_length(pairs)
+    if not pc.all(pc.fill_null(pc.equal(lengths, 2), True)).as_py():
+        raise ValueError("an operation id is not a pair")
+    filled = pc.fill_null(pairs, pa.scalar([0, 0], pairs.type))
+    flat = filled.flatten().to_numpy(zero_copy_only=False).astype(">u8")
+    digits = binascii.hexlify(flat.tobytes()).upper()
+    offsets = pa.array(numpy.arange(0, 32 * len(pairs) + 1, 32, dtype=numpy.int32))
+    text = pa.StringArray.from_buffers(len(pairs), offsets.buffers()[1], pa.py_buffer(digits))
+    return pc.if_else(pairs.is_valid(), text, pa.scalar(None, pa.string()))
