@@ -8,6 +8,7 @@ import socket
 import sys
 
 from olake_cli.core.errors import ConfigError
+from olake_cli.engine import class_archive
 
 _SESSION = None
 _LOCAL = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?")
@@ -38,8 +39,12 @@ def check_master(master: str, timeout_s: float = 5.0) -> None:
                       f"OLAKE_SPARK_MASTER and that the master runs")
 
 
-def spark_session(master: str | None = None, app_name: str = "olake"):
-    """Return the process-wide SparkSession, starting it on ``master`` (default ``local[*]``) if needed."""
+def spark_session(master: str | None = None, app_name: str = "olake", java_options: list[str] | None = None):
+    """Return the process-wide SparkSession, starting it on ``master`` (default ``local[*]``) if needed.
+
+    The driver JVM gets ``java_options``, by default the class archive's (see class_archive) and C1
+    compilation only, then whatever ``OLAKE_SPARK_JAVA_OPTIONS`` adds.
+    """
     global _SESSION
     if _SESSION is not None:
         return _SESSION
@@ -55,6 +60,10 @@ def spark_session(master: str | None = None, app_name: str = "olake"):
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     log4j = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
+    if java_options is None:
+        java_options = [*class_archive.java_options(), "-XX:TieredStopAtLevel=1"]
+    options = " ".join([f"-Dlog4j.configurationFile=file:{log4j}", *java_options,
+                        os.environ.get("OLAKE_SPARK_JAVA_OPTIONS", "")]).strip()
     builder = (SparkSession.builder.master(master).appName(app_name)
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
@@ -62,7 +71,7 @@ def spark_session(master: str | None = None, app_name: str = "olake"):
                .config("spark.driver.memory", os.environ.get("OLAKE_SPARK_DRIVER_MEMORY", "2g"))
                .config("spark.python.worker.reuse", "true")
                .config("spark.scheduler.mode", "FAIR")
-               .config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{log4j}"))
+               .config("spark.driver.extraJavaOptions", options))
     _SESSION = builder.getOrCreate()
     _SESSION.sparkContext.setLogLevel("ERROR")
     return _SESSION
