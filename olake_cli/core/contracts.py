@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, runtime_checkable
 
 from olake_cli.core.opid import OpId
 
@@ -158,9 +158,10 @@ class ChunkSink(Protocol):
     """Picklable: writes one full-load chunk from inside a task (``olake sync``)."""
 
     def write(self, namespace: str | None, stream: str, load_id: str | None, chunk_index: int,
-              load_op_key: str | None, json_schema: dict, batches: list[tuple["pa.RecordBatch", dict | None]],
+              load_op_key: str | None, json_schema: dict, batches: Iterable[tuple["pa.RecordBatch", dict | None]],
               key_columns: tuple[str, ...] = ()) -> tuple[int, list[str]]:
-        """Convert and stage one chunk's (batch, wire columns) pairs; (rows, warnings). Visible once committed."""
+        """Convert and stage one chunk's (batch, wire columns) pairs as the scan yields them;
+        (rows, warnings). Visible once committed."""
         ...
 
 

@@ -122,7 +122,7 @@ def _encode_chunk(job: ChunkJob, result: ScanResult, spool) -> None:
 
 def _sink_chunk(job: ChunkJob, result: ScanResult) -> None:
     wire_columns = getattr(job.reader, "wire_columns", None)
-    batches = [(b, wire_columns(b) if wire_columns else None) for b in job.reader.read_batches() if b.num_rows]
+    batches = ((b, wire_columns(b) if wire_columns else None) for b in job.reader.read_batches() if b.num_rows)
     result.rows, result.warnings = job.sink.write(job.namespace, job.stream, job.load_id, job.chunk_index,
                                                   job.load_op_key, job.json_schema, batches, job.key_columns)
 

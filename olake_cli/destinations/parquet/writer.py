@@ -11,8 +11,9 @@ import os
 import tempfile
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -286,13 +287,46 @@ def write_staged(folder: str, name: str, table: pa.Table, compression: str | Non
 
     Writing the same name again (a retried task) replaces the file whole.
     """
-    path = os.path.join(folder, name)
-    tmp = os.path.join(folder, f"_tmp-{uuid.uuid4().hex}.parquet")
-    try:
-        os.makedirs(folder, exist_ok=True)
-        pq.write_table(table, tmp, compression=compression)
-        fsync_path(tmp)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise DestinationError(f"parquet: cannot write {folder}: {exc.strerror or exc}") from None
-    return path
+    staged = StagedFile(folder, name, table.schema, compression)
+    staged.write(table)
+    return staged.close()
+
+
+class StagedFile:
+    """A Parquet file written a table at a time under a temporary name, renamed to ``name`` (after an
+    fsync) only when closed whole; ``abort`` leaves nothing behind."""
+
+    def __init__(self, folder: str, name: str, schema: pa.Schema, compression: str | None) -> None:
+        self.folder, self.path = folder, os.path.join(folder, name)
+        self.tmp = os.path.join(folder, f"_tmp-{uuid.uuid4().hex}.parquet")
+        with self._errors():
+            os.makedirs(folder, exist_ok=True)
+            self.writer = pq.ParquetWriter(self.tmp, schema, compression=compression)
+
+    def write(self, table: pa.Table) -> None:
+        """Append ``table``'s rows."""
+        with self._errors():
+            self.writer.write_table(table)
+
+    def close(self) -> str:
+        """Finish the file and give it its name; returns the path."""
+        with self._errors():
+            self.writer.close()
+            fsync_path(self.tmp)
+            os.replace(self.tmp, self.path)
+        return self.path
+
+    def abort(self) -> None:
+        """Drop the unfinished file."""
+        try:
+            self.writer.close()
+        finally:
+            if os.path.exists(self.tmp):
+                os.remove(self.tmp)
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        try:
+            yield
+        except OSError as exc:
+            raise DestinationError(f"parquet: cannot write {self.folder}: {exc.strerror or exc}") from None
