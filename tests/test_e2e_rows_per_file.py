@@ -1,4 +1,5 @@
-"""``rows_per_file`` bounds every Parquet file, in ``read | write`` and in ``sync`` (the tasks' files)."""
+"""``rows_per_file`` bounds every Parquet file, in ``read | write`` and in ``sync`` (the tasks' files);
+both keep NOT NULL columns non-nullable in the files."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ ROWS = 5_000
 def test_rows_per_file_bounds_every_file(pg_cluster, pg_db, tmp_path):
     dsn = pg_cluster.dsn(pg_db)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE items (id int PRIMARY KEY, name text)")
-        conn.execute(f"INSERT INTO items SELECT g, 'item ' || g FROM generate_series(1, {ROWS}) g")
+        conn.execute("CREATE TABLE items (id int PRIMARY KEY, name text, code text NOT NULL)")
+        conn.execute(f"INSERT INTO items SELECT g, 'item ' || g, 'c' || g FROM generate_series(1, {ROWS}) g")
     src = write_json(tmp_path / "src.json", pg_cluster.source_config(pg_db, chunk_strategy="primary_key",
                                                                       chunk_rows=2_000))
     disc = run_olake("discover", "--config", src)
@@ -37,6 +38,10 @@ def test_rows_per_file_bounds_every_file(pg_cluster, pg_db, tmp_path):
         sizes = sorted(pq.ParquetFile(f).metadata.num_rows for f in folder.glob("*.parquet"))
         assert sum(sizes) == ROWS and max(sizes) == 700, sizes
         assert len(sizes) >= ROWS // 700 + 1
+        for path in folder.glob("*.parquet"):
+            schema = pq.read_schema(path)
+            assert [(n, schema.field(n).nullable) for n in ("id", "name", "code")] == [
+                ("id", False), ("name", True), ("code", False)], (mode, schema)
         stream = next(s for s in json.loads(disc.stdout)["catalog"]["streams"] if s["name"] == "items")
         with psycopg.connect(dsn) as conn:
             assert_table_matches(conn, "public", "items", stream["json_schema"], read_parquet(str(folder)))

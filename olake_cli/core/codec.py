@@ -135,6 +135,14 @@ def arrow_schema(json_schema: dict) -> pa.Schema:
                       for name, prop in json_schema.get("properties", {}).items()])
 
 
+def stored_schema(json_schema: dict, key_columns: tuple | list, with_changes: bool) -> pa.Schema:
+    """The Arrow schema a destination stores a stream's rows with: a NOT NULL column (no "null" in
+    its JSON type) stays non-nullable, except, when changes follow (``with_changes``), a column
+    outside the key, since a delete carries only its key."""
+    return pa.schema([f if f.nullable or not with_changes or f.name in key_columns else f.with_nullable(True)
+                      for f in arrow_schema(json_schema)])
+
+
 def _nullable(prop: dict) -> bool:
     json_type = prop.get("type", [])
     return json_type == "null" or (isinstance(json_type, list) and "null" in json_type)

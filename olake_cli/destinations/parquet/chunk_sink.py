@@ -11,11 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-import pyarrow as pa
-
 from olake_cli.core import codec, row_metadata
 from olake_cli.destinations.parquet.paths import StreamPaths, chunk_file_name, staged_name
-from olake_cli.destinations.parquet.writer import METADATA_FIELDS, UNKNOWN_LOAD, StagedFile, append_metadata
+from olake_cli.destinations.parquet.writer import UNKNOWN_LOAD, StagedFile, append_metadata, conform, file_schema
 
 
 @dataclass(frozen=True)
@@ -35,13 +33,15 @@ class ParquetChunkSink:
         label = f"{namespace}.{stream}" if namespace else stream
         load_id = load_id or UNKNOWN_LOAD
         folder = StreamPaths.of(self.root, namespace, stream).load_dir(load_id)
+        # rows that rank at an operation id are a cdc stream's load: changes will share these files
+        schema = file_schema(json_schema, key_columns, with_changes=load_op_key is not None)
         rows, part, staged = 0, 0, None
         try:
             for batch, wire_columns in batches:
                 table, batch_warnings = codec.to_destination(batch, json_schema, label, key_columns, wire_columns)
                 warnings += [w for w in batch_warnings if w not in warnings]
                 table = append_metadata(table, row_metadata.of_load(table.num_rows, load_op_key))
-                table = table.cast(pa.schema(list(table.schema)[: -len(METADATA_FIELDS)] + METADATA_FIELDS))
+                table = conform(table, schema, label)
                 while table.num_rows:
                     if staged is None:
                         name = staged_name(chunk_file_name(load_id, chunk_index, part))

@@ -133,7 +133,7 @@ class ParquetDestination:
         self._warn(buf, warnings)
         metadata = row_metadata.of_block(table, self.snapshot_keys.get(buf.stream.key))
         table = append_metadata(table.drop_columns(list(row_metadata.WIRE_NAMES)), metadata)
-        buf.tables.append(table.cast(buf.schema))
+        buf.tables.append(conform(table, buf.schema, buf.stream.label))
         buf.table_rows += table.num_rows
         if buf.table_rows >= self.rows_per_file:
             self._spill(buf, whole_files_only=True)
@@ -215,7 +215,7 @@ class ParquetDestination:
                                             key_columns=tuple(buf.stream.primary_key_columns))
         self._warn(buf, warnings)
         table = append_metadata(table, row_metadata.of_rows(buf.rows, self.snapshot_keys.get(buf.stream.key)))
-        buf.tables.append(table.cast(buf.schema))
+        buf.tables.append(conform(table, buf.schema, buf.stream.label))
         buf.table_rows += table.num_rows
         buf.rows = []
 
@@ -251,12 +251,23 @@ class ParquetDestination:
 
 
 def destination_schema(stream: CatalogStream) -> pa.Schema:
-    """The Arrow schema of a stream's files: every data column nullable (a delete carries only the
-    key), then the _olake_* columns."""
-    schema = pa.schema([f.with_nullable(True) for f in codec.arrow_schema(stream.json_schema)])
-    for meta in METADATA_FIELDS:
-        schema = schema.append(meta)
-    return schema
+    """The Arrow schema of a stream's files: its columns (NOT NULL kept, see ``codec.stored_schema``),
+    then the _olake_* columns."""
+    return file_schema(stream.json_schema, stream.primary_key_columns, stream.sync_mode == "cdc")
+
+
+def file_schema(json_schema: dict, key_columns: tuple | list, with_changes: bool) -> pa.Schema:
+    """The Arrow schema of the files of a stream with this schema and key (``destination_schema``)."""
+    return pa.schema(list(codec.stored_schema(json_schema, key_columns, with_changes)) + METADATA_FIELDS)
+
+
+def conform(table: pa.Table, schema: pa.Schema, label: str) -> pa.Table:
+    """``table`` in a stream's file ``schema``; a null in a NOT NULL column names the column."""
+    for column in schema:
+        if not column.nullable and table.column(column.name).null_count:
+            raise DestinationError(f"stream {label!r}, column {column.name!r}: a null value, but the catalog "
+                                   f"says the column is NOT NULL (run discover again if it changed)")
+    return table.cast(schema)
 
 
 def file_parts(table: pa.Table, rows_per_file: int) -> list[pa.Table]:
