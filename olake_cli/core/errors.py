@@ -55,6 +55,13 @@ class TransientError(OlakeError):
     failure_type = "transient_error"
 
 
+class SnapshotLostError(OlakeError):
+    """The snapshot a full load reads under is gone (a server restart, a lost connection): retrying
+    the chunk cannot help, a new run resumes the load."""
+
+    failure_type = "transient_error"
+
+
 class PositionLostError(ConfigError):
     """A change-log position is no longer available (dropped slot, rolled-over oplog)."""
 

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import glob
 import os
+import random
 import shutil
+import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
+
+from olake_cli.core.errors import TransientError
+
+TASK_RETRIES = int(os.environ.get("OLAKE_CHUNK_RETRIES", "3"))  # lost tasks run again per chunk
+BACKOFF_S = 1.0
 
 
 class SparkChunkRunner:
@@ -27,6 +35,7 @@ class SparkChunkRunner:
         self._start_error: BaseException | None = None
         self._max_parallel = max_parallel
         self._group = f"olake-{id(self)}"
+        self._cancelled = threading.Event()
         # With a local master, tasks share the driver's disk: they spool their output to files here
         # and return only the path, instead of sending every line through the JVM.
         self.spool_dir = None
@@ -72,8 +81,26 @@ class SparkChunkRunner:
         return max(1, self._max_parallel or self.sc.defaultParallelism)
 
     def _run_one(self, func: Callable[[Any], Any], task: Any) -> Any:
-        self.sc.setJobGroup(self._group, "olake chunk scan", interruptOnCancel=True)
-        return self.sc.parallelize([task], 1).map(func).collect()[0]
+        """One chunk's Spark job. The task reports its own errors in its result, so a failed job
+        means the task itself was lost (its Python worker crashed or was killed, an executor went
+        away): the chunk is run again, up to ``OLAKE_CHUNK_RETRIES`` times, each attempt replacing
+        what an earlier one staged."""
+        from py4j.protocol import Py4JJavaError
+
+        for attempt in range(1, TASK_RETRIES + 2):
+            self.sc.setJobGroup(self._group, "olake chunk scan", interruptOnCancel=True)
+            try:
+                return self.sc.parallelize([task], 1).map(func).collect()[0]
+            except Py4JJavaError as exc:
+                reason = _java_reason(exc)
+                if self._cancelled.is_set() or "cancelled" in reason.lower():
+                    raise
+                if attempt > TASK_RETRIES:
+                    raise TransientError(f"a Spark task was lost {attempt} times ({reason}); "
+                                         f"check the executors' memory and logs, then run again") from None
+                print(f"olake: a Spark task was lost ({reason}); running its chunk again "
+                      f"(attempt {attempt + 1})", file=sys.stderr, flush=True)
+                time.sleep(BACKOFF_S * attempt * (0.5 + random.random()))
 
     def run(self, func: Callable[[Any], Any], tasks: Iterable[Any]) -> Iterator[Any]:
         """Apply ``func`` to every task on the cluster; yield each result as soon as it is ready."""
@@ -93,6 +120,7 @@ class SparkChunkRunner:
                     self._top_up(pool, func, pending, in_flight)
         finally:
             if in_flight:
+                self._cancelled.set()
                 self.sc.cancelJobGroup(self._group)
             pool.shutdown(wait=True, cancel_futures=True)
 
@@ -102,6 +130,16 @@ class SparkChunkRunner:
             if task is None:
                 return
             in_flight.add(pool.submit(self._run_one, func, task))
+
+
+def _java_reason(exc: Exception) -> str:
+    """The first line of a Spark job failure that says why (not the whole Java stack)."""
+    text = str(getattr(exc, "java_exception", "") or exc)
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("Caused by: "):
+            return line[len("Caused by: "):][:300]
+    return (text.strip().splitlines() or [type(exc).__name__])[0][:300]
 
 
 def _remove_orphan_spools() -> None:

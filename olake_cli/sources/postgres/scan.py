@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from olake_cli.core.errors import OlakeError, SourceError, TransientError
+from olake_cli.core.errors import OlakeError, SnapshotLostError, SourceError, TransientError
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,10 @@ class PostgresChunkReader:
         except OlakeError:
             raise
         except Exception as exc:  # driver errors arrive as many types; report them as one SourceError
+            if "invalid snapshot identifier" in str(exc):
+                raise SnapshotLostError(f"chunk {self.chunk_index} of {self.label}: the load's snapshot is gone "
+                                        "(the database restarted, or the connection that exported it was "
+                                        "lost); run again to resume: finished chunks are kept") from None
             message = _scrub(f"chunk {self.chunk_index} of {self.label}: {type(exc).__name__}: {exc}", self.uri)
             error = TransientError if is_transient(exc) else SourceError
             raise error(message) from None

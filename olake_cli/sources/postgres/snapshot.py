@@ -34,9 +34,13 @@ class ExportedSnapshot:
         return self
 
     def __exit__(self, *exc) -> None:
+        import psycopg
+
         if self.conn is not None:
             try:
-                self.conn.rollback()
+                self.conn.rollback()  # read only: nothing to keep; a lost connection ended it already
+            except psycopg.Error:
+                pass
             finally:
                 self.conn.close()
                 self.conn = None
