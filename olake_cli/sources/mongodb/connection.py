@@ -30,6 +30,8 @@ class MongoSettings:
     tls_ca_file: str | None = None
     tls_allow_invalid_certificates: bool | None = None
     collections: tuple[str, ...] = ()
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
     read_preference: str | None = None
     sample_size: int = 1000
     chunk_documents: int = 250_000
@@ -51,7 +53,7 @@ class MongoSettings:
             raise ConfigError("mongodb: 'uri' must start with mongodb:// or mongodb+srv://")
         known = set(cls.__dataclass_fields__)
         values = {k: v for k, v in cfg.items() if k in known}
-        for name in ("hosts", "collections"):
+        for name in ("hosts", "collections", "include", "exclude"):
             if name in values:
                 values[name] = tuple(values[name])
         return cls(**values)

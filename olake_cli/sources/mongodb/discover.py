@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from olake_cli.core.errors import ConfigError
+from olake_cli.core.stream_filter import keep_streams
 from olake_cli.sources.mongodb.bson_schema import BSON_CODEC_OPTIONS, infer_json_schema
 from olake_cli.sources.mongodb.connection import MongoSettings, server_hello
 
@@ -25,7 +26,8 @@ def supports_change_streams(hello: dict[str, Any]) -> bool:
 
 def list_collections(db, settings: MongoSettings, restrict: bool = True) -> list[str]:
     """The names of the database's ordinary collections (no views, no ``system.*``), sorted;
-    restricted to ``collections`` when configured (a ConfigError names one that does not exist)."""
+    restricted to ``collections`` when configured (a ConfigError names one that does not exist) and
+    to what the ``include``/``exclude`` patterns keep."""
     names = sorted(info["name"] for info in db.list_collections(filter={"type": "collection"})
                    if not info["name"].startswith("system."))
     if settings.collections and restrict:
@@ -34,6 +36,9 @@ def list_collections(db, settings: MongoSettings, restrict: bool = True) -> list
             raise ConfigError(f"mongodb: collection(s) {', '.join(missing)} do not exist in database "
                               f"'{settings.database}'; fix 'collections'")
         names = [n for n in names if n in settings.collections]
+    if restrict:
+        found = [(settings.database, n) for n in names]
+        names = [n for _, n in keep_streams(found, settings.include, settings.exclude, "mongodb")]
     return names
 
 

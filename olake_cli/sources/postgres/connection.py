@@ -22,6 +22,8 @@ class PostgresSettings:
     password: str = field(default="", repr=False)
     port: int = 5432
     schemas: tuple[str, ...] = ("public",)
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
     sslmode: str = "prefer"
     connect_timeout: int = 10
     chunk_strategy: str = "ctid"
@@ -38,8 +40,9 @@ class PostgresSettings:
         """Build settings from a config dict already validated against the source schema."""
         known = {f for f in cls.__dataclass_fields__}
         values = {k: v for k, v in cfg.items() if k in known}
-        if "schemas" in values:
-            values["schemas"] = tuple(values["schemas"])
+        for name in ("schemas", "include", "exclude"):
+            if name in values:
+                values[name] = tuple(values[name])
         return cls(**values)
 
     def conninfo(self) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from olake_cli.core.catalog import is_cursor_type
+from olake_cli.core.stream_filter import keep_streams
 from olake_cli.sources.postgres import types as pgtypes
 from olake_cli.sources.postgres.replica_identity import ResolvedTable, keyless_tables
 
@@ -81,9 +82,13 @@ def _default_cursor(candidates: list[str]) -> str | None:
     return None
 
 
-def discover_catalog(conn, schemas: tuple[str, ...] | list[str]) -> dict[str, Any]:
-    """The catalog object (``{"streams": [...]}``) of every table in ``schemas``."""
+def discover_catalog(conn, schemas: tuple[str, ...] | list[str], include: tuple[str, ...] = (),
+                     exclude: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The catalog object (``{"streams": [...]}``) of every table in ``schemas`` the ``include`` and
+    ``exclude`` patterns keep (``core.stream_filter``)."""
     rows = list_tables(conn, schemas)
+    chosen = set(keep_streams([(s, t) for s, t, _, _ in rows], include, exclude, "postgres"))
+    rows = [row for row in rows if (row[0], row[1]) in chosen]
     keyless = keyless_tables(conn, [ResolvedTable(s, t, oid, kind == "p") for s, t, kind, oid in rows
                                     if kind in TABLE_KINDS])
     reasons = {oid: f"{k.reason}; for cdc run: {' '.join(k.fix_sql(conn).splitlines())}"

@@ -68,7 +68,7 @@ class PostgresSource:
     def discover(self) -> dict[str, Any]:
         """The catalog of every table in the configured schemas."""
         with connect(self.settings) as conn:
-            return disco.discover_catalog(conn, self.settings.schemas)
+            return disco.discover_catalog(conn, self.settings.schemas, self.settings.include, self.settings.exclude)
 
     def open_session(self, streams: list[Any], log: Callable[[str], None]) -> PostgresReadSession:
         """The run's tables resolved against the database, and one exported snapshot for every chunk."""
