@@ -62,6 +62,14 @@ class SnapshotLostError(OlakeError):
     failure_type = "transient_error"
 
 
+class SourceChangedError(OlakeError):
+    """A table or collection being loaded was (or is about to be) altered, rewritten, dropped or renamed
+    by another session. The run stops at once (no further chunk starts, the snapshot is released),
+    committed chunks are kept, and the next run resumes, restarts or refuses the stream's load."""
+
+    failure_type = "transient_error"
+
+
 class PositionLostError(ConfigError):
     """A change-log position is no longer available (dropped slot, rolled-over oplog)."""
 

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from olake_cli.core import messages
 from olake_cli.core.catalog import Catalog, CatalogStream
-from olake_cli.core.errors import OlakeError
+from olake_cli.core.errors import OlakeError, SourceChangedError
 from olake_cli.core.contracts import ChangeCapture, ReadSession, Source
 from olake_cli.core.schema_change import INCOMPATIBLE, olake_type_of, type_change
 from olake_cli.core.state import Chunk, State, StreamState, finish_full_load_if_done
@@ -192,7 +192,8 @@ class ReadPipeline:
         progress = Progress(self.log, total_chunks=len(jobs) + len(passes))
         # Full-load chunks are Spark tasks; an incremental pass is one range read on the driver, so a
         # run with no full load never starts a JVM.
-        results = itertools.chain(self.runner.run(run_chunk_job, jobs), map(run_chunk_job, passes))
+        scans = self.runner.run(run_chunk_job, jobs)
+        results = itertools.chain(scans, map(run_chunk_job, passes))
         for result in results:
             run = by_key[(result.namespace, result.stream)]
             if result.error is not None:
@@ -206,6 +207,9 @@ class ReadPipeline:
             if result.error is None and self._tasks_write(run):
                 self.rows_by_tasks += result.rows
             self._after_task(run, result)
+            if isinstance(result.error, SourceChangedError):
+                getattr(scans, "close", lambda: None)()  # no further chunk starts; those in flight are cancelled
+                break
         progress.finish()
 
     def _tasks_write(self, run: StreamRun) -> bool:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from olake_cli.core.errors import OlakeError, SnapshotLostError, SourceError, TransientError
+from olake_cli.core.errors import OlakeError, SnapshotLostError, SourceChangedError, SourceError, TransientError
+from olake_cli.sources.postgres.snapshot import BEING_ALTERED, LOCK_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,8 @@ class PostgresChunkReader:
         except OlakeError:
             raise
         except Exception as exc:  # driver errors arrive as many types; report them as one SourceError
+            if _sqlstate(exc) == _LOCK_NOT_AVAILABLE:  # another session queued for an exclusive lock
+                raise SourceChangedError(BEING_ALTERED.format(label=self.label)) from None
             if "invalid snapshot identifier" in str(exc):
                 raise SnapshotLostError(f"chunk {self.chunk_index} of {self.label}: the load's snapshot is gone "
                                         "(the database restarted, or the connection that exported it was "
@@ -46,7 +49,7 @@ class PostgresChunkReader:
                 cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                 if self.snapshot_id:
                     cur.execute(f"SET TRANSACTION SNAPSHOT '{self.snapshot_id}'")
-                for name, value in SCAN_SESSION_SETTINGS.items():
+                for name, value in {**SCAN_SESSION_SETTINGS, "lock_timeout": f"{LOCK_TIMEOUT_S}s"}.items():
                     cur.execute(f"SET {name} = '{value}'")
                 cur.execute(self.query)
                 for batch in cur.fetch_record_batch():
@@ -76,15 +79,22 @@ class PostgresChunkReader:
 # deadlocks, insufficient resources, a backend terminated by an administrator or a server shutdown.
 _TRANSIENT_CLASSES = ("08", "40", "53")
 _TRANSIENT_CODES = ("57P01", "57P02", "57P03")
+_LOCK_NOT_AVAILABLE = "55P03"
 
 
 def is_transient(exc: BaseException) -> bool:
     """Whether a driver error may go away on retry (by SQLSTATE; a lost connection has none)."""
-    state = getattr(exc, "sqlstate", None) or getattr(exc, "sqlstate_code", None)
-    if isinstance(state, str) and state:
+    state = _sqlstate(exc)
+    if state:
         return state[:2] in _TRANSIENT_CLASSES or state in _TRANSIENT_CODES
     text = str(exc).lower()
     return "terminating connection" in text or "connection" in text and ("closed" in text or "reset" in text)
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE a driver error carries (psycopg and ADBC name it differently), if any."""
+    state = getattr(exc, "sqlstate", None) or getattr(exc, "sqlstate_code", None)
+    return state if isinstance(state, str) and state else None
 
 
 def _scrub(text: str, uri: str) -> str:

@@ -88,7 +88,7 @@ class PostgresReadSession:
 
         ctid chunks record the table's identity (relfilenodes), so a resume after a rewrite is refused.
         """
-        info, conn, rows = self.tables[stream.key], self.snapshot.conn, self.settings.chunk_rows
+        info, conn, rows = self._table(stream), self.snapshot.conn, self.settings.chunk_rows
         if info.relkind == "v":  # a view has no pages to split: one chunk, the whole view
             return FullLoadPlan([(None, None)], {"chunk_column": chunking.CTID, "table_identity": {}})
         key_present = not set(info.primary_key) & set(info.missing)
@@ -107,7 +107,7 @@ class PostgresReadSession:
         if previous.extra.get("chunk_column", "ctid") != "ctid":
             return None
         recorded = previous.extra.get("table_identity")
-        if recorded == self._identity(self.tables[stream.key]):
+        if recorded == self._identity(self._table(stream)):
             return None
         if recorded is None:
             return ("the state does not record which physical table its ctid chunks refer to "
@@ -122,7 +122,7 @@ class PostgresReadSession:
 
     def max_cursor(self, stream: Any) -> str | None:
         """The largest FINITE cursor value now (text form); NaN and infinities never become a position."""
-        info, cursor = self.tables[stream.key], stream.cursor_column
+        info, cursor = self._table(stream), stream.cursor_column
         query = sql.SQL("SELECT max({c})::text FROM {s}.{t} WHERE {finite}").format(
             c=sql.Identifier(cursor), s=sql.Identifier(info.schema), t=sql.Identifier(info.table),
             finite=_finite(info.column(cursor)) or sql.SQL("true"))
@@ -151,6 +151,12 @@ class PostgresReadSession:
             where = sql.SQL("({f} AND {w}) OR NOT ({f})").format(f=finite, w=where)
         return self._reader(stream, 0, chunking.CTID, None, None, extra_where=where)
 
+    def _table(self, stream: Any) -> TableInfo:
+        """The stream's table, locked against DDL until the load ends (see ``ExportedSnapshot.hold``)."""
+        info = self.tables[stream.key]
+        self.snapshot.hold(info.schema, info.table, stream.label)
+        return info
+
     def _identity(self, info: TableInfo) -> dict[str, int]:
         """What ctid ranges refer to: relfilenode of the table, or of every leaf partition."""
         return chunking.table_identity(self.snapshot.conn, info.schema, info.table)
@@ -158,7 +164,7 @@ class PostgresReadSession:
     def _reader(self, stream: Any, index: int, chunk_column, lo, hi,
                 extra_where: sql.Composable | None = None) -> PostgresChunkReader:
         """A reader of rows of [lo, hi) of one table (optionally filtered further)."""
-        info, conn = self.tables[stream.key], self.snapshot.conn
+        info, conn = self._table(stream), self.snapshot.conn
         key_types = [] if chunk_column == chunking.CTID else [info.column(k).type_name for k in chunk_column]
         where = chunking.chunk_predicate(chunk_column, key_types, lo, hi)
         if extra_where is not None:

@@ -2,7 +2,21 @@
 
 from __future__ import annotations
 
+from psycopg import sql
+
+from olake_cli.core.errors import SourceChangedError
 from olake_cli.sources.postgres.connection import PostgresSettings, connect
+
+# How long any lock request of a load waits before the load stops. A table being loaded cannot be
+# altered, rewritten or dropped (the exporting transaction holds ACCESS SHARE on it); when another
+# session asks to, its ACCESS EXCLUSIVE request queues every later lock request on the table, the next
+# chunk scan's included, and without a timeout the load and that session would wait for each other
+# forever (no deadlock is detected: the exporting session is idle).
+LOCK_TIMEOUT_S = 5
+
+BEING_ALTERED = ("{label} is being altered or dropped by another session (it waits for a lock this "
+                 "load holds); the load stopped so that session is not blocked; committed chunks are "
+                 "kept, run again to continue")
 
 
 class ExportedSnapshot:
@@ -20,6 +34,7 @@ class ExportedSnapshot:
         self.snapshot_id: str | None = None
         self.txns: str | None = None  # pg_current_snapshot() text: 'xmin:xmax:xip,...'
         self.lsn_after: int | None = None  # WAL insert position read just after the snapshot
+        self._held: set[tuple[str, str]] = set()
 
     def __enter__(self) -> "ExportedSnapshot":
         import psycopg
@@ -27,11 +42,41 @@ class ExportedSnapshot:
         self.conn = connect(self.settings, autocommit=False)
         self.conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         self.conn.read_only = True
+        self.conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT_S}s'")
         self.snapshot_id = self.conn.execute("SELECT pg_export_snapshot()").fetchone()[0]
         self.txns, lsn = self.conn.execute(
             "SELECT pg_current_snapshot()::text, (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::text").fetchone()
         self.lsn_after = int(lsn)
         return self
+
+    def hold(self, schema: str, table: str, label: str) -> None:
+        """Lock ``schema.table`` (ACCESS SHARE, until the load ends: with a view its tables, with a
+        partitioned table its partitions) so no other session alters, rewrites or drops it mid-load.
+
+        SourceChangedError if another session is altering it now, or rewrote it (new relfilenode)
+        after the snapshot was taken and before this lock: the snapshot would see it empty or moved.
+        """
+        import psycopg
+
+        if (schema, table) in self._held:
+            return
+        name = sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(table))
+        try:
+            self.conn.execute(sql.SQL("SELECT FROM {} LIMIT 0").format(name))
+            rewritten = self.conn.execute(
+                """SELECT count(*) FROM (SELECT relid FROM pg_partition_tree(%s::regclass) WHERE isleaf
+                   UNION SELECT %s::regclass) t JOIN pg_class c ON c.oid = t.relid
+                   WHERE c.relkind IN ('r', 'm') AND c.relfilenode <> pg_relation_filenode(c.oid)""",
+                (name.as_string(self.conn),) * 2).fetchone()[0]
+        except psycopg.errors.LockNotAvailable:
+            raise SourceChangedError(BEING_ALTERED.format(label=label)) from None
+        except psycopg.errors.UndefinedTable:
+            raise SourceChangedError(f"{label} was dropped while the run started; run again "
+                                     "(run discover again if it is gone for good)") from None
+        if rewritten:
+            raise SourceChangedError(f"{label} was rewritten (VACUUM FULL, CLUSTER, TRUNCATE or a rewriting "
+                                     "ALTER TABLE) while the run started; run again")
+        self._held.add((schema, table))
 
     def __exit__(self, *exc) -> None:
         import psycopg

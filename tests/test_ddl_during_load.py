@@ -1,0 +1,104 @@
+"""DDL from another session while a full load runs: ADD COLUMN, a rewrite (VACUUM FULL), DROP TABLE.
+
+The load holds ACCESS SHARE on the table, so the DDL waits; its ACCESS EXCLUSIVE request then queues
+the next chunk scan's lock request behind it. Without a lock timeout the two wait for each other
+forever. The load must stop with one clear line and release its snapshot so the DDL goes through;
+the rerun then resumes (column added), restarts (rewritten) or refuses (dropped) the stream's load,
+and the copy equals the source value by value: never a silent partial copy.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import psycopg
+import pytest
+
+from tests.support.cli import messages, olake_cmd, olake_env, run_olake, write_json
+from tests.support.verify import assert_table_matches, read_parquet
+
+ROWS = 8000
+BEING_ALTERED = b"public.parts is being altered or dropped by another session"
+
+
+def _succeeded(state: dict) -> int:
+    return sum(c["status"] == "succeed" for c in state.get("chunks") or [])
+
+
+def _stream_state(path) -> dict:
+    streams = json.loads(path.read_text())["streams"]
+    return next(s["stream_state"] for s in streams if s["stream_name"] == "parts")
+
+
+def _load_with_ddl(read_args: list[str], write_args: list[str], dsn: str, ddl: str):
+    """Run ``read | write``; once two chunks are committed, run ``ddl`` from another session (it waits
+    for the load's lock, at most two minutes here). Returns the finished reader and its stderr."""
+    env = olake_env()
+    reader = subprocess.Popen(olake_cmd("read", *read_args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    writer = subprocess.Popen(olake_cmd("write", *write_args), stdin=reader.stdout, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, env=env)
+    reader.stdout.close()
+    for line in writer.stdout:
+        if _succeeded(json.loads(line)["state"]["streams"][0]["stream_state"]) >= 2:
+            break
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET lock_timeout = '120s'")  # a hang guard only: the load releases within seconds
+        conn.execute(ddl)
+    writer.communicate(timeout=300)
+    reader_stderr = reader.stderr.read()
+    reader.wait(timeout=60)
+    return reader, reader_stderr
+
+
+@pytest.mark.parametrize("ddl, strategy, rerun", [
+    ("ALTER TABLE parts ADD COLUMN extra int DEFAULT 7", "ctid", "resumes"),
+    ("VACUUM FULL parts", "ctid", "restarts"),  # ctid ranges name other rows after a rewrite
+    ("VACUUM FULL parts", "primary_key", "resumes"),  # key ranges keep their meaning
+    ("DROP TABLE parts", "ctid", "refused"),
+])
+def test_ddl_mid_load_stops_the_load_and_the_rerun_converges(pg_cluster, pg_db, tmp_path, ddl, strategy, rerun):
+    dsn = pg_cluster.dsn(pg_db)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"""CREATE TABLE parts (id int PRIMARY KEY, label text, weight numeric(8,2));
+                         INSERT INTO parts SELECT g, repeat('p', 100) || g, g / 4.0
+                         FROM generate_series(1, {ROWS}) g; ANALYZE parts;""")
+    src = write_json(tmp_path / "src.json", pg_cluster.source_config(
+        pg_db, chunk_rows=200, max_parallel=1, chunk_strategy=strategy))
+    dst = write_json(tmp_path / "dst.json", {"type": "parquet", "path": str(tmp_path / "out")})
+    disc = run_olake("discover", "--config", src)
+    assert disc.returncode == 0, disc.stderr
+    (tmp_path / "cat.json").write_bytes(disc.stdout)
+    state = tmp_path / "st.json"
+    catalog = ["--catalog", str(tmp_path / "cat.json")]
+
+    reader, stderr = _load_with_ddl(["--config", src, *catalog, "--state", str(state)],
+                                    ["--config", dst, "--state", str(state)], dsn, ddl)
+
+    assert reader.returncode != 0
+    errors = [line for line in stderr.splitlines() if line.startswith(b"olake: error:")]
+    assert len(errors) == 1 and BEING_ALTERED in errors[0], stderr.decode()[-2000:]
+    stopped = _stream_state(state)
+    assert 2 <= _succeeded(stopped) < len(stopped["chunks"])  # committed chunks kept, the rest still to do
+
+    before_rerun = state.read_bytes()
+    again = run_olake("sync", "--source", src, "--destination", dst, *catalog, "--state", str(state))
+    if rerun == "refused":
+        assert again.returncode != 0
+        assert b"'public.parts' does not exist" in again.stderr, again.stderr.decode()[-2000:]
+        assert [m["trace"]["error"]["failure_type"] for m in messages(again.stdout)
+                if m["type"] == "TRACE" and "error" in m["trace"]] == ["config_error"]
+        assert state.read_bytes() == before_rerun
+        return
+    assert again.returncode == 0, again.stderr.decode()[-3000:]
+    if rerun == "resumes":
+        assert b"parts: resuming full load" in again.stderr
+    else:
+        assert b"parts: the table was rewritten" in again.stderr
+    final = _stream_state(state)
+    assert not final.get("chunks")
+    assert (final["load_id"] == stopped["load_id"]) == (rerun == "resumes")
+    schema = next(s for s in json.loads(disc.stdout)["catalog"]["streams"] if s["name"] == "parts")["json_schema"]
+    data = read_parquet(str(tmp_path / "out" / "public" / "parts"))
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert_table_matches(conn, "public", "parts", schema, data.select(list(schema["properties"])))
