@@ -27,7 +27,8 @@ def test_sync_copies_every_type_exactly(pg_cluster, pg_db, tmp_path):
                        "--state", str(state))
     assert result.returncode == 0, result.stderr.decode()[-3000:]
     out = messages(result.stdout)
-    assert out and {m["type"] for m in out} == {"STATE"}
+    assert out and {m["type"] for m in out} == {"STATE", "TRACE"}
+    assert {m["trace"]["type"] for m in out if m["type"] == "TRACE"} == {"ESTIMATE", "STREAM_STATUS"}
     assert b"wrote 0 record(s)" in result.stderr, "full-load rows are written by the tasks, not piped"
     final = json.loads(state.read_text())
     assert len(final["streams"]) == len(catalog["streams"])

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import sys
+from enum import Enum
 from typing import Optional
 
 import typer
 from typer.exceptions import TyperException
 
 from olake_cli.core.config import load_config
-from olake_cli.cli.report import (catch_signals, command_guard, fail, interrupted, log, protocol_writer,
-                                  stdout_closed)
+from olake_cli.cli.progress_view import progress_view
+from olake_cli.cli.report import (LOG_FORMATS, catch_signals, command_guard, fail, interrupted, log, log_format,
+                                  protocol_writer, set_log_format, stdout_closed)
 from olake_cli.core import messages
 from olake_cli.core.errors import ConfigError, OlakeError
 
@@ -24,6 +27,16 @@ CATALOG_OPT = typer.Option(..., "--catalog", help="Catalog JSON (the output of d
 STATE_OPT = typer.Option(None, "--state", help="State JSON file; read to resume, merged into by write.")
 MASTER_OPT = typer.Option(None, "--spark-master", help="Spark master URL (default local[*] or $OLAKE_SPARK_MASTER).")
 PARALLEL_OPT = typer.Option(None, "--max-parallel", min=1, help="Chunks scanned at once (default: Spark's parallelism).")
+LogFormat = Enum("LogFormat", {name: name for name in LOG_FORMATS}, type=str)
+
+
+@app.callback()
+def options(log_format_name: LogFormat = typer.Option(
+        "text", "--log-format", envvar="OLAKE_LOG_FORMAT", case_sensitive=False,
+        help="stderr as 'text' lines (a live progress display on a terminal) or 'json': one object a line.")
+        ) -> None:
+    """Copy PostgreSQL and MongoDB into Parquet and Iceberg (options before the command apply to every command)."""
+    set_log_format(log_format_name.value)
 
 
 @app.command()
@@ -77,8 +90,9 @@ def read(config: str = CONFIG_OPT, catalog: str = CATALOG_OPT, state: Optional[s
     """Read the selected streams and print RECORD and STATE messages on stdout."""
     from olake_cli.pipeline.connectors import run_read, shutdown_engine
 
-    with command_guard(shutdown_engine):  # click would turn these into a silent exit 1 or "Aborted!"
-        run_read(config, catalog, state, spark_master, max_parallel, protocol_writer(), log, state_from)
+    # command_guard: click would turn these into a silent exit 1 or "Aborted!"
+    with command_guard(shutdown_engine), progress_view() as view:
+        run_read(config, catalog, state, spark_master, max_parallel, protocol_writer(), log, state_from, view)
 
 
 @app.command()
@@ -102,8 +116,8 @@ def sync(source: str = typer.Option(..., "--source", help="Source config JSON fi
     """Read and write in one process (full-load chunks are written by the Spark tasks); prints STATEs."""
     from olake_cli.pipeline.connectors import run_sync, shutdown_engine
 
-    with command_guard(shutdown_engine):
-        run_sync(source, destination, catalog, state, spark_master, max_parallel, protocol_writer(), log)
+    with command_guard(shutdown_engine), progress_view() as view:
+        run_sync(source, destination, catalog, state, spark_master, max_parallel, protocol_writer(), log, view)
 
 
 @state_app.command("show")
@@ -117,7 +131,10 @@ def state_show(path: str = typer.Argument(..., help="State JSON file."),
     if as_json:
         protocol_writer().write(messages.state_message(state))
         return
-    sys.stderr.write(state_table(state) + "\n")
+    if log_format() == "json":
+        log(state_table(state))
+    else:
+        sys.stderr.write(state_table(state) + "\n")
 
 
 @state_app.command("reset")
@@ -150,6 +167,8 @@ def state_recover(config: str = CONFIG_OPT, catalog: str = CATALOG_OPT) -> None:
 def main() -> None:
     """Console-script entry point."""
     catch_signals()
+    if os.environ.get("OLAKE_LOG_FORMAT", "").lower() in LOG_FORMATS:  # also for errors before the options
+        set_log_format(os.environ["OLAKE_LOG_FORMAT"].lower())
     try:
         result = app(standalone_mode=False)
         if isinstance(result, int) and result:

@@ -7,17 +7,40 @@ import signal
 import sys
 import traceback
 from contextlib import contextmanager
-from typing import Callable, Iterator, NoReturn
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterator, NoReturn
 
 from olake_cli.core import messages
 from olake_cli.core.errors import OlakeError
 
 _WRITER: messages.MessageWriter | None = None
+LOG_FORMATS = ("text", "json")
+_LOG_FORMAT = "text"
 
 
-def log(text: str) -> None:
-    """One human line on stderr."""
-    sys.stderr.write(f"olake: {text}\n")
+def set_log_format(name: str) -> None:
+    """Choose how :func:`log` writes: ``text`` (``olake: ...`` lines) or ``json`` (one object a line)."""
+    global _LOG_FORMAT
+    if name not in LOG_FORMATS:
+        raise ValueError(f"unknown log format {name!r}")
+    _LOG_FORMAT = name
+
+
+def log_format() -> str:
+    """The log format in use."""
+    return _LOG_FORMAT
+
+
+def log(text: str, level: str = "info", **fields: Any) -> None:
+    """One line on stderr: ``olake: text`` (errors ``olake: error: text``), or with ``--log-format json``
+    a JSON object with ``time``, ``level`` (info, warn, error), ``message`` and ``fields``."""
+    if _LOG_FORMAT == "json":
+        entry = {"time": datetime.now(timezone.utc).isoformat(timespec="milliseconds"), "level": level,
+                 "message": text, **fields}
+        line = messages.dumps(entry).decode()
+    else:
+        line = f"olake: error: {text}\n" if level == "error" else f"olake: {text}\n"
+    sys.stderr.write(line)
     sys.stderr.flush()
 
 
@@ -82,7 +105,7 @@ def interrupted(signum: int, shutdown: Callable[[], None] = lambda: None) -> NoR
         writer.flush()
     except (BrokenPipeError, OSError):
         pass
-    log(text)
+    log(text, "warn")
     sys.exit(128 + signum)
 
 
@@ -109,5 +132,5 @@ def fail(error: OlakeError, exit_code: int = 1) -> NoReturn:
         writer.flush()
     except (BrokenPipeError, OSError):
         pass
-    log(f"error: {error.message}")
+    log(error.message, "error", failure_type=error.failure_type)
     sys.exit(exit_code)

@@ -42,10 +42,12 @@ class ChunkReader(Protocol):
 
 @dataclass
 class FullLoadPlan:
-    """A new full load: chunk bounds (exact, JSON-serialisable) and keys to record in its state."""
+    """A new full load: chunk bounds (exact, JSON-serialisable), keys to record in its state, and
+    about how many rows it will read (None: the planner does not know)."""
 
     bounds: list[tuple[Any, Any]]
     extra: dict[str, Any] = field(default_factory=dict)
+    row_estimate: int | None = None
 
 
 class ReadSession(Protocol):

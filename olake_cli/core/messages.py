@@ -16,6 +16,7 @@ from olake_cli.core.state import State
 
 LOG_LEVELS = ("FATAL", "ERROR", "WARN", "INFO", "DEBUG", "TRACE")
 FAILURE_TYPES = ("config_error", "system_error", "transient_error")
+STREAM_STATUSES = ("STARTED", "RUNNING", "COMPLETE", "INCOMPLETE")
 
 
 def now_ms() -> int:
@@ -56,6 +57,20 @@ def trace_error(message: str, failure_type: str, internal_message: str | None = 
     if stack_trace is not None:
         error["stack_trace"] = stack_trace
     return {"type": "TRACE", "trace": {"type": "ERROR", "emitted_at": now_ms(), "error": error}}
+
+
+def trace_estimate(stream: str, namespace: str | None, row_estimate: int) -> dict:
+    """A TRACE ESTIMATE message: about how many rows a stream's full load will read."""
+    estimate = {"name": stream, "namespace": namespace, "type": "STREAM", "row_estimate": row_estimate}
+    return {"type": "TRACE", "trace": {"type": "ESTIMATE", "emitted_at": now_ms(), "estimate": estimate}}
+
+
+def trace_stream_status(stream: str, namespace: str | None, status: str) -> dict:
+    """A TRACE STREAM_STATUS message; ``status`` is one of :data:`STREAM_STATUSES`."""
+    if status not in STREAM_STATUSES:
+        raise ValueError(f"unknown stream status {status!r}")
+    body = {"stream_descriptor": {"name": stream, "namespace": namespace}, "status": status}
+    return {"type": "TRACE", "trace": {"type": "STREAM_STATUS", "emitted_at": now_ms(), "stream_status": body}}
 
 
 def catalog_message(catalog: Catalog | dict) -> dict:

@@ -39,10 +39,11 @@ def run_discover(config_path: str, previous_path: str | None, log: Callable[[str
 
 def run_read(config_path: str, catalog_path: str, state_path: str | None, spark_master: str | None,
              max_parallel: int | None, out: MessageWriter, log: Callable[[str], None],
-             state_from: str | None = None) -> None:
+             state_from: str | None = None, view=None) -> None:
     """``olake read``: validate every input first, then start Spark and stream the messages.
 
-    ``state_from`` (a destination config) resumes from the state the destination committed.
+    ``state_from`` (a destination config) resumes from the state the destination committed; ``view``
+    shows the progress (default: lines through ``log``).
     """
     from olake_cli.pipeline.read import ReadPipeline
     from olake_cli.pipeline.recover import recover_state
@@ -59,14 +60,14 @@ def run_read(config_path: str, catalog_path: str, state_path: str | None, spark_
     source = make_source(kind, config)
     runner = _runner(_master(spark_master), max_parallel or config.get("max_parallel"))
     try:
-        ReadPipeline(source, catalog, state, out, runner, log).run()
+        ReadPipeline(source, catalog, state, out, runner, log, view=view).run()
     finally:
         runner.close()
 
 
 def run_sync(source_path: str, dest_path: str, catalog_path: str, state_path: str | None,
              spark_master: str | None, max_parallel: int | None, out: MessageWriter,
-             log: Callable[[str], None]) -> None:
+             log: Callable[[str], None], view=None) -> None:
     """``olake sync``: read and write in one process; full-load chunks are written by the tasks."""
     from olake_cli.pipeline.sync import run_in_process
 
@@ -87,7 +88,7 @@ def run_sync(source_path: str, dest_path: str, catalog_path: str, state_path: st
         destination.open(catalog)  # roll back/forward an interrupted run before any task stages files
     runner = _runner(master, max_parallel or source_config.get("max_parallel"))
     try:
-        run_in_process(source, destination, catalog, state, store, sink, runner, out, log)
+        run_in_process(source, destination, catalog, state, store, sink, runner, out, log, view)
     finally:
         runner.close()
 

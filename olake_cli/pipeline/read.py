@@ -20,7 +20,7 @@ from olake_cli.core.contracts import ChangeCapture, ReadSession, Source
 from olake_cli.core.schema_change import INCOMPATIBLE, olake_type_of, type_change
 from olake_cli.core.state import Chunk, State, StreamState, finish_full_load_if_done
 from olake_cli.pipeline.chunk_job import ChunkJob, run_chunk_job
-from olake_cli.pipeline.progress import Progress
+from olake_cli.pipeline.progress import CHANGES, LineView, Progress, ProgressView
 
 NEXT_SYNC_TYPE = {"full_refresh": "full-load", "incremental": "incremental", "cdc": "cdc"}
 
@@ -34,6 +34,8 @@ class StreamRun:
     kind: str = "full"  # full | incremental | cdc
     next_position: Any = None
     jobs: list[ChunkJob] = field(default_factory=list)
+    row_estimate: int | None = None
+    failed: bool = False
 
 
 def decide_work(stream: CatalogStream, previous: StreamState | None) -> str:
@@ -73,11 +75,26 @@ def column_types(stream: CatalogStream) -> dict[str, str | None]:
     return {name: olake_type_of(prop) for name, prop in stream.json_schema.get("properties", {}).items()}
 
 
+class _CountingWriter:
+    """A message writer that counts the RECORD lines written raw (change capture's rows) as progress."""
+
+    def __init__(self, out: messages.MessageWriter, progress: Progress) -> None:
+        self.out, self.progress = out, progress
+
+    def write_raw(self, lines: bytes) -> None:
+        """Write pre-encoded lines and count them."""
+        self.out.write_raw(lines)
+        self.progress.changes(lines.count(b"\n"))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.out, name)
+
+
 class ReadPipeline:
     """Runs ``olake read`` for one source, catalog and state, writing protocol messages to ``out``."""
 
     def __init__(self, source: Source, catalog: Catalog, state: State, out: messages.MessageWriter,
-                 runner, log: Callable[[str], None], sink: Any = None) -> None:
+                 runner, log: Callable[[str], None], sink: Any = None, view: ProgressView | None = None) -> None:
         self.source, self.catalog, self.state, self.out = source, catalog, state, out
         self.runner, self.log = runner, log
         self.sink = sink  # sync: full-load chunks are written by the tasks themselves
@@ -85,16 +102,27 @@ class ReadPipeline:
         self.run_started_ms = int(time.time() * 1000)
         self.capture: ChangeCapture | None = None
         self.rows_by_tasks = 0  # sync: rows the tasks wrote to the destination themselves
+        self.progress = Progress(view or LineView(log))
+        self.statuses: dict[tuple, str] = {}  # stream key -> the last STREAM_STATUS emitted
 
     def run(self) -> None:
-        """Emit the CATALOG, every selected stream's records with a STATE after each chunk, a final STATE."""
-        from olake_cli.pipeline.changes import run_change_phase
-
+        """Emit the CATALOG, every selected stream's records with a STATE after each chunk, a final STATE;
+        a TRACE STREAM_STATUS as each stream starts and ends (and an ESTIMATE of each new full load)."""
         streams = self.catalog.selected_streams()
         session = self.source.open_session(streams, self.log)
         for warning in session.warnings:
             self.log(warning)
         self.out.write(messages.catalog_message(Catalog(streams).to_dict()))
+        try:
+            self._run_streams(streams, session)
+        except Exception:
+            self._end_statuses("INCOMPLETE")
+            raise
+
+    def _run_streams(self, streams: list[CatalogStream], session) -> None:
+        """Full loads and incremental passes, then change capture; a final STATE; raise the first error."""
+        from olake_cli.pipeline.changes import run_change_phase
+
         cdc_streams = [s for s in streams if s.sync_mode == "cdc"]
         if cdc_streams:
             self.capture = self.source.change_capture(cdc_streams, self.log)
@@ -107,15 +135,19 @@ class ReadPipeline:
             runs = [self._prepare(stream, session) for stream in streams]
             self._scan_all(runs)
         if self.capture is not None and not self.errors:
-            run_change_phase(self.capture, cdc_streams, self.state, self.out, self.log)
+            run_change_phase(self.capture, cdc_streams, self.state, _CountingWriter(self.out, self.progress),
+                             self.log)
+            self.progress.stream_finished(CHANGES, complete=True)
         self.out.write(messages.state_message(self.state))
         self.out.flush()
         if self.errors:
             raise self.errors[0]
+        self._end_statuses("COMPLETE")
 
     def _prepare(self, stream: CatalogStream, session: ReadSession) -> StreamRun:
         previous = self.state.find(stream.namespace, stream.name)
         decision = decide_work(stream, previous)
+        self._status(stream, "STARTED")
         if decision == "continue":
             self._publish(previous)  # the writer learns which load the coming records belong to
             if stream.sync_mode == "cdc":
@@ -135,17 +167,21 @@ class ReadPipeline:
                 "sync mode or columns changed" if previous.sync_type != "full-load" else None))
             if reason:
                 self.log(f"{stream.label}: {reason} since the last load; loading it anew")
-            ss = self._new_load(stream, session)
+            ss, estimate = self._new_load(stream, session)
         self._publish(ss)
-        run = StreamRun(stream, ss)
+        run = StreamRun(stream, ss, row_estimate=estimate if decision == "new" else None)
         for index, chunk in enumerate(ss.chunks):
             if chunk.status != "succeed":
                 run.jobs.append(self._job(stream, session, index, session.chunk_reader(stream, ss, index)))
+        self.progress.stream_started(stream.label, len(run.jobs), run.row_estimate)
         return run
 
-    def _new_load(self, stream: CatalogStream, session: ReadSession) -> StreamState:
-        """The state of a fresh full load: chunks planned in the session, the position before it."""
+    def _new_load(self, stream: CatalogStream, session: ReadSession) -> tuple[StreamState, int | None]:
+        """The state of a fresh full load (chunks planned in the session, the position before it) and
+        the planner's row estimate, also emitted as a TRACE ESTIMATE."""
         plan = session.plan_full_load(stream)
+        if plan.row_estimate is not None:
+            self.out.write(messages.trace_estimate(stream.name, stream.namespace, plan.row_estimate))
         ss = StreamState(sync_type="full-load", stream_name=stream.name, stream_namespace=stream.namespace,
                          cursor_field=None, chunks=[Chunk("pending", lo, hi) for lo, hi in plan.bounds],
                          extra={**plan.extra, "load_id": uuid.uuid4().hex[:12], "sync_mode": stream.sync_mode,
@@ -159,8 +195,9 @@ class ReadPipeline:
             ss = self.capture.with_position(ss, start)
             ss.extra.update(self.capture.load_marks(session),
                             load_op_key=self.capture.position_op(start).to_key())
-        self.log(f"{stream.label}: full load in {len(ss.chunks)} chunk(s)")
-        return ss
+        rows = "" if plan.row_estimate is None else f", about {plan.row_estimate} rows"
+        self.log(f"{stream.label}: full load in {len(ss.chunks)} chunk(s){rows}")
+        return ss, plan.row_estimate
 
     def _prepare_incremental(self, stream: CatalogStream, session: ReadSession, previous: StreamState) -> StreamRun:
         cursor = stream.cursor_column
@@ -177,6 +214,7 @@ class ReadPipeline:
         after = previous.cursor_field if upto is not None else None
         reader = session.incremental_reader(stream, after, upto)
         run.jobs.append(self._job(stream, session, 0, reader, {"_olake_op_id": [self.run_started_ms, 0]}))
+        self.progress.stream_started(stream.label, 1)
         return run
 
     def _job(self, stream: CatalogStream, session: ReadSession, index: int, reader,
@@ -189,7 +227,7 @@ class ReadPipeline:
         by_key = {(r.stream.namespace, r.stream.name): r for r in runs}
         jobs = [self._with_sink(run, job) for run in runs if run.kind == "full" for job in run.jobs]
         passes = [job for run in runs if run.kind == "incremental" for job in run.jobs]
-        progress = Progress(self.log, total_chunks=len(jobs) + len(passes))
+        pending = {key: len(run.jobs) for key, run in by_key.items()}
         # Full-load chunks are Spark tasks; an incremental pass is one range read on the driver, so a
         # run with no full load never starts a JVM.
         scans = self.runner.run(run_chunk_job, jobs)
@@ -198,19 +236,47 @@ class ReadPipeline:
             run = by_key[(result.namespace, result.stream)]
             if result.error is not None:
                 self.errors.append(result.error)
+                run.failed = True
                 self.log(f"{run.stream.label}: chunk {result.chunk_index} failed: {result.error}")
             else:
                 result.emit(self.out.write_raw)
                 for warning in result.warnings:
                     self.log(f"{run.stream.label}: {warning}")
-            progress.chunk_done(run.stream.label, result.rows, result.seconds)
+            self.progress.chunk_done(run.stream.label, result.rows, result.seconds)
             if result.error is None and self._tasks_write(run):
                 self.rows_by_tasks += result.rows
             self._after_task(run, result)
+            pending[run.stream.key] -= 1
+            if result.error is None and self.statuses.get(run.stream.key) == "STARTED":
+                self._status(run.stream, "RUNNING")
+            if not pending[run.stream.key]:
+                self._stream_done(run)
             if isinstance(result.error, SourceChangedError):
                 getattr(scans, "close", lambda: None)()  # no further chunk starts; those in flight are cancelled
                 break
-        progress.finish()
+
+    def _stream_done(self, run: StreamRun) -> None:
+        """Every chunk of a stream is done: its summary, and COMPLETE unless change capture follows."""
+        self.progress.stream_finished(run.stream.label, complete=not run.failed)
+        if run.failed:
+            self._status(run.stream, "INCOMPLETE")
+        elif run.stream.sync_mode != "cdc":
+            self._status(run.stream, "COMPLETE")
+
+    def _status(self, stream: CatalogStream, status: str) -> None:
+        """Emit a TRACE STREAM_STATUS for ``stream``."""
+        self.statuses[stream.key] = status
+        self.out.write(messages.trace_stream_status(stream.name, stream.namespace, status))
+
+    def _end_statuses(self, status: str) -> None:
+        """Give every stream still open (STARTED or RUNNING) its final ``status``; best effort on failure."""
+        try:
+            for stream in self.catalog.selected_streams():
+                if self.statuses.get(stream.key) in ("STARTED", "RUNNING"):
+                    self._status(stream, status)
+            self.out.flush()
+        except OSError:  # the reader of stdout is gone: nobody is left to tell
+            pass
 
     def _tasks_write(self, run: StreamRun) -> bool:
         """Whether the stream's tasks write their rows to the destination themselves (sync, full load)."""

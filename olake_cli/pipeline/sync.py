@@ -16,24 +16,29 @@ from typing import Any, Callable
 from olake_cli.core.catalog import Catalog
 from olake_cli.core.messages import MessageWriter
 from olake_cli.core.state import FileStateStore, State
+from olake_cli.pipeline.progress import ProgressView
 from olake_cli.pipeline.read import ReadPipeline
 from olake_cli.pipeline.write import WritePipeline
 
 
 def run_in_process(source, destination, catalog: Catalog, state: State, store: FileStateStore | None,
-                   sink: Any, runner, out: MessageWriter, log: Callable[[str], None]) -> None:
-    """Run ReadPipeline into a pipe drained by WritePipeline in a thread; re-raise the first failure."""
+                   sink: Any, runner, out: MessageWriter, log: Callable[[str], None],
+                   view: ProgressView | None = None) -> None:
+    """Run ReadPipeline into a pipe drained by WritePipeline in a thread; re-raise the first failure.
+
+    The reader's STREAM_STATUS and ESTIMATE traces cross the pipe and are passed on to ``out`` in order.
+    """
     read_fd, write_fd = os.pipe()
     pipe_in = os.fdopen(read_fd, "rb", buffering=1 << 20)
     pipe_out = os.fdopen(write_fd, "wb", buffering=1 << 20)
     failures: list[BaseException] = []
-    reader = ReadPipeline(source, catalog, state, MessageWriter(pipe_out), runner, log, sink=sink)
+    reader = ReadPipeline(source, catalog, state, MessageWriter(pipe_out), runner, log, sink=sink, view=view)
 
     def drain() -> None:
         try:
             # its own copy: the reader may widen its streams' schemas, which the writer must see arrive
             WritePipeline(destination, copy.deepcopy(catalog), store, out, log,
-                          rows_by_tasks=lambda: reader.rows_by_tasks).run(pipe_in)
+                          rows_by_tasks=lambda: reader.rows_by_tasks, pass_traces=True).run(pipe_in)
         except BaseException as exc:  # reported after the reader stops
             failures.append(exc)
         finally:

@@ -22,7 +22,7 @@ class WritePipeline:
 
     def __init__(self, destination, catalog: Catalog | None, state_store: FileStateStore | None,
                  out: messages.MessageWriter, log: Callable[[str], None], rows_by_tasks: Callable[[], int] = int,
-                 ) -> None:
+                 pass_traces: bool = False) -> None:
         self.destination, self.catalog, self.store = destination, catalog, state_store
         self.out, self.log = out, log
         self.keys: set[tuple] = set()
@@ -32,6 +32,7 @@ class WritePipeline:
         self.states = 0
         self.known_state = state_store.load() if state_store is not None else None
         self.rows_by_tasks = rows_by_tasks  # sync: rows the Spark tasks wrote themselves
+        self.pass_traces = pass_traces  # sync: the reader's ESTIMATE and STREAM_STATUS traces go on to stdout
         if catalog is not None:
             self._adopt(catalog)
 
@@ -112,6 +113,9 @@ class WritePipeline:
             self._commit_state(msg)
         elif kind == "CATALOG":
             self._on_catalog(parse_catalog(msg, what=f"stdin line {lineno}"))
+        elif kind == "TRACE" and msg["trace"]["type"] != "ERROR":
+            if self.pass_traces:  # after the STATEs before it, so COMPLETE follows the stream's last commit
+                self.out.write(msg)
         elif kind == "TRACE":
             error = msg["trace"].get("error") or {}
             self.upstream_error = (error.get("message", "unknown error"), error.get("failure_type", "system_error"))

@@ -38,7 +38,7 @@ def messages(stdout: bytes) -> list[dict]:
 
 def trace_errors(stdout: bytes) -> list[dict]:
     """The TRACE error messages on stdout."""
-    return [m for m in messages(stdout) if m.get("type") == "TRACE"]
+    return [m for m in messages(stdout) if m.get("type") == "TRACE" and m["trace"].get("type") == "ERROR"]
 
 
 def write_json(path: Path, obj: object) -> str:

@@ -92,12 +92,14 @@ class PostgresReadSession:
         if info.relkind == "v":  # a view has no pages to split: one chunk, the whole view
             return FullLoadPlan([(None, None)], {"chunk_column": chunking.CTID, "table_identity": {}})
         key_present = not set(info.primary_key) & set(info.missing)
+        estimate = _row_estimate(conn, info)
         if self.settings.chunk_strategy == "primary_key" and info.primary_key and key_present:
             bounds = chunking.plan_key_chunks(conn, info.schema, info.table, info.primary_key, rows)
-            return FullLoadPlan([(b.min, b.max) for b in bounds], {"chunk_column": list(info.primary_key)})
+            return FullLoadPlan([(b.min, b.max) for b in bounds], {"chunk_column": list(info.primary_key)},
+                                estimate)
         bounds = chunking.plan_ctid_chunks(conn, info.schema, info.table, rows)
         return FullLoadPlan([(b.min, b.max) for b in bounds],
-                            {"chunk_column": chunking.CTID, "table_identity": self._identity(info)})
+                            {"chunk_column": chunking.CTID, "table_identity": self._identity(info)}, estimate)
 
     def resume_blocker(self, stream: Any, previous: StreamState) -> str | None:
         """Why a ctid load cannot resume: the table was rewritten since its chunks were planned.
@@ -180,6 +182,22 @@ class PostgresReadSession:
                                    nested_arrays=tuple((c.name, c.olake_type) for c in info.columns
                                                        if c.olake_type.startswith("array<array<")
                                                        and c.name not in info.missing))
+
+
+def _row_estimate(conn, info: TableInfo) -> int:
+    """Rows of a table (every leaf of a partitioned one) from ``pg_class.reltuples``; a table never
+    analyzed (reltuples -1, or 0 with pages) is counted."""
+    table = sql.SQL("{}.{}").format(sql.Identifier(info.schema), sql.Identifier(info.table))
+    qualified = table.as_string(conn)
+    tuples, unknown = conn.execute(
+        """SELECT coalesce(sum(greatest(c.reltuples, 0)), 0)::bigint,
+                  coalesce(bool_or(c.reltuples < 0 OR (c.reltuples = 0 AND c.relpages > 0)), false)
+           FROM (SELECT relid FROM pg_partition_tree(%s::regclass) WHERE isleaf
+                 UNION SELECT %s::regclass) t JOIN pg_class c ON c.oid = t.relid
+           WHERE c.relkind IN ('r', 'm')""", (qualified, qualified)).fetchone()
+    if unknown:
+        tuples = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone()[0]
+    return int(tuples)
 
 
 def _finite(column) -> sql.Composable | None:

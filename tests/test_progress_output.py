@@ -1,0 +1,153 @@
+"""What operators see: a live progress display on a terminal, one summary line per stream otherwise,
+``--log-format json`` objects on stderr, and TRACE ESTIMATE / STREAM_STATUS messages on stdout."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import subprocess
+import threading
+
+import psycopg
+import pytest
+
+from olake_cli.core.validation import validate_message
+from tests.support.cli import messages, olake_cmd, olake_env, run_olake, write_json
+from tests.support.verify import assert_table_matches, read_parquet
+
+TABLES = {"t1": 3000, "t2": 2500}  # rows; chunk_rows below gives each table several chunks
+ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+
+
+@pytest.fixture()
+def two_tables(pg_cluster, pg_db, tmp_path):
+    """Two small tables, their source config (key chunks of 1000 rows) and their catalog."""
+    with psycopg.connect(pg_cluster.dsn(pg_db), autocommit=True) as conn:
+        for name, rows in TABLES.items():
+            conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, note text, at timestamptz)")
+            conn.execute(f"INSERT INTO {name} SELECT g, md5(g::text), '2024-01-01'::timestamptz + g * interval '1 s' "
+                         f"FROM generate_series(1, {rows}) g")
+        conn.execute("ANALYZE t2")  # t2's estimate comes from statistics, t1's from a count
+    src = write_json(tmp_path / "src.json", pg_cluster.source_config(pg_db, chunk_strategy="primary_key",
+                                                                       chunk_rows=1000))
+    disc = run_olake("discover", "--config", src)
+    assert disc.returncode == 0, disc.stderr.decode()
+    (tmp_path / "cat.json").write_bytes(disc.stdout)
+    return src, str(tmp_path / "cat.json"), messages(disc.stdout)[0]["catalog"]
+
+
+def _counts(pg_cluster, pg_db) -> dict[str, int]:
+    with psycopg.connect(pg_cluster.dsn(pg_db)) as conn:
+        return {name: conn.execute(f"SELECT count(*) FROM {name}").fetchone()[0] for name in TABLES}
+
+
+def _run_on_terminal(args: list[str], env: dict[str, str]) -> tuple[int, bytes, bytes]:
+    """Run olake with stderr on a pseudo-terminal; (exit status, stdout, what the terminal showed)."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(olake_cmd(*args), stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL,
+                            env=env)
+    os.close(slave)
+    shown: list[bytes] = []
+
+    def drain() -> None:  # the terminal must be read while the display refreshes, or the run blocks
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: every writer of the terminal is gone
+                return
+            if not data:
+                return
+            shown.append(data)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    stdout, _ = proc.communicate(timeout=600)
+    reader.join(timeout=60)
+    os.close(master)
+    return proc.returncode, stdout, b"".join(shown)
+
+
+def test_sync_on_a_terminal_shows_live_progress_per_stream(pg_cluster, pg_db, two_tables, tmp_path):
+    src, cat, _ = two_tables
+    dst = write_json(tmp_path / "dst.json", {"type": "parquet", "path": str(tmp_path / "lake")})
+    env = {**olake_env(), "TERM": "xterm-256color", "COLUMNS": "160", "LINES": "40"}
+    env.pop("OLAKE_LOG_FORMAT", None)
+    code, stdout, shown = _run_on_terminal(["sync", "--source", src, "--destination", dst, "--catalog", cat], env)
+    screen = ANSI.sub(b"", shown).decode(errors="replace")
+    assert code == 0, screen[-3000:]
+    assert b"\x1b[" in shown, "a live display redraws with terminal escapes"
+    for name in TABLES:
+        done = re.findall(rf"public\.{name} .*?chunks (\d+)/(\d+)\s+done", screen)
+        assert done, screen[-3000:]
+        assert done[-1][0] == done[-1][1] and int(done[-1][1]) >= 2, done
+    statuses = [m["trace"] for m in messages(stdout) if m["type"] == "TRACE"]
+    completed = {t["stream_status"]["stream_descriptor"]["name"] for t in statuses
+                 if t["type"] == "STREAM_STATUS" and t["stream_status"]["status"] == "COMPLETE"}
+    assert completed == set(TABLES), "sync prints each stream's COMPLETE"
+
+
+def test_read_traces_and_summary_lines_then_write_copies_every_value(pg_cluster, pg_db, two_tables, tmp_path):
+    src, cat, catalog = two_tables
+    read = run_olake("read", "--config", src, "--catalog", cat)
+    stderr = read.stderr.decode()
+    assert read.returncode == 0, stderr[-3000:]
+    out = messages(read.stdout)
+    for msg in out:
+        validate_message(msg, "read stdout")
+    counts = _counts(pg_cluster, pg_db)
+    estimates = {t["estimate"]["name"]: t["estimate"] for m in out if m["type"] == "TRACE"
+                 for t in [m["trace"]] if t["type"] == "ESTIMATE"}
+    assert {name: e["row_estimate"] for name, e in estimates.items()} == counts
+    assert all(e["namespace"] == "public" and e["type"] == "STREAM" for e in estimates.values())
+    for name in TABLES:
+        statuses = [m["trace"]["stream_status"]["status"] for m in out if m["type"] == "TRACE"
+                    and m["trace"]["type"] == "STREAM_STATUS"
+                    and m["trace"]["stream_status"]["stream_descriptor"] == {"name": name, "namespace": "public"}]
+        assert statuses == ["STARTED", "RUNNING", "COMPLETE"], (name, statuses)
+    summaries = [line for line in stderr.splitlines() if re.search(r"rows in \d+/\d+ chunk\(s\) in ", line)]
+    assert len(summaries) == len(TABLES), stderr
+    for name in TABLES:
+        [line] = [s for s in summaries if s.startswith(f"olake: public.{name}: ")]
+        assert f": {counts[name]} rows in " in line and "rows/s" in line, line
+    assert "\x1b[" not in stderr, "no terminal: no live display"
+
+    dst = write_json(tmp_path / "dst.json", {"type": "parquet", "path": str(tmp_path / "lake")})
+    write = run_olake("write", "--config", dst, stdin=read.stdout)  # read | write
+    assert write.returncode == 0, write.stderr.decode()[-3000:]
+    assert {m["type"] for m in messages(write.stdout)} == {"STATE"}, "write passes no TRACE on"
+    with psycopg.connect(pg_cluster.dsn(pg_db), autocommit=True) as conn:
+        for entry in catalog["streams"]:
+            folder = tmp_path / "lake" / entry["namespace"] / entry["name"]
+            assert_table_matches(conn, entry["namespace"], entry["name"], entry["json_schema"],
+                                 read_parquet(str(folder)))
+
+
+def test_json_log_format_every_stderr_line_is_an_object(pg_cluster, pg_db, two_tables, tmp_path):
+    src, cat, catalog = two_tables
+    dst = write_json(tmp_path / "dst.json", {"type": "parquet", "path": str(tmp_path / "lake")})
+    ok = run_olake("--log-format", "json", "sync", "--source", src, "--destination", dst, "--catalog", cat)
+    assert ok.returncode == 0, ok.stderr.decode()[-3000:]
+    # Spark's JVM writes a few start-up lines of its own to stderr; every line olake writes is an object
+    lines = ok.stderr.decode().splitlines()
+    assert not [line for line in lines if line.startswith("olake") or "Traceback" in line], lines
+    entries = [json.loads(line) for line in lines if line.startswith("{")]
+    assert entries and all(set(e) >= {"time", "level", "message"} and e["level"] == "info" for e in entries)
+    finished = {e["stream"]: e for e in entries if e.get("event") == "finished"}
+    counts = _counts(pg_cluster, pg_db)
+    assert {name: e["rows"] for name, e in finished.items()} == {f"public.{n}": c for n, c in counts.items()}
+    assert all(e["chunks_done"] == e["chunks_total"] >= 2 for e in finished.values())
+
+    catalog["streams"][0]["name"] = "gone"
+    bad = write_json(tmp_path / "bad.json", catalog)
+    env_json = {"OLAKE_LOG_FORMAT": "json"}
+    failed = subprocess.run(olake_cmd("read", "--config", src, "--catalog", bad), capture_output=True,
+                            timeout=300, env={**olake_env(), **env_json})
+    assert failed.returncode != 0
+    lines = failed.stderr.decode().splitlines()
+    errors = [e for e in map(json.loads, lines) if e["level"] == "error"]
+    assert len(lines) == 1 and len(errors) == 1, lines
+    assert "'public.gone'" in errors[0]["message"] and errors[0]["failure_type"] == "config_error"
+    [trace] = [m["trace"] for m in messages(failed.stdout)]
+    assert trace["type"] == "ERROR" and trace["error"]["message"] == errors[0]["message"]
