@@ -228,14 +228,18 @@ def _detail(settings: MongoSettings, exc: Exception) -> str:
 
 
 def read_error(settings: MongoSettings, exc: Exception, what: str) -> OlakeError:
-    """A driver error while reading ``what``: TransientError for network trouble, else SourceError."""
+    """A driver error while reading ``what``: TransientError when it may go away on retry (by type,
+    error label and code, see ``retryable``), ConnectionFailed for authorization, else SourceError."""
     from pymongo import errors
+
+    from olake_cli.sources.mongodb.retryable import is_transient
 
     if isinstance(exc, OlakeError):
         return exc
     detail = _detail(settings, exc)
-    if isinstance(exc, (errors.AutoReconnect, errors.NetworkTimeout, errors.ServerSelectionTimeoutError,
-                        errors.ConnectionFailure, errors.ExecutionTimeout)):
+    if isinstance(exc, errors.OperationFailure) and exc.code is not None:
+        detail += f" (code {exc.code} {(exc.details or {}).get('codeName', '')})".replace(" )", ")")
+    if is_transient(exc):
         return TransientError(f"mongodb: {what}: {type(exc).__name__}: {detail}")
     if isinstance(exc, errors.OperationFailure) and exc.code in (_AUTH_FAILED, _UNAUTHORIZED):
         return connection_error(settings, exc)

@@ -7,9 +7,21 @@ from typing import Any, Iterator
 
 import bson
 
-from olake_cli.core.errors import OlakeError
+from olake_cli.core.errors import OlakeError, SourceChangedError
 from olake_cli.sources.mongodb.bson_schema import BSON_CODEC_OPTIONS
 from olake_cli.sources.mongodb.connection import MongoSettings, read_error
+
+
+def collection_uuid(db, name: str) -> str | None:
+    """The collection's UUID (``listCollections`` ``info.uuid``): a drop, a rename or a re-creation
+    changes it. None when the collection does not exist or the server reports no UUID."""
+    import uuid
+
+    found = next(iter(db.list_collections(filter={"name": name})), None)
+    value = ((found or {}).get("info") or {}).get("uuid")
+    if value is None:
+        return None
+    return str(value if isinstance(value, uuid.UUID) else uuid.UUID(bytes=bytes(value)))
 
 
 def encode_query(query: dict) -> bytes:
@@ -33,6 +45,7 @@ class MongoChunkReader:
     label: str = ""
     chunk_index: int = 0
     after_cluster_time: tuple[int, int] | None = None
+    collection_uuid: str | None = None  # the collection the load was planned on (None: not checked)
 
     def filter(self) -> dict[str, Any]:
         """The query as a document."""
@@ -59,6 +72,20 @@ class MongoChunkReader:
                     session.advance_operation_time(Timestamp(*self.after_cluster_time))
                 for raw in coll.find_raw_batches(self.filter(), session=session):
                     yield from bson.decode_all(raw, codec_options=BSON_CODEC_OPTIONS)
+            self._check_same_collection(client[self.settings.database])
+
+    def _check_same_collection(self, db) -> None:
+        """SourceChangedError unless the collection read is still the one the load was planned on:
+        a dropped or renamed collection reads as empty, which must never pass as a finished chunk."""
+        if self.collection_uuid is None:
+            return
+        now = collection_uuid(db, self.collection)
+        if now != self.collection_uuid:
+            what = "dropped or renamed" if now is None else "dropped and created again (or replaced by a rename)"
+            raise SourceChangedError(
+                f"mongodb: collection {self.label} was {what} during its full load (chunk {self.chunk_index}); "
+                "the load stopped; committed chunks are kept; run again: a collection of that name loads "
+                "anew, a missing one is reported")
 
     def _batches(self) -> Iterator[Any]:
         from olake_cli.sources.mongodb.bson_types import documents_to_batch

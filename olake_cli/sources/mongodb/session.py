@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 from decimal import Decimal, localcontext
 from typing import Any, Callable
 
@@ -25,7 +26,7 @@ from olake_cli.sources.mongodb.bson_schema import BSON_CODEC_OPTIONS
 from olake_cli.sources.mongodb.chunks import plan_chunks
 from olake_cli.sources.mongodb.connection import MongoSettings, cluster_time, open_client, read_error
 from olake_cli.sources.mongodb.discover import CURSOR_BRACKETS, list_collections
-from olake_cli.sources.mongodb.scan import MongoChunkReader, encode_query
+from olake_cli.sources.mongodb.scan import MongoChunkReader, collection_uuid, encode_query
 
 _NUMBER_TYPES = CURSOR_BRACKETS["int64"]
 _FINITE = {"$gt": float("-inf"), "$lt": float("inf")}
@@ -84,7 +85,9 @@ class MongoReadSession:
         return ("_id",)
 
     def plan_full_load(self, stream: Any) -> FullLoadPlan:
-        """``_id`` chunks covering every type bracket present (see ``chunks``)."""
+        """``_id`` chunks covering every type bracket present (see ``chunks``), and the collection's
+        UUID: every chunk checks it, so a collection dropped or renamed mid-load stops the load."""
+        uuid = self._uuid(stream)
         try:
             plan = plan_chunks(self._collection(stream), self.settings.chunk_documents)
         except Exception as exc:
@@ -92,7 +95,8 @@ class MongoReadSession:
         for warning in plan.warnings:
             self.log(f"{stream.label}: {warning}")
         self.log(f"{stream.label}: _id chunks by type: {plan.summary()}")
-        return FullLoadPlan(list(plan.bounds), {"chunk_column": "_id"}, self._document_estimate(stream))
+        return FullLoadPlan(list(plan.bounds), {"chunk_column": "_id", "collection_uuid": uuid},
+                            self._document_estimate(stream))
 
     def _document_estimate(self, stream: Any) -> int | None:
         """The collection's document count from its metadata (None if the server will not say)."""
@@ -105,6 +109,10 @@ class MongoReadSession:
         """``_id`` ranges keep their meaning; only chunks this source did not write cannot resume."""
         if (previous.extra or {}).get("chunk_column", "_id") != "_id":
             return "its chunks are not MongoDB _id ranges"
+        recorded = (previous.extra or {}).get("collection_uuid")
+        if recorded is not None and recorded != self._uuid(stream):
+            return ("the collection was dropped and created again (or replaced by a rename) since its full "
+                    "load began, so its chunks no longer name the same documents")
         try:
             for chunk in previous.chunks or []:
                 brackets.chunk_filter(chunk.min, chunk.max)
@@ -115,7 +123,8 @@ class MongoReadSession:
     def chunk_reader(self, stream: Any, load: StreamState, index: int) -> MongoChunkReader:
         """The reader of chunk ``index``: documents whose ``_id`` lies in its bracket and range."""
         chunk = load.chunks[index]
-        return self._reader(stream, brackets.chunk_filter(chunk.min, chunk.max), index)
+        reader = self._reader(stream, brackets.chunk_filter(chunk.min, chunk.max), index)
+        return replace(reader, collection_uuid=(load.extra or {}).get("collection_uuid"))
 
     def max_cursor(self, stream: Any) -> str | None:
         """The largest finite cursor value of the cursor's bracket now, as Extended JSON (or None)."""
@@ -150,6 +159,13 @@ class MongoReadSession:
         return MongoChunkReader(settings=self.settings, collection=stream.name, query=encode_query(query),
                                 json_schema=stream.json_schema, label=stream.label, chunk_index=index,
                                 after_cluster_time=self._after_time(stream))
+
+    def _uuid(self, stream: Any) -> str | None:
+        """The collection's UUID now (None: missing, or a server that reports none)."""
+        try:
+            return collection_uuid(self.client[self.settings.database], stream.name)
+        except Exception as exc:
+            raise read_error(self.settings, exc, f"reading the UUID of {stream.label}") from None
 
     def _after_time(self, stream: Any) -> tuple[int, int] | None:
         """The operation time readers of ``stream`` wait for: taken once, after the stream's position
