@@ -139,15 +139,38 @@ def test_json_log_format_every_stderr_line_is_an_object(pg_cluster, pg_db, two_t
     assert {name: e["rows"] for name, e in finished.items()} == {f"public.{n}": c for n, c in counts.items()}
     assert all(e["chunks_done"] == e["chunks_total"] >= 2 for e in finished.values())
 
-    catalog["streams"][0]["name"] = "gone"
-    bad = write_json(tmp_path / "bad.json", catalog)
-    env_json = {"OLAKE_LOG_FORMAT": "json"}
-    failed = subprocess.run(olake_cmd("read", "--config", src, "--catalog", bad), capture_output=True,
-                            timeout=300, env={**olake_env(), **env_json})
+    # a run that fails after its stream started, without Spark: an incremental pass whose resumed
+    # cursor PostgreSQL cannot read as the column's type
+    t1 = next(s for s in catalog["streams"] if s["name"] == "t1")
+    bad_catalog = write_json(tmp_path / "t1.json", {"streams": [{**t1, "sync_mode": "incremental",
+                                                                 "cursor_field": ["id"]}]})
+    state = write_json(tmp_path / "state.json", {"level": "global", "version": "v1", "streams": [
+        {"sync_type": "incremental", "stream_name": "t1", "stream_namespace": "public",
+         "stream_state": {"cursor_field": "not-a-number"}}]})
+    failed = subprocess.run(olake_cmd("read", "--config", src, "--catalog", bad_catalog, "--state", state),
+                            capture_output=True, timeout=300, env={**olake_env(), "OLAKE_LOG_FORMAT": "json"})
     assert failed.returncode != 0
-    lines = failed.stderr.decode().splitlines()
-    errors = [e for e in map(json.loads, lines) if e["level"] == "error"]
-    assert len(lines) == 1 and len(errors) == 1, lines
-    assert "'public.gone'" in errors[0]["message"] and errors[0]["failure_type"] == "config_error"
-    [trace] = [m["trace"] for m in messages(failed.stdout)]
-    assert trace["type"] == "ERROR" and trace["error"]["message"] == errors[0]["message"]
+    entries = [json.loads(line) for line in failed.stderr.decode().splitlines()]
+    errors = [e for e in entries if e["level"] == "error"]
+    assert len(errors) == 1 and "not-a-number" in errors[0]["message"], entries
+    out = messages(failed.stdout)
+    [trace] = [m["trace"] for m in out if m["type"] == "TRACE" and m["trace"]["type"] == "ERROR"]
+    assert trace["error"]["message"] == errors[0]["message"]
+    statuses = [m["trace"]["stream_status"]["status"] for m in out
+                if m["type"] == "TRACE" and m["trace"]["type"] == "STREAM_STATUS"]
+    assert statuses == ["STARTED", "INCOMPLETE"]
+
+
+def test_mongodb_planner_estimates_the_documents(mongo_server, mongo_db):
+    from olake_cli.core.catalog import CatalogStream
+    from olake_cli.sources.mongodb.source import MongoSource
+    from tests.support.mongo import connect
+
+    with connect(mongo_server.uri) as client:
+        client[mongo_db].items.insert_many([{"n": n, "s": str(n)} for n in range(1200)])
+        expected = client[mongo_db].items.count_documents({})
+    source = MongoSource({"type": "mongodb", "uri": mongo_server.uri, "database": mongo_db, "chunk_documents": 500})
+    stream = CatalogStream.from_dict(next(s for s in source.discover()["streams"] if s["name"] == "items"))
+    with source.open_session([stream], log=lambda _: None) as session:
+        plan = session.plan_full_load(stream)
+    assert len(plan.bounds) >= 2 and plan.row_estimate == expected
