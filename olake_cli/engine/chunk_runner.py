@@ -28,8 +28,9 @@ class SparkChunkRunner:
     """
 
     def __init__(self, spark_factory: Callable[[], Any], max_parallel: int | None = None,
-                 local: bool = False) -> None:
+                 local: bool = False, log: Callable[[str], None] | None = None) -> None:
         self._spark_factory = spark_factory
+        self._log = log or (lambda text: print(f"olake: {text}", file=sys.stderr, flush=True))
         self._sc = None
         self._starting: threading.Thread | None = None
         self._start_error: BaseException | None = None
@@ -98,8 +99,7 @@ class SparkChunkRunner:
                 if attempt > TASK_RETRIES:
                     raise TransientError(f"a Spark task was lost {attempt} times ({reason}); "
                                          f"check the executors' memory and logs, then run again") from None
-                print(f"olake: a Spark task was lost ({reason}); running its chunk again "
-                      f"(attempt {attempt + 1})", file=sys.stderr, flush=True)
+                self._log(f"a Spark task was lost ({reason}); running its chunk again (attempt {attempt + 1})")
                 time.sleep(BACKOFF_S * attempt * (0.5 + random.random()))
 
     def run(self, func: Callable[[Any], Any], tasks: Iterable[Any]) -> Iterator[Any]:

@@ -58,7 +58,7 @@ def run_read(config_path: str, catalog_path: str, state_path: str | None, spark_
     else:
         state = load_state(state_path) if state_path else State()
     source = make_source(kind, config)
-    runner = _runner(_master(spark_master), max_parallel or config.get("max_parallel"))
+    runner = _runner(_master(spark_master), max_parallel or config.get("max_parallel"), log)
     try:
         ReadPipeline(source, catalog, state, out, runner, log, view=view).run()
     finally:
@@ -86,7 +86,7 @@ def run_sync(source_path: str, dest_path: str, catalog_path: str, state_path: st
                           f"sees the same path (NFS, a mounted bucket), or use a local master")
     if sink is not None:
         destination.open(catalog)  # roll back/forward an interrupted run before any task stages files
-    runner = _runner(master, max_parallel or source_config.get("max_parallel"))
+    runner = _runner(master, max_parallel or source_config.get("max_parallel"), log)
     try:
         run_in_process(source, destination, catalog, state, store, sink, runner, out, log, view)
     finally:
@@ -102,11 +102,11 @@ def _master(spark_master: str | None) -> str:
     return master
 
 
-def _runner(master: str, max_parallel: int | None):
+def _runner(master: str, max_parallel: int | None, log: Callable[[str], None]):
     from olake_cli.engine.chunk_runner import SparkChunkRunner
     from olake_cli.engine.session import spark_session
 
-    return SparkChunkRunner(lambda: spark_session(master), max_parallel, local=master.startswith("local"))
+    return SparkChunkRunner(lambda: spark_session(master), max_parallel, local=master.startswith("local"), log=log)
 
 
 def shutdown_engine() -> None:
