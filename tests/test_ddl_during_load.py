@@ -26,21 +26,23 @@ def _succeeded(state: dict) -> int:
     return sum(c["status"] == "succeed" for c in state.get("chunks") or [])
 
 
-def _stream_state(path) -> dict:
+def _stream_state(path, name: str = "parts") -> dict:
     streams = json.loads(path.read_text())["streams"]
-    return next(s["stream_state"] for s in streams if s["stream_name"] == "parts")
+    return next(s["stream_state"] for s in streams if s["stream_name"] == name)
 
 
-def _load_with_ddl(read_args: list[str], write_args: list[str], dsn: str, ddl: str):
-    """Run ``read | write``; once two chunks are committed, run ``ddl`` from another session (it waits
-    for the load's lock, at most two minutes here). Returns the finished reader and its stderr."""
+def _load_with_ddl(read_args: list[str], write_args: list[str], dsn: str, ddl: str, stream: str = "parts"):
+    """Run ``read | write``; once two chunks of ``stream`` are committed, run ``ddl`` from another
+    session (it waits for the load's lock, at most two minutes here). Returns the finished reader and
+    its stderr."""
     env = olake_env()
     reader = subprocess.Popen(olake_cmd("read", *read_args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     writer = subprocess.Popen(olake_cmd("write", *write_args), stdin=reader.stdout, stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, env=env)
     reader.stdout.close()
     for line in writer.stdout:
-        if _succeeded(json.loads(line)["state"]["streams"][0]["stream_state"]) >= 2:
+        echoed = json.loads(line)["state"]["streams"]
+        if any(s["stream_name"] == stream and _succeeded(s["stream_state"]) >= 2 for s in echoed):
             break
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SET lock_timeout = '120s'")  # a hang guard only: the load releases within seconds
@@ -102,3 +104,37 @@ def test_ddl_mid_load_stops_the_load_and_the_rerun_converges(pg_cluster, pg_db, 
     data = read_parquet(str(tmp_path / "out" / "public" / "parts"))
     with psycopg.connect(dsn, autocommit=True) as conn:
         assert_table_matches(conn, "public", "parts", schema, data.select(list(schema["properties"])))
+
+
+def test_ddl_on_a_table_whose_load_is_done_is_not_blocked_until_the_run_ends(pg_cluster, pg_db, tmp_path):
+    """No chunk of ``a_small`` is left to notice its DDL: the lock watch does, and stops the run."""
+    dsn = pg_cluster.dsn(pg_db)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"""CREATE TABLE a_small (id int PRIMARY KEY, note text);
+                         INSERT INTO a_small SELECT g, 'n' || g FROM generate_series(1, 50) g;
+                         CREATE TABLE parts (id int PRIMARY KEY, label text);
+                         INSERT INTO parts SELECT g, repeat('p', 100) || g FROM generate_series(1, {ROWS}) g;
+                         ANALYZE;""")
+    src = write_json(tmp_path / "src.json", pg_cluster.source_config(pg_db, chunk_rows=100, max_parallel=1))
+    dst = write_json(tmp_path / "dst.json", {"type": "parquet", "path": str(tmp_path / "out")})
+    disc = run_olake("discover", "--config", src)
+    assert disc.returncode == 0, disc.stderr
+    (tmp_path / "cat.json").write_bytes(disc.stdout)
+    state = tmp_path / "st.json"
+    catalog = ["--catalog", str(tmp_path / "cat.json")]
+    reader, stderr = _load_with_ddl(["--config", src, *catalog, "--state", str(state)],
+                                    ["--config", dst, "--state", str(state)], dsn,
+                                    "ALTER TABLE a_small ADD COLUMN extra int", stream="parts")
+    assert reader.returncode != 0
+    errors = [line for line in stderr.splitlines() if line.startswith(b"olake: error:")]
+    assert len(errors) == 1 and b"public.a_small is being altered or dropped" in errors[0], stderr.decode()[-2000:]
+    stopped = _stream_state(state)
+    assert _succeeded(stopped) < len(stopped["chunks"])  # the run did not wait for the last chunk of parts
+
+    again = run_olake("sync", "--source", src, "--destination", dst, *catalog, "--state", str(state))
+    assert again.returncode == 0, again.stderr.decode()[-3000:]
+    streams = {s["name"]: s["json_schema"] for s in json.loads(disc.stdout)["catalog"]["streams"]}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for name, schema in streams.items():
+            data = read_parquet(str(tmp_path / "out" / "public" / name))
+            assert_table_matches(conn, "public", name, schema, data.select(list(schema["properties"])))

@@ -123,7 +123,7 @@ def test_chunks_cover_mixed_id_types_exactly(mongo_server, mongo_db):
         stream = _stream(source, "mixed")
         with source.open_session([stream], log=lambda _: None) as session:
             full = session.plan_full_load(stream)
-            assert full.extra == {"chunk_column": "_id"}
+            assert full.extra == {"chunk_column": "_id", "collection_uuid": _collection_uuid(client, mongo_db, "mixed")}
             state = State("global", streams=[StreamState(
                 "full-load", "mixed", mongo_db, None, [Chunk("pending", lo, hi) for lo, hi in full.bounds],
                 dict(full.extra))])
@@ -140,6 +140,12 @@ def test_chunks_cover_mixed_id_types_exactly(mongo_server, mongo_db):
                 reader = session.chunk_reader(stream, loaded, index)
                 seen += _ids_of(coll, reader.filter())
         assert seen == expected  # every document exactly once: none lost, none twice
+
+
+def _collection_uuid(client, database: str, name: str) -> str:
+    """The collection's UUID as listCollections reports it."""
+    value = next(client[database].list_collections(filter={"name": name}))["info"]["uuid"]
+    return str(value if isinstance(value, uuid.UUID) else uuid.UUID(bytes=bytes(value)))
 
 
 def test_chunk_bounds_are_exact_at_int64_precision(mongo_server, mongo_db):

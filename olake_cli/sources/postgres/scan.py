@@ -21,6 +21,7 @@ class PostgresChunkReader:
     batch_rows: int = 10_000
     key_columns: tuple[str, ...] = ()
     nested_arrays: tuple[tuple[str, str], ...] = ()  # (column, x-olake-type) scanned as array text
+    rewrite_check: str | None = None  # counts the table's leaves rewritten since the snapshot
 
     def read_batches(self) -> Iterator[Any]:
         """Arrow record batches of the chunk, read through ADBC inside the exported snapshot."""
@@ -31,6 +32,9 @@ class PostgresChunkReader:
         except Exception as exc:  # driver errors arrive as many types; report them as one SourceError
             if _sqlstate(exc) == _LOCK_NOT_AVAILABLE:  # another session queued for an exclusive lock
                 raise SourceChangedError(BEING_ALTERED.format(label=self.label)) from None
+            if _sqlstate(exc) == _UNDEFINED_TABLE:
+                raise SourceChangedError(f"{self.label} was dropped during its full load; committed chunks "
+                                         "are kept; run discover again if it is gone for good") from None
             if "invalid snapshot identifier" in str(exc):
                 raise SnapshotLostError(f"chunk {self.chunk_index} of {self.label}: the load's snapshot is gone "
                                         "(the database restarted, or the connection that exported it was "
@@ -55,8 +59,20 @@ class PostgresChunkReader:
                 for batch in cur.fetch_record_batch():
                     for start in range(0, batch.num_rows, self.batch_rows):
                         yield batch.slice(start, self.batch_rows)
+                self._check_not_rewritten(cur)
             conn.rollback()
 
+
+    def _check_not_rewritten(self, cur) -> None:
+        """SourceChangedError if the table read was rewritten since the snapshot (this scan waited for
+        a lock while DDL ran): its rows would be the wrong ones, or none."""
+        if self.rewrite_check is None:
+            return
+        cur.execute(self.rewrite_check)
+        if cur.fetchone()[0]:
+            raise SourceChangedError(f"{self.label} was rewritten (VACUUM FULL, CLUSTER, TRUNCATE or a rewriting "
+                                     "ALTER TABLE) during its full load; committed chunks are kept; run again: "
+                                     "the rerun decides whether the load can resume")
 
     def wire_columns(self, batch) -> dict[str, list] | None:
         """Wire values of the multi-dimensional array columns, which arrive as PostgreSQL's array text."""
@@ -80,6 +96,7 @@ class PostgresChunkReader:
 _TRANSIENT_CLASSES = ("08", "40", "53")
 _TRANSIENT_CODES = ("57P01", "57P02", "57P03")
 _LOCK_NOT_AVAILABLE = "55P03"
+_UNDEFINED_TABLE = "42P01"
 
 
 def is_transient(exc: BaseException) -> bool:

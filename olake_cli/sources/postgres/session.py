@@ -18,7 +18,7 @@ from olake_cli.sources.postgres import live_schema
 from olake_cli.sources.postgres import types as pgtypes
 from olake_cli.sources.postgres.connection import PostgresSettings, connect
 from olake_cli.sources.postgres.scan import PostgresChunkReader
-from olake_cli.sources.postgres.snapshot import ExportedSnapshot
+from olake_cli.sources.postgres.snapshot import ExportedSnapshot, rewritten_query
 
 
 @dataclass
@@ -174,11 +174,12 @@ class PostgresReadSession:
         key = tuple(info.primary_key)
         cols = [live_schema.select_null(c) if c.name in info.missing else pgtypes.select_expression(c, key)
                 for c in info.columns]
-        query = sql.SQL("SELECT {cols} FROM {s}.{t} WHERE {w}").format(
-            cols=sql.SQL(", ").join(cols), s=sql.Identifier(info.schema), t=sql.Identifier(info.table), w=where)
+        table = sql.SQL("{}.{}").format(sql.Identifier(info.schema), sql.Identifier(info.table))
+        query = sql.SQL("SELECT {cols} FROM {t} WHERE {w}").format(cols=sql.SQL(", ").join(cols), t=table, w=where)
         return PostgresChunkReader(label=stream.label, chunk_index=index, query=query.as_string(conn),
                                    uri=self.settings.uri(), snapshot_id=self.snapshot.snapshot_id,
                                    batch_rows=self.settings.batch_rows, key_columns=key,
+                                   rewrite_check=rewritten_query(table.as_string(conn)).as_string(conn),
                                    nested_arrays=tuple((c.name, c.olake_type) for c in info.columns
                                                        if c.olake_type.startswith("array<array<")
                                                        and c.name not in info.missing))

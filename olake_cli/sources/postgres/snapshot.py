@@ -6,6 +6,7 @@ from psycopg import sql
 
 from olake_cli.core.errors import SourceChangedError
 from olake_cli.sources.postgres.connection import PostgresSettings, connect
+from olake_cli.sources.postgres.lock_watch import LockWatch
 
 # How long any lock request of a load waits before the load stops. A table being loaded cannot be
 # altered, rewritten or dropped (the exporting transaction holds ACCESS SHARE on it); when another
@@ -17,6 +18,18 @@ LOCK_TIMEOUT_S = 5
 BEING_ALTERED = ("{label} is being altered or dropped by another session (it waits for a lock this "
                  "load holds); the load stopped so that session is not blocked; committed chunks are "
                  "kept, run again to continue")
+
+
+def rewritten_query(qualified: str) -> sql.Composable:
+    """Counts the leaves of table ``qualified`` whose storage changed since the transaction's snapshot:
+    ``pg_class`` read under the snapshot against ``pg_relation_filenode`` (the catalog now). Run it
+    while holding a lock on the table; a rewrite (VACUUM FULL, CLUSTER, TRUNCATE, a rewriting ALTER
+    TABLE) makes an older snapshot see the table empty, or its rows at other ctids."""
+    return sql.SQL(
+        """SELECT count(*) FROM (SELECT relid FROM pg_partition_tree({q}::regclass) WHERE isleaf
+           UNION SELECT {q}::regclass) t JOIN pg_class c ON c.oid = t.relid
+           WHERE c.relkind IN ('r', 'm') AND c.relfilenode <> pg_relation_filenode(c.oid)""").format(
+        q=sql.Literal(qualified))
 
 
 class ExportedSnapshot:
@@ -35,6 +48,7 @@ class ExportedSnapshot:
         self.txns: str | None = None  # pg_current_snapshot() text: 'xmin:xmax:xip,...'
         self.lsn_after: int | None = None  # WAL insert position read just after the snapshot
         self._held: set[tuple[str, str]] = set()
+        self._watch: LockWatch | None = None
 
     def __enter__(self) -> "ExportedSnapshot":
         import psycopg
@@ -47,7 +61,19 @@ class ExportedSnapshot:
         self.txns, lsn = self.conn.execute(
             "SELECT pg_current_snapshot()::text, (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::text").fetchone()
         self.lsn_after = int(lsn)
+        # a second more than a chunk's own timeout: a chunk waiting on its table reports it first
+        self._watch = LockWatch(self.settings, self.conn.info.backend_pid, self._release, LOCK_TIMEOUT_S + 1)
+        self._watch.start()
         return self
+
+    def _release(self) -> None:
+        """End the exporting transaction (the lock watch found a session waiting for its locks)."""
+        import psycopg
+
+        try:
+            self.conn.rollback()
+        except psycopg.Error:
+            pass
 
     def hold(self, schema: str, table: str, label: str) -> None:
         """Lock ``schema.table`` (ACCESS SHARE, until the load ends: with a view its tables, with a
@@ -58,16 +84,13 @@ class ExportedSnapshot:
         """
         import psycopg
 
+        self._raise_if_released()
         if (schema, table) in self._held:
             return
         name = sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(table))
         try:
             self.conn.execute(sql.SQL("SELECT FROM {} LIMIT 0").format(name))
-            rewritten = self.conn.execute(
-                """SELECT count(*) FROM (SELECT relid FROM pg_partition_tree(%s::regclass) WHERE isleaf
-                   UNION SELECT %s::regclass) t JOIN pg_class c ON c.oid = t.relid
-                   WHERE c.relkind IN ('r', 'm') AND c.relfilenode <> pg_relation_filenode(c.oid)""",
-                (name.as_string(self.conn),) * 2).fetchone()[0]
+            rewritten = self.conn.execute(rewritten_query(name.as_string(self.conn))).fetchone()[0]
         except psycopg.errors.LockNotAvailable:
             raise SourceChangedError(BEING_ALTERED.format(label=label)) from None
         except psycopg.errors.UndefinedTable:
@@ -78,9 +101,16 @@ class ExportedSnapshot:
                                      "ALTER TABLE) while the run started; run again")
         self._held.add((schema, table))
 
+    def _raise_if_released(self) -> None:
+        """SourceChangedError once the lock watch has ended the transaction for a waiting session."""
+        if self._watch is not None and self._watch.blocked is not None:
+            raise SourceChangedError(BEING_ALTERED.format(label=self._watch.blocked))
+
     def __exit__(self, *exc) -> None:
         import psycopg
 
+        if self._watch is not None:
+            self._watch.stop()
         if self.conn is not None:
             try:
                 self.conn.rollback()  # read only: nothing to keep; a lost connection ended it already
@@ -89,6 +119,8 @@ class ExportedSnapshot:
             finally:
                 self.conn.close()
                 self.conn = None
+        if exc[0] is None:
+            self._raise_if_released()  # the chunks that failed since name only the lost snapshot
 
 
 class SnapshotHorizon:
