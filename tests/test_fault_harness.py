@@ -1,19 +1,23 @@
 """The standing fault harness: SIGKILL the reader, the writer or both at seeded random moments,
 resume from the state file each time, and check that the destination equals the source.
 
-For ``read | write`` and for ``sync`` to Parquet, a ``cdc`` stream goes through its full load and
-then change capture while a writer keeps changing the source. Kills land at the destination's
-named commit steps (``core/faults.py``: staged, manifest-written, renamed, swapped, state-saved,
-each after a random number of passes) and at random times in the reader, the writer or both. After
-the schedule, clean runs catch up and the current view (newest version per key, deletes applied)
-must equal the source table value by value; the harness prints the kills survived, the rows lost
-and the physical duplicates.
+Four paths: ``read | write`` and ``sync``, each to Parquet and to Iceberg (embedded catalog). A
+``cdc`` stream goes through full loads and change capture while the source keeps changing. The
+schedule runs in rounds: kills aimed at a full load (a random time while it runs, a named step of a
+chunk's destination commit, the state write), then kills aimed at change capture (a random time, a
+named step of a change batch's commit, the state write), then ``olake state reset`` so the next
+round's load replaces the stream's contents. Named steps are the crash points of ``core/faults.py``,
+after a random number of passes; each run aims at the least-hit phase it can reach. After the
+schedule, clean runs catch up and the current table (Parquet: newest version per key, deletes
+applied; Iceberg: the table's live rows) must equal the source table value by value. Each path
+prints the kills survived per phase and per fault, the runs, the rows lost and the physical
+duplicates; ``schedule.log`` and one stderr log per run stay in the test's tmp folder.
 
-    bash scripts/test.sh -m fault_harness                          # only the harness, short schedule
+    bash scripts/test.sh tests/test_fault_harness.py -s            # the short schedule (the suite's)
     OLAKE_FAULT_SCHEDULE=long OLAKE_FAULT_SEED=7 bash scripts/test.sh -m fault_harness -s
 
-The short schedule (the suite's) makes at least 12 kills per path; the long one 60. The seed is
-printed, so a failure can be replayed.
+The short schedule makes at least 20 kills per path; the long one 60. The seed is printed, so a
+failure can be replayed.
 """
 
 from __future__ import annotations
@@ -26,31 +30,95 @@ import subprocess
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
 
 import psycopg
-import pyarrow.compute as pc
+import pyarrow as pa
 import pytest
 
 from tests.support.cdc import discover_catalog, make_accounts
-from tests.support.cli import olake_cmd, olake_env, write_json
+from tests.support.cli import olake_cmd, olake_env, run_olake, write_json
+from tests.support.current_view import iceberg_rows
 from tests.support.verify import assert_table_matches, latest_versions, read_parquet
 
 pytestmark = pytest.mark.fault_harness
 
 LONG = os.environ.get("OLAKE_FAULT_SCHEDULE", "short") == "long"
-KILLS = 60 if LONG else 12
+KILLS = 60 if LONG else 20
+LOAD_KILLS, CHANGE_KILLS = 2, 5  # per round: kills aimed at one full load, then at change capture
 SEED = int(os.environ.get("OLAKE_FAULT_SEED", "20261124"))
-COMMIT_STEPS = ("staged", "manifest-written", "renamed", "swapped", "state-saved")
 ROWS = 6_000
+LOAD_PHASES = ("full load", "chunk commit", "state write")
+CHANGE_PHASES = ("change capture", "destination commit", "state write")
+
+
+@dataclass(frozen=True)
+class Destination:
+    """One destination under test: its config, its commit steps, and how to read its current table."""
+
+    config: Callable[[Path], dict]
+    load_steps: tuple[str, ...]  # crash points of a full-load chunk's commit
+    change_steps: tuple[str, ...]  # crash points of a change batch's commit
+    current: Callable[[Path, list[str]], tuple[pa.Table, int, str]]
+
+
+def _parquet_current(root: Path, columns: list[str]) -> tuple[pa.Table, int, str]:
+    """Newest version per key (deletes applied); duplicates are rows with a repeated (key, op id)."""
+    data = read_parquet(str(root / "public" / "acct"))
+    pairs = Counter(zip(data.column("id").to_pylist(), data.column("_olake_op_id").to_pylist()))
+    duplicates = sum(n - 1 for n in pairs.values() if n > 1)
+    return latest_versions(data, ["id"]).select(columns), duplicates, f"of {data.num_rows} stored rows"
+
+
+def _iceberg_current(root: Path, columns: list[str]) -> tuple[pa.Table, int, str]:
+    """The table's live rows; duplicates are live rows sharing a key."""
+    data = iceberg_rows(root, "public", "acct")
+    duplicates = data.num_rows - len(set(data.column("id").to_pylist()))
+    return data.select(columns), duplicates, f"of {data.num_rows} live rows"
+
+
+DESTINATIONS = {
+    "parquet": Destination(lambda root: {"type": "parquet", "path": str(root), "rows_per_file": 700},
+                           ("staged", "manifest-written", "renamed", "swapped"),
+                           ("staged", "manifest-written", "renamed"), _parquet_current),
+    "iceberg": Destination(lambda root: {"type": "iceberg", "path": str(root), "rows_per_file": 700},
+                           ("iceberg-files-written", "iceberg-committed"),
+                           ("iceberg-files-written", "iceberg-committed"), _iceberg_current),
+}
 
 
 @dataclass
 class Tally:
-    """What one path's schedule did."""
+    """What one path's schedule did (and where the current round stands)."""
 
     kills: int = 0
     runs: int = 0
+    loads: int = 1
+    round_load: int = 0
+    round_change: int = 0
+    load_seconds: float = 8.0  # how long a run that finishes a full load lasts, as last seen
+    change_seconds: float = 2.0  # how long a change capture run lasts at least, as last seen
+    phases: Counter = field(default_factory=Counter)
     kinds: Counter = field(default_factory=Counter)
+
+    def record(self, fault: tuple, killed: bool, pending: int | None, pending_after: int | None,
+               seconds: float) -> None:
+        """Count one run: the phase its kill landed in, and how long its kind of run lasts."""
+        if pending is not None and pending_after is None:
+            self.load_seconds = seconds  # the load finished in this run
+        elif pending is None and pending_after is None and fault[0] == "step":
+            self.change_seconds = seconds  # at least this long: it reached that commit
+        if not killed:
+            return
+        phase = _landed(fault, pending_after is not None)
+        self.kills += 1
+        self.phases[phase] += 1
+        self.kinds[fault[1] if fault[0] == "step" else f"timer{list(fault[2])}"] += 1
+        if pending_after is not None:
+            self.round_load += 1
+        else:
+            self.round_change += 1
 
 
 def _change_source(dsn: str, rng: random.Random, next_id: list[int]) -> None:
@@ -70,25 +138,29 @@ def _change_source(dsn: str, rng: random.Random, next_id: list[int]) -> None:
             conn.commit()
 
 
-def _run(path: str, src: str, dst: str, cat: str, state: str, kill: tuple | None) -> bool:
-    """One run with one fault (or none); True if a process died by SIGKILL."""
+def _start(path: str, src: str, dst: str, cat: str, state: str, env: dict, log: Path) -> list[subprocess.Popen]:
+    """Start ``olake sync`` or ``olake read | olake write``, each in its own process group (stderr to ``log``)."""
+    with open(log, "ab") as err:
+        quiet = dict(env=env, stderr=err, start_new_session=True)
+        if path == "sync":
+            return [subprocess.Popen(olake_cmd("sync", "--source", src, "--destination", dst, "--catalog", cat,
+                                               "--state", state), stdout=subprocess.DEVNULL, **quiet)]
+        reader = subprocess.Popen(olake_cmd("read", "--config", src, "--catalog", cat, "--state", state),
+                                  stdout=subprocess.PIPE, **quiet)
+        writer = subprocess.Popen(olake_cmd("write", "--config", dst, "--state", state), stdin=reader.stdout,
+                                  stdout=subprocess.DEVNULL, **quiet)
+    reader.stdout.close()
+    return [reader, writer]
+
+
+def _run(path: str, src: str, dst: str, cat: str, state: str, fault: tuple | None, log: Path) -> list[int]:
+    """One run with one fault (or none); the exit codes of its processes."""
     env = dict(olake_env(), OLAKE_CDC_CHECKPOINT_EVERY="200")
-    if kill and kill[0] == "step":
-        env.update(OLAKE_TEST_CRASH_AT=kill[1], OLAKE_TEST_CRASH_AFTER=str(kill[2]))
-    if path == "sync":
-        procs = [subprocess.Popen(olake_cmd("sync", "--source", src, "--destination", dst, "--catalog", cat,
-                                            "--state", state), env=env, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL, start_new_session=True)]
-    else:
-        reader = subprocess.Popen(olake_cmd("read", "--config", src, "--catalog", cat, "--state", state), env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
-        writer = subprocess.Popen(olake_cmd("write", "--config", dst, "--state", state), env=env,
-                                  stdin=reader.stdout, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                  start_new_session=True)
-        reader.stdout.close()
-        procs = [reader, writer]
-    if kill and kill[0] == "timer":
-        _, delay, victims = kill
+    if fault and fault[0] == "step":
+        env.update(OLAKE_TEST_CRASH_AT=fault[1], OLAKE_TEST_CRASH_AFTER=str(fault[2]))
+    procs = _start(path, src, dst, cat, state, env, log)
+    if fault and fault[0] == "timer":
+        _, delay, victims = fault
         deadline = time.monotonic() + delay
         while time.monotonic() < deadline and any(p.poll() is None for p in procs):
             time.sleep(0.02)
@@ -101,52 +173,99 @@ def _run(path: str, src: str, dst: str, cat: str, state: str, kill: tuple | None
             os.killpg(p.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    return -signal.SIGKILL in codes
+    return codes
 
 
-def _fault(rng: random.Random, path: str) -> tuple:
-    if rng.random() < 0.5:
-        return ("step", rng.choice(COMMIT_STEPS), rng.randint(0, 3))
+def _pending_chunks(state: str) -> int | None:
+    """Chunks of the stream's full load not yet done (None: no full load under way), from the state file."""
+    streams = json.loads(Path(state).read_text())["streams"] if os.path.exists(state) else []
+    entry = next((s for s in streams if s["stream_name"] == "acct"), None)  # a kill leaves a whole, valid file
+    if entry is None:
+        return 0  # a load starts; its chunks are not planned yet
+    if entry["sync_type"] != "full-load":
+        return None
+    return sum(c["status"] != "succeed" for c in entry["stream_state"].get("chunks") or [])
+
+
+def _least_hit(phases: tuple[str, ...], tally: Tally, rng: random.Random) -> str:
+    return min(phases, key=lambda p: (tally.phases[p], rng.random()))
+
+
+def _fault(rng: random.Random, path: str, dest: Destination, pending: int | None, tally: Tally) -> tuple:
+    """A fault aimed at the least-hit phase of this round's part: the full load, or change capture.
+
+    Once a round's full load has had its kills, a run that starts in it is aimed past it: at the n-th
+    commit or state write after its remaining chunks, so the load completes and the kill lands in
+    change capture of the same run.
+    """
+    if pending is not None and tally.round_load < LOAD_KILLS:
+        phase, skip = _least_hit(LOAD_PHASES, tally, rng), 0
+    else:
+        phase = _least_hit(CHANGE_PHASES if pending is None else CHANGE_PHASES[1:], tally, rng)
+        skip = 0 if pending is None else pending + 1
+    if phase == "state write":
+        return ("step", "state-saved", skip + rng.randint(0, 3))
+    if phase == "chunk commit":
+        step = rng.choice(dest.load_steps)  # a load swaps once, at its last chunk
+        return ("step", step, 0 if step == "swapped" else rng.randint(0, 3))
+    if phase == "destination commit":
+        return ("step", rng.choice(dest.change_steps), skip + rng.randint(0, 3))
     victims = [(0,), (1,), (0, 1)][rng.randrange(3)] if path == "pipe" else (0,)
-    return ("timer", rng.uniform(0.3, 4.0), victims)
+    window = tally.load_seconds if phase == "full load" else tally.change_seconds
+    return ("timer", rng.uniform(0.3, 0.95) * window, victims)
 
 
+def _landed(fault: tuple, loading_after: bool) -> str:
+    """The phase a kill landed in, from the fault and whether the stream's load was still unfinished."""
+    if fault[0] == "step":
+        return "state write" if fault[1] == "state-saved" else (
+            "chunk commit" if loading_after else "destination commit")
+    return "full load" if loading_after else "change capture"
+
+
+@pytest.mark.parametrize("dest_name", sorted(DESTINATIONS))
 @pytest.mark.parametrize("path", ["pipe", "sync"])
-def test_kills_at_random_points_lose_nothing(pg_cluster, pg_db, tmp_path, path):
-    rng = random.Random(f"{SEED}-{path}")
-    print(f"\nfault harness: seed {SEED}, path {path}, schedule {'long' if LONG else 'short'}")
+def test_kills_at_random_points_lose_nothing(pg_cluster, pg_db, tmp_path, path, dest_name):
+    dest = DESTINATIONS[dest_name]
+    rng = random.Random(f"{SEED}-{dest_name}-{path}")
+    label = f"{dest_name} {path}"
+    print(f"\nfault harness: seed {SEED}, {label}, schedule {'long' if LONG else 'short'}")
     dsn = pg_cluster.dsn(pg_db)
     make_accounts(dsn, "acct", ROWS)
     src = write_json(tmp_path / "src.json", pg_cluster.source_config(
-        pg_db, replication_slot=f"harness_{path}", publication=f"harness_{path}_pub",
+        pg_db, replication_slot=f"harness_{dest_name}_{path}", publication=f"harness_{dest_name}_{path}_pub",
         create_slot_and_publication=True, chunk_rows=1_500, max_parallel=1))
-    dst = write_json(tmp_path / "dst.json", {"type": "parquet", "path": str(tmp_path / "out"), "rows_per_file": 700})
+    dst = write_json(tmp_path / "dst.json", dest.config(tmp_path / "out"))
     catalog = discover_catalog(src, tmp_path / "cat.json", {"acct": "cdc"}, only={"acct"})
     cat, state = str(tmp_path / "cat.json"), str(tmp_path / "state.json")
     tally, next_id = Tally(), [ROWS + 1]
     while tally.kills < KILLS and tally.runs < KILLS * 4:
-        fault = _fault(rng, path)
+        pending = _pending_chunks(state)
+        if pending is None and tally.round_change >= CHANGE_KILLS:  # a new full load replaces the stream
+            assert run_olake("state", "reset", state, "--stream", "public.acct").returncode == 0
+            pending, tally.loads, tally.round_load, tally.round_change = 0, tally.loads + 1, 0, 0
+        fault = _fault(rng, path, dest, pending, tally)
         tally.runs += 1
-        if _run(path, src, dst, cat, state, fault):
-            tally.kills += 1
-            tally.kinds[fault[1] if fault[0] == "step" else f"timer{list(fault[2])}"] += 1
+        started = time.monotonic()
+        codes = _run(path, src, dst, cat, state, fault, tmp_path / f"run{tally.runs:03d}.log")
+        pending_after, seconds = _pending_chunks(state), time.monotonic() - started
+        tally.record(fault, -signal.SIGKILL in codes, pending, pending_after, seconds)
+        with open(tmp_path / "schedule.log", "a") as schedule:  # one line a run, for replaying a failure
+            schedule.write(f"run {tally.runs}: chunks pending {pending}, fault {fault}, exit {codes}, "
+                           f"{seconds:.1f}s, chunks pending after {pending_after}\n")
         _change_source(dsn, rng, next_id)
-        if os.path.exists(state):
-            json.loads(open(state).read())  # whatever a kill left is a whole, valid file
     for _ in range(2):  # catch up without faults: the last changes, then nothing left
-        assert not _run(path, src, dst, cat, state, None)
-    data = read_parquet(str(tmp_path / "out" / "public" / "acct"))
+        log = tmp_path / "catch-up.log"
+        codes = _run(path, src, dst, cat, state, None, log)
+        assert codes == [0] * len(codes), log.read_text()[-3000:]
     schema = next(s for s in catalog["streams"] if s["name"] == "acct")["json_schema"]
-    current = latest_versions(data, ["id"]).select(list(schema["properties"]))
+    current, duplicates, stored = dest.current(tmp_path / "out", list(schema["properties"]))
     with psycopg.connect(dsn) as conn:
         source_ids = {row[0] for row in conn.execute("SELECT id FROM acct")}
         lost = len(source_ids - set(current.column("id").to_pylist()))
-        pairs = Counter(zip(data.column("id").to_pylist(), data.column("_olake_op_id").to_pylist()))
-        duplicates = sum(n - 1 for n in pairs.values() if n > 1)
-        changes = pc.sum(pc.not_equal(data.column("_olake_op"), "r")).as_py() or 0
-        print(f"fault harness [{path}]: {tally.kills} kills survived in {tally.runs} runs "
-              f"({dict(tally.kinds)}); rows lost: {lost}; physical duplicates: {duplicates} "
-              f"(of {data.num_rows} rows, {changes} change rows)")
+        print(f"fault harness [{label}]: {tally.kills} kills survived in {tally.runs} runs and {tally.loads} "
+              f"full loads, by phase {dict(tally.phases)}, by fault {dict(tally.kinds)}; rows lost: {lost}; "
+              f"physical duplicates: {duplicates} ({stored}); seed {SEED}")
         assert tally.kills >= KILLS, f"only {tally.kills} kills landed in {tally.runs} runs"
         assert lost == 0
         assert_table_matches(conn, "public", "acct", schema, current)

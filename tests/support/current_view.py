@@ -1,6 +1,9 @@
-"""The README's current-table query (DuckDB), built for one stream, so tests read what users read."""
+"""How tests read a stream's current table as users do: the README's query over Parquet (DuckDB), and
+the live rows of an Iceberg table (pyiceberg, position deletes applied)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import duckdb
 import pyarrow as pa
@@ -27,3 +30,16 @@ def current_view(folder: str, columns: list[str], key: list[str]) -> pa.Table:
     """Run the documented query with DuckDB; columns come back in ``columns`` order."""
     table = duckdb.sql(current_view_sql(folder, columns, key)).to_arrow_table()
     return table.select(columns)
+
+
+def iceberg_table(root: Path, namespace: str, name: str):
+    """The pyiceberg table of a stream in the embedded catalog of an Iceberg destination at ``root``."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog = SqlCatalog("olake", uri=f"sqlite:///{root}/catalog.db", warehouse=f"file://{root}/warehouse")
+    return catalog.load_table((namespace, name))
+
+
+def iceberg_rows(root: Path, namespace: str, name: str) -> pa.Table:
+    """Every live row of a stream's Iceberg table (position deletes applied): its current contents."""
+    return iceberg_table(root, namespace, name).scan().to_arrow()

@@ -62,6 +62,7 @@ def commit_stream(buf: StreamBuffer, ss: StreamState, options: CommitOptions) ->
     if watermark is not None:
         properties[PROP_MAX_OP] = watermark
     if delta.has_changes or staged != buf.staged or any(table.properties.get(k) != v for k, v in properties.items()):
+        crash_point("iceberg-files-written")
         if delta.has_changes:
             delta.snapshot_properties = {"olake.state": properties[PROP_STATE]}
             delta.commit()
