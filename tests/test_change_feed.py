@@ -159,12 +159,10 @@ def test_peek_does_not_consume_and_advance_moves_the_start(conn, slot) -> None:
     first = list(read_changes(conn, slot, PUB, upto))
     assert list(read_changes(conn, slot, PUB, upto)) == first  # peek does not consume
 
-    stream = read_changes(conn, slot, PUB, upto)
-    end_lsn_before: dict[int, int] = {}  # commit_lsn of transaction k+1 -> end_lsn of transaction k
-    for event in stream:
-        end_lsn_before.setdefault(event.op_id.commit, stream.last_end_lsn)
+    runs = read_changes(conn, slot, PUB, upto, run_rows=1).runs()  # every run ends by its transaction's commit
+    end_lsn = {int(run.commit[-1]): run.ends_at for run in runs}  # commit_lsn -> end_lsn of a transaction
     commits = [g[0].op_id.commit for g in group_by_transaction(first)]
-    t3_commit, t3_end = commits[2], end_lsn_before[commits[3]]
+    t3_commit, t3_end = commits[2], end_lsn[commits[2]]
     assert t3_commit < t3_end < commits[3]
 
     advance_slot(conn, slot, t3_commit)  # the commit LSN: transaction 3 is delivered again
@@ -227,7 +225,7 @@ def test_factory_connection_is_closed_and_early_close_releases_the_cursor(pg_clu
     assert len(opened) == 1 and opened[0].closed
 
     stream = read_changes(conn, slot, PUB, current_wal_lsn(conn), batch_size=10)
-    assert next(stream).new == {"id": "1", "v": "v"}
+    assert next(iter(stream)).new == {"id": "1", "v": "v"}
     stream.close()
     assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     assert conn.execute("SELECT count(*) FROM pg_cursors").fetchone()[0] == 0

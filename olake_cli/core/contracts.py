@@ -14,6 +14,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, runtime_checkable
 
+from olake_cli.core.change_runs import ChangeRun
 from olake_cli.core.opid import OpId
 
 if TYPE_CHECKING:
@@ -81,24 +82,16 @@ class ReadSession(Protocol):
 
 
 @dataclass
-class Change:
-    """One row change in log order: ``data`` holds the record's wire values and ``_olake_*`` fields."""
-
-    stream: StreamKey
-    op_id: OpId
-    data: dict[str, Any]
-
-
-@dataclass
 class ChangeBatch:
-    """Changes in log order, and what the pipeline must do around them.
+    """Changes in log order (runs of one stream's changes, see ``core.change_runs``), and what the
+    pipeline must do around them.
 
     ``widened`` streams are announced (new CATALOG) before the changes; ``position``, when set, is a
     checkpoint after them: resuming from it replays nothing of this batch or earlier ones. Streams
     in ``resync`` stop receiving changes and are loaded anew on the next run (with the reason).
     """
 
-    changes: list[Change] = field(default_factory=list)
+    runs: list[ChangeRun] = field(default_factory=list)
     position: Any = None
     widened: list["CatalogStream"] = field(default_factory=list)
     resync: dict[StreamKey, str] = field(default_factory=dict)

@@ -2,7 +2,8 @@
 
 Each column becomes an array of JSON texts (numbers, ``true``/``false``, escaped strings, ``null``);
 one element-wise join per batch then lays out every line in ``read``'s fixed layout
-(``record_prefix`` + emitted_at + data), with no Python object per row. Columns whose
+(``record_prefix`` + emitted_at + data), with no Python object per row; change runs, whose fields
+are JSON texts already, are laid out the same way (``encode_change_lines``). Columns whose
 wire values are nested (intervals, arrays, documents) or already Python values (``wire_columns``)
 are serialised value by value with orjson; a string with a control character likewise.
 """
@@ -13,11 +14,12 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from olake_cli.core.codec import BadValue, olake_type_of, value_error, wire_array
+from olake_cli.core.change_runs import ChangeRun
 from olake_cli.core.errors import CatalogError, SourceError
 
 _FLOAT_WORDS = {"nan": '"NaN"', "inf": '"Infinity"', "-inf": '"-Infinity"'}
 _NEEDS_ORJSON = r"[\x00-\x1f]"  # control characters: JSON escapes them as \n, \u0000, ...
+_NEEDS_ESCAPE = r'[\x00-\x1f"\\]'
 
 
 def encode_records(batch: pa.RecordBatch, json_schema: dict, stream: str, namespace: str | None,
@@ -59,6 +61,29 @@ def encode_records(batch: pa.RecordBatch, json_schema: dict, stream: str, namesp
     return _contiguous_bytes(lines)
 
 
+def encode_change_lines(run: ChangeRun, head: bytes) -> bytes:
+    """A change run's RECORD lines: ``head`` (everything up to the data object) then its fields, the
+    ``_olake_op``, ``_olake_op_id`` and ``_olake_commit_ts`` last; a field whose text is null is left out."""
+    if len(run) == 0:
+        return b""
+    pieces: list = [head.decode() + "{"]
+    for name, texts in run.data.items():
+        key = orjson.dumps(name).decode() + ":"
+        if texts.null_count:  # left out of some rows: the key goes with the value
+            pieces.append(pc.fill_null(pc.binary_join_element_wise(key, texts, ",", ""), ""))
+        else:
+            pieces += [key, texts, ","]
+    pieces += ['"_olake_op":', quoted_texts(run.op), ',"_olake_op_id":[', pc.cast(run.commit, pa.string()), ",",
+               pc.cast(run.seq, pa.string()), '],"_olake_commit_ts":',
+               pc.fill_null(pc.cast(run.commit_ts, pa.string()), "null"), "}}}\n"]
+    return _contiguous_bytes(pc.binary_join_element_wise(*_merge_scalars(pieces), ""))
+
+
+def quoted_texts(text: pa.Array) -> pa.Array:
+    """Strings that need no escaping (digits, letters, signs, '-', ':', ...) as JSON string literals."""
+    return pc.fill_null(pc.binary_join_element_wise('"', text, '"', ""), "null")
+
+
 def record_prefix(namespace: str | None, stream: str) -> bytes:
     """The leading bytes of every RECORD line of a stream (up to ``emitted_at``)."""
     record: dict = {"stream": stream}
@@ -96,6 +121,8 @@ def _string_texts(text: pa.Array) -> pa.Array:
     """Strings as JSON string literals: quotes and backslashes escaped, control characters by orjson."""
     if not (pa.types.is_string(text.type) or pa.types.is_large_string(text.type)):
         raise SourceError(f"cannot encode Arrow {text.type} as JSON text")
+    if not pc.any(pc.match_substring_regex(text, _NEEDS_ESCAPE)).as_py():
+        return quoted_texts(text)
     escaped = pc.replace_substring(pc.replace_substring(text, "\\", "\\\\"), '"', '\\"')
     quoted = pc.binary_join_element_wise('"', escaped, '"', "")
     special = pc.fill_null(pc.match_substring_regex(text, _NEEDS_ORJSON), False)
@@ -128,3 +155,7 @@ def _contiguous_bytes(lines: pa.Array) -> bytes:
     offsets = memoryview(lines.buffers()[1]).cast("i")
     first, last = offsets[lines.offset], offsets[lines.offset + len(lines)]
     return memoryview(lines.buffers()[2])[first:last].tobytes()
+
+
+# at the end: codec imports this module's encoder at its own end (either module may be imported first)
+from olake_cli.core.codec import BadValue, olake_type_of, value_error, wire_array  # noqa: E402

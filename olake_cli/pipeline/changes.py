@@ -1,9 +1,10 @@
 """The change phase of ``read``: a source's change batches become RECORD lines and checkpoints.
 
-Source-neutral: the capture yields changes in log order with their operation ids, and positions it
-alone can serialise. Here, changes at or below a stream's committed position are dropped (a run that
-resumes inside a transaction replays exactly the rest, seeds/000), widened schemas are announced
-before the rows that need them, and after each checkpoint every captured stream's state moves to it.
+Source-neutral: the capture yields runs of changes in log order with their operation ids, and
+positions it alone can serialise. Here, changes at or below a stream's committed position are dropped
+with one mask per run (a run that resumes inside a transaction replays exactly the rest, seeds/000),
+each run's RECORD lines are laid out column by column, widened schemas are announced before the rows
+that need them, and after each checkpoint every captured stream's state moves to it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import orjson
 from olake_cli.core import messages
 from olake_cli.core.catalog import CatalogStream
 from olake_cli.core.contracts import ChangeBatch, ChangeCapture
+from olake_cli.core.record_lines import encode_change_lines
 from olake_cli.core.state import State, StreamState
 
 
@@ -55,22 +57,23 @@ class _ChangeEmitter:
             self.active[stream.key] = stream
             self.out.write(messages.catalog_message({"streams": [stream.to_dict()]}))
         emitted_at = str(int(time.time() * 1000)).encode()
-        lines, dumps, positions, prefixes = [], orjson.dumps, self.positions, self.prefixes
-        for change in batch.changes:
-            held = positions.get(change.stream, _GONE)
-            if held is _GONE or (held is not None and change.op_id <= held):
+        blocks, emitted = [], 0
+        for run in batch.runs:
+            held = self.positions.get(run.stream, _GONE)
+            if held is _GONE:
                 continue
-            lines.append(b"".join((prefixes[change.stream], emitted_at, b',"data":', dumps(change.data),
-                                   b"}}\n")))
-        if lines:
-            self.out.write_raw(b"".join(lines))
+            run = run.after(held)
+            emitted += len(run)
+            blocks.append(encode_change_lines(run, self.prefixes[run.stream] + emitted_at + b',"data":'))
+        if emitted:
+            self.out.write_raw(b"".join(blocks))
         for key, reason in batch.resync.items():
             self._resync(key, reason)
         if batch.position is not None:
             self._checkpoint(batch.position)
         if batch.position is not None or batch.resync:
             self.out.flush()  # the writer commits as soon as the state arrives
-        return len(lines)
+        return emitted
 
     def _resync(self, key: tuple, reason: str) -> None:
         """Stop capturing a stream and mark it for a fresh full load on the next run."""

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from olake_cli.core.catalog import CatalogStream
-from olake_cli.core.contracts import Change, ChangeBatch
+from olake_cli.core.change_runs import Change, runs_of_changes
+from olake_cli.core.contracts import ChangeBatch
 from olake_cli.core.errors import ConfigError, SourceError
 from olake_cli.core.opid import OpId
 from olake_cli.core.position_lost import handle_lost_position
@@ -168,22 +169,22 @@ class _EventReader:
         """Events up to ``upto``: a checkpoint after every complete cluster time once enough changed."""
         import pymongo.errors
 
-        batch, since, group, seq, last = ChangeBatch(), 0, None, 0, None
+        batch, changes, since, group, seq, last = ChangeBatch(), [], 0, None, 0, None
         try:
             while (event := stream.try_next()) is not None:
                 op = cluster_op(event["clusterTime"])
                 if op.commit > self.upto.commit:
                     break
                 if op.commit != group:
-                    if last is not None and (since >= CHECKPOINT_EVERY or len(batch.changes) >= BATCH_CHANGES):
-                        batch.position, since = last, 0
+                    if last is not None and (since >= CHECKPOINT_EVERY or len(changes) >= BATCH_CHANGES):
+                        batch.position, batch.runs, since = last, runs_of_changes(changes), 0
                         yield batch
-                        batch = ChangeBatch()
+                        batch, changes = ChangeBatch(), []
                     group, seq = op.commit, 0
                 seq += 1
                 change = self._change(event, OpId(op.commit, seq), batch)
                 if change is not None:
-                    batch.changes.append(change)
+                    changes.append(change)
                     since += 1
                 last = MongoPosition(event["_id"]["_data"], OpId(op.commit, seq))
             else:  # the log is exhausted: the post-batch token is past everything up to ``upto``
@@ -192,7 +193,7 @@ class _EventReader:
                     last = MongoPosition(stream.resume_token["_data"], covered)
         except pymongo.errors.PyMongoError as exc:
             raise SourceError(self.capture.settings.scrub(f"mongodb: change stream: {exc}")) from None
-        batch.position = last
+        batch.position, batch.runs = last, runs_of_changes(changes)
         yield batch
 
     def _change(self, event: dict, op_id: OpId, batch: ChangeBatch) -> Change | None:

@@ -13,10 +13,11 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Iterator
 
+import numpy as np
 import psycopg
 
 from olake_cli.core.catalog import CatalogStream
-from olake_cli.core.contracts import Change, ChangeBatch
+from olake_cli.core.contracts import ChangeBatch
 from olake_cli.core.errors import ConfigError, StateError
 from olake_cli.core.opid import OpId
 from olake_cli.core.position_lost import handle_lost_position
@@ -28,6 +29,7 @@ from olake_cli.sources.postgres.lsn import format_lsn, parse_lsn
 # OLAKE_CDC_CHECKPOINT_EVERY overrides it (tests use a small value to checkpoint mid-transaction).
 CHECKPOINT_EVERY = max(1, int(os.environ.get("OLAKE_CDC_CHECKPOINT_EVERY", "20000")))
 BATCH_CHANGES = 1000
+_TRUNCATE = ord("t")
 
 
 class PostgresChangeCapture:
@@ -151,7 +153,7 @@ class PostgresChangeCapture:
 
     def read(self, streams: list[CatalogStream], state: State) -> Iterator[ChangeBatch]:
         """Confirm committed positions to the slot, then read its changes up to the WAL position now."""
-        from olake_cli.sources.postgres.change_feed import advance_slot, current_wal_lsn, read_changes
+        from olake_cli.sources.postgres.change_feed import RUN_ROWS, advance_slot, current_wal_lsn, read_changes
         from olake_cli.sources.postgres.relation_watch import RelationWatch
 
         held = [self.position_of(state.find(s.namespace, s.name)) for s in self.streams]
@@ -164,8 +166,8 @@ class PostgresChangeCapture:
         self.log(f"change capture: reading slot '{self.settings.replication_slot}' up to {format_lsn(upto)}")
         watch = RelationWatch(lambda: connect(self.settings), self.log)
         try:
-            with read_changes(self._feed_connection, self.settings.replication_slot,
-                              self.settings.publication, upto, routing=routing) as feed:
+            with read_changes(self._feed_connection, self.settings.replication_slot, self.settings.publication,
+                              upto, routing=routing, run_rows=min(RUN_ROWS, CHECKPOINT_EVERY)) as feed:
                 yield from _ChangeReader(self, active, state, watch).batches(feed)
         finally:
             watch.close()
@@ -189,94 +191,93 @@ class PostgresChangeCapture:
 
 
 class _ChangeReader:
-    """Turns the slot's events into ChangeBatches: converted rows, checkpoints, schema changes."""
+    """Turns the slot's runs into ChangeBatches: kept rows as columns, checkpoints, schema changes."""
 
     def __init__(self, capture: PostgresChangeCapture, active: dict[tuple, CatalogStream], state: State,
                  watch) -> None:
         self.capture, self.active, self.watch = capture, dict(active), watch
         self.positions = {k: capture.position_of(state.find(*k)) for k in active}
         self.horizons = {k: _load_horizon(state.find(*k)) for k in active}
-        self.converters = {k: self._converter(s) for k, s in active.items()}
+        self.records = {k: self._records(s) for k, s in active.items()}
+        self.relation_seen: dict[tuple, int] = {}
+        self.since = self.size = 0  # changes since the last checkpoint, and in the batch being built
 
-    def _converter(self, stream: CatalogStream):
-        """The row converter of a stream; its errors name the stream, the column and the row's key."""
-        from olake_cli.sources.postgres.pgtext import make_row_converter
+    def _records(self, stream: CatalogStream):
+        """The run converter of a stream; its errors name the stream, the column and the row's key."""
+        from olake_cli.sources.postgres.run_records import RunRecords
 
-        key = tuple(self.capture.tables[stream.key].primary_key)
-        return make_row_converter(stream.json_schema, stream.label, key)
+        return RunRecords(stream, tuple(self.capture.tables[stream.key].primary_key))
 
     def batches(self, feed) -> Iterator[ChangeBatch]:
-        """The feed's events as batches of at most BATCH_CHANGES changes, checkpoints at their ends."""
-        batch, since, txn, relation_seen = ChangeBatch(), 0, None, {}
-        for ev in feed:
-            if ev.op_id.commit != txn:
-                if txn is not None and since >= CHECKPOINT_EVERY and feed.last_end_lsn:
-                    batch.position, since = OpId(feed.last_end_lsn, 0), 0
-                    yield batch
-                    batch = ChangeBatch()
-                txn = ev.op_id.commit
-            key = (ev.namespace, ev.table)
-            stream = self.active.get(key)
-            if stream is None or ev.op_id <= self.positions[key]:
-                continue
-            horizon = self.horizons[key]
-            if horizon is not None and ev.op_id.commit < horizon[1] and horizon[0].contains(ev.xid):
-                continue  # the full load's snapshot already holds this transaction
-            if relation_seen.get(key) != id(ev.columns):
-                relation_seen[key] = id(ev.columns)
-                widened = self.watch.check(stream, ev.columns)
-                if widened is not None:
-                    self.active[key] = widened
-                    self.converters[key] = self._converter(widened)
-                    if batch.changes:
-                        yield batch
-                        batch = ChangeBatch()
-                    batch.widened.append(widened)
-            if ev.op == "t" and ev.partition is not None:
-                del self.active[key]
-                batch.resync[key] = (f"partition {ev.partition} was truncated; the destination cannot remove "
-                                     f"just that partition's rows, so the stream is loaded anew on the next run")
-                continue
-            batch.changes.append(Change(key, ev.op_id, self._data(ev, self.converters[key])))
-            since += 1
-            if since >= 5 * CHECKPOINT_EVERY:  # a huge transaction: checkpoint inside it
-                batch.position, since = ev.op_id, 0
-            if batch.position is not None or len(batch.changes) >= BATCH_CHANGES:
+        """The feed's runs as batches of about BATCH_CHANGES changes, checkpoints at their ends."""
+        batch, self.since, self.size = ChangeBatch(), 0, 0
+        for run in feed.runs():
+            key = (run.relation.namespace, run.relation.name)
+            keep = self._keep(run, key) if key in self.active else np.zeros(len(run), bool)
+            inside = 5 * CHECKPOINT_EVERY - self.since  # a huge transaction: checkpoint inside it
+            while 0 < inside < keep.sum():
+                at = int(np.flatnonzero(keep)[inside - 1]) + 1
+                head, run = run.split(at)
+                batch = yield from self._add(key, head, keep[:at], batch)
+                keep, inside = keep[at:], 5 * CHECKPOINT_EVERY
+                batch.position, self.since = head.op_id(at - 1), 0
                 yield batch
-                batch = ChangeBatch()
+                batch, self.size = ChangeBatch(), 0
+            batch = yield from self._add(key, run, keep, batch)
+            if run.ends_at is not None and self.since >= CHECKPOINT_EVERY:
+                batch.position, self.since = OpId(run.ends_at, 0), 0
+            elif self.since >= 5 * CHECKPOINT_EVERY:
+                batch.position, self.since = run.op_id(len(run) - 1), 0
+            if batch.position is not None or self.size >= BATCH_CHANGES:
+                yield batch
+                batch, self.size = ChangeBatch(), 0
         if feed.resume_lsn:
             batch.position = OpId(feed.resume_lsn, 0)
         yield batch
 
-    def _data(self, ev, convert) -> dict[str, Any]:
-        """The record data of one change: converted values plus the _olake_* metadata."""
-        if ev.op == "t":
-            data: dict[str, Any] = {}
-        elif ev.op == "d":
-            data, _ = convert(ev.old or {})
+    def _add(self, key: tuple, run, keep: np.ndarray, batch: ChangeBatch):
+        """Add the run's kept rows to the batch (after announcing a widened stream); returns the batch."""
+        if not keep.any():
+            return batch
+        if self.relation_seen.get(key) != id(run.relation.columns):
+            batch = yield from self._check_relation(key, run, batch)
+        if run.ops[0] == _TRUNCATE and run.relation.partition is not None:
+            del self.active[key]
+            batch.resync[key] = (f"partition {run.relation.partition} was truncated; the destination cannot "
+                                 f"remove just that partition's rows, so the stream is loaded anew on the next run")
         else:
-            data, unchanged = convert(ev.new)
-            if unchanged:
-                data, unchanged = _fill_unchanged(data, unchanged, ev, convert)
-                if unchanged:
-                    data["_olake_toast_unchanged"] = unchanged
-        data["_olake_op"] = ev.op
-        data["_olake_op_id"] = [ev.op_id.commit, ev.op_id.seq]
-        data["_olake_commit_ts"] = ev.commit_ts_us
-        return data
+            batch.runs.append(self.records[key].change_run(run, keep))
+            kept = int(keep.sum())
+            self.since, self.size = self.since + kept, self.size + kept
+        return batch
 
+    def _keep(self, run, key: tuple) -> np.ndarray:
+        """Rows above the stream's committed position that its full load's snapshot did not hold."""
+        keep = np.ones(len(run), bool)
+        held = self.positions[key]
+        if held is not None:
+            keep = (run.commit > held.commit) | ((run.commit == held.commit) & (run.seq > held.seq))
+        horizon = self.horizons[key]
+        if horizon is not None:
+            below = run.commit < horizon[1]
+            seen = [x for x in np.unique(run.xid[below]).tolist() if horizon[0].contains(x)]
+            if seen:  # the full load's snapshot already holds these transactions
+                keep &= ~(below & np.isin(run.xid, seen))
+        return keep
 
-def _fill_unchanged(data: dict, unchanged: list[str], ev, convert) -> tuple[dict, list[str]]:
-    """Under REPLICA IDENTITY FULL the old row carries values the new row marks unchanged."""
-    if not ev.old:
-        return data, unchanged
-    from olake_cli.core.values import UNCHANGED_TOAST
-
-    known = {c: ev.old[c] for c in unchanged if c in ev.old and ev.old[c] is not UNCHANGED_TOAST}
-    if known:
-        filled, _ = convert(known)
-        data.update({c: filled[c] for c in known if c in filled})
-    return data, [c for c in unchanged if c not in known]
+    def _check_relation(self, key: tuple, run, batch: ChangeBatch):
+        """Announce a widened stream before its rows (the batch so far goes out first)."""
+        self.relation_seen[key] = id(run.relation.columns)
+        widened = self.watch.check(self.active[key], run.relation.columns)
+        if widened is None:
+            return batch
+        self.active[key] = widened
+        self.records[key] = self._records(widened)
+        if batch.runs:
+            yield batch
+            batch = ChangeBatch()
+        batch.widened.append(widened)
+        return batch
 
 
 def _load_horizon(ss: StreamState | None):

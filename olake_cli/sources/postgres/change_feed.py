@@ -16,7 +16,9 @@ position its destination has committed. Positions, as PostgreSQL defines them:
 
 from __future__ import annotations
 
+import queue
 import struct
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Union
@@ -26,45 +28,20 @@ from psycopg import sql
 
 from olake_cli.core.errors import (ConfigError, OlakeError, PositionLostError, SourceError,
                                    TransientError)
-from olake_cli.core.opid import OpId
 from olake_cli.sources.postgres.lsn import format_lsn
-from olake_cli.core.values import UNCHANGED_TOAST
-from olake_cli.sources.postgres.pgoutput import (Begin, Commit, Delete, Relation, Truncate,
-                                                 Update, Value, decode, decode_tuple)
+from olake_cli.sources.postgres.feed_runs import ChangeEvent, ColumnInfo, FeedRun, PendingRun, truncate_run
+from olake_cli.sources.postgres.pgoutput import Begin, Commit, Relation, Truncate, decode
 
 ConnectionSource = Union[psycopg.Connection, Callable[[], psycopg.Connection]]
-ColumnInfo = tuple[str, int, int]  # (name, type_oid, typmod)
 
 # lsn as int8 (a C-level binary loader; pg_lsn would need a Python one). Overflows only past 2**63.
 _PEEK_SQL = ("SELECT (lsn - '0/0'::pg_lsn)::int8, data FROM pg_logical_slot_peek_binary_changes("
              "%s, %s::pg_lsn, NULL, 'proto_version', '1', 'publication_names', %s)")
-_INSERT, _NEW_TUPLE = ord("I"), ord("N")
+_ROW_CHANGES = frozenset(b"IUD")
 _U32 = struct.Struct(">I").unpack_from
-_new_tuple = tuple.__new__  # builds an OpId without NamedTuple.__new__'s Python-level overhead
+RUN_ROWS = 1000  # a run is cut at the first commit after this many rows, and anywhere at twice as many
 _PY_ENCODINGS = {"UTF8": "utf-8", "SQL_ASCII": "utf-8", "LATIN1": "latin-1", "WIN1252": "cp1252",
                  "EUC_JP": "euc_jp", "SJIS": "shift_jis", "GBK": "gbk", "BIG5": "big5"}
-
-
-@dataclass(slots=True)
-class ChangeEvent:
-    """One committed row change (or one truncated relation) from the change feed.
-
-    ``new`` maps every column to its text value, ``None`` (NULL) or ``UNCHANGED_TOAST``; ``old`` is
-    the whole old row for REPLICA IDENTITY FULL, only the key columns for a key ('K') old tuple,
-    and ``None`` when the server sent no old tuple (inserts, updates that kept the key).
-    """
-
-    op: str  # 'c' insert, 'u' update, 'd' delete, 't' truncate
-    namespace: str
-    table: str
-    op_id: OpId  # (commit LSN of the transaction, 1-based sequence within it)
-    commit_ts_us: int  # Unix epoch microseconds
-    new: dict[str, Value] | None
-    old: dict[str, Value] | None
-    columns: list[ColumnInfo]  # shared per relation version; a new Relation message gives a new list
-    lsn: int  # LSN of the change's WAL record
-    xid: int = 0  # the transaction's id (32 bits, as pgoutput sends it)
-    partition: str | None = None  # the leaf partition it came from, when routed to its root stream
 
 
 @dataclass(frozen=True)
@@ -120,21 +97,23 @@ def advance_slot(conn: psycopg.Connection, slot: str, lsn: int) -> None:
 
 def read_changes(source: ConnectionSource, slot: str, publication: str, upto_lsn: int,
                  batch_size: int = 10000, flush_wait_s: float = 10.0,
-                 routing: FeedRouting | None = None) -> ChangeStream:
+                 routing: FeedRouting | None = None, run_rows: int = RUN_ROWS) -> ChangeStream:
     """Stream committed changes of ``slot`` (pgoutput, ``publication``) up to ``upto_lsn``, in commit order.
 
     ``source`` is an open connection (left open) or a factory (its connection is closed at the end).
-    The returned :class:`ChangeStream` is an iterator of :class:`ChangeEvent`; it also reports the
-    last commit seen and, once exhausted, the position the whole range was read to.
+    The returned :class:`ChangeStream` gives :class:`FeedRun`s (``runs()``) or, iterated, one
+    :class:`ChangeEvent` per change; it also reports the last commit seen and, once exhausted, the
+    position the whole range was read to.
     """
-    return ChangeStream(source, slot, publication, upto_lsn, batch_size, flush_wait_s, routing or FeedRouting())
+    return ChangeStream(source, slot, publication, upto_lsn, batch_size, flush_wait_s, routing or FeedRouting(),
+                        max(1, run_rows))
 
 
 class ChangeStream:
-    """Iterator of ChangeEvents from one bounded peek; its attributes tell how far it got."""
+    """Runs of changes (or ChangeEvents) from one bounded peek; its attributes tell how far it got."""
 
     def __init__(self, source: ConnectionSource, slot: str, publication: str, upto_lsn: int,
-                 batch_size: int, flush_wait_s: float, routing: FeedRouting) -> None:
+                 batch_size: int, flush_wait_s: float, routing: FeedRouting, run_rows: int) -> None:
         self.slot, self.publication, self.upto_lsn = slot, publication, upto_lsn
         self.read_upto_lsn: int | None = None  # upto_lsn clamped to the flushed WAL
         self.last_commit_lsn: int | None = None
@@ -143,14 +122,15 @@ class ChangeStream:
         self.transactions = 0
         self.finished = False
         self._source, self._batch_size, self._flush_wait_s = source, batch_size, flush_wait_s
-        self._routing = routing
-        self._events = self._generate()
+        self._routing, self._run_rows = routing, run_rows
+        self._runs = self._generate()
+
+    def runs(self) -> Iterator[FeedRun]:
+        """The changes as runs, in log order (the fast path)."""
+        return self._runs
 
     def __iter__(self) -> Iterator[ChangeEvent]:
-        return self._events  # the generator itself: no Python-level __next__ per event
-
-    def __next__(self) -> ChangeEvent:
-        return next(self._events)
+        return (event for run in self._runs for event in run.events())
 
     def __enter__(self) -> ChangeStream:
         return self
@@ -160,20 +140,18 @@ class ChangeStream:
 
     def close(self) -> None:
         """Stop early: close the server-side cursor (and the connection if this stream opened it)."""
-        self._events.close()
+        self._runs.close()
 
     @property
     def resume_lsn(self) -> int | None:
-        """Where the slot may be advanced once every event yielded so far is durable.
-
-        Before the stream is exhausted: the end of the last commit seen (its events were all yielded).
-        Once exhausted: the end of the range read, which also skips transactions with nothing published.
-        """
+        """Once exhausted, where the slot may be advanced when everything yielded is durable: the end of
+        the range read, which also skips transactions with nothing published. None before (a run's
+        ``ends_at`` tells where its transaction ends)."""
         if self.finished and self.read_upto_lsn is not None:
             return max(self.read_upto_lsn, self.last_end_lsn or 0)
-        return self.last_end_lsn
+        return None
 
-    def _generate(self) -> Iterator[ChangeEvent]:
+    def _generate(self) -> Iterator[FeedRun]:
         owned = not isinstance(self._source, psycopg.Connection)
         conn = self._source() if owned else self._source
         try:
@@ -185,7 +163,8 @@ class ChangeStream:
                 try:
                     cur.execute(_PEEK_SQL, (self.slot, format_lsn(self.read_upto_lsn),
                                             quote_publication(self.publication)))
-                    yield from self._decode_rows(cur, encoding)
+                    with _Prefetch(lambda: cur.fetchmany(self._batch_size)) as fetches:
+                        yield from self._decode_rows(fetches, encoding)
                 finally:
                     cur.close()
             self.finished = True
@@ -195,55 +174,59 @@ class ChangeStream:
             if owned:
                 conn.close()
 
-    def _decode_rows(self, rows: Iterator[tuple[int, bytes]], encoding: str) -> Iterator[ChangeEvent]:
-        """Turn (lsn, pgoutput message) rows into events stamped with (commit_lsn, seq)."""
+    def _decode_rows(self, fetches: Iterator[list[tuple[int, bytes]]], encoding: str) -> Iterator[FeedRun]:
+        """Turn fetches of (lsn, pgoutput message) rows into runs of changes stamped with (commit_lsn, seq)."""
         try:
-            yield from self._stamp_events(rows, encoding)
+            yield from self._stamp_runs(fetches, encoding)
         except KeyError as exc:
             raise SourceError(f"pgoutput: change for relation {exc.args[0]} before its Relation message") from None
         except (IndexError, ValueError, struct.error) as exc:
             raise SourceError(f"pgoutput: malformed message: {exc}") from None
 
-    def _stamp_events(self, rows: Iterator[tuple[int, bytes]], encoding: str) -> Iterator[ChangeEvent]:
+    def _stamp_runs(self, fetches: Iterator[list[tuple[int, bytes]]], encoding: str) -> Iterator[FeedRun]:
         relations: dict[int, _RelationView] = {}
+        pending: PendingRun | None = None
         commit_lsn = seq = ts = xid = 0
-        for lsn, data in rows:
-            if data[0] == _INSERT and data[5] == _NEW_TUPLE:  # hot path: no message object
+        cap = 2 * self._run_rows
+        for lsn, data in (row for fetch in fetches for row in fetch):
+            if data[0] in _ROW_CHANGES:  # hot path: collected, decoded a run at a time
                 rel = relations[_U32(data, 1)[0]]
-                values, _ = decode_tuple(data, 6, encoding)
-                seq += 1
-                yield ChangeEvent("c", rel.namespace, rel.name, _new_tuple(OpId, (commit_lsn, seq)), ts,
-                                  dict(zip(rel.names, values)), None, rel.columns, lsn, xid, rel.partition)
+                if pending is not None and (pending.relation is not rel or len(pending.messages) >= cap):
+                    run = pending.finish(encoding)
+                    seq, pending = _seq_after(run, commit_lsn, seq), None
+                    yield run
+                if pending is None:
+                    pending = PendingRun(rel, seq)
+                pending.messages.append(data)
+                pending.rows.append((commit_lsn, ts, xid, lsn))
+                pending.ends_at = None
                 continue
             msg = decode(data, encoding)
             kind = type(msg)
-            if kind is Update or kind is Delete:
-                rel = relations[msg.rel_oid]
-                old = rel.old_row(msg.old, msg.old_kind)
-                new = dict(zip(rel.names, msg.new)) if kind is Update else None
-                if kind is Update and rel.key_changed(old, new):  # the old key is gone: delete it first
-                    seq += 1
-                    yield ChangeEvent("d", rel.namespace, rel.name, _new_tuple(OpId, (commit_lsn, seq)), ts,
-                                      None, old, rel.columns, lsn, xid, rel.partition)
-                seq += 1
-                yield ChangeEvent("u" if kind is Update else "d", rel.namespace, rel.name,
-                                  _new_tuple(OpId, (commit_lsn, seq)), ts, new, old, rel.columns, lsn, xid,
-                                  rel.partition)
-            elif kind is Begin:
+            if kind is Begin:
                 if self.last_commit_lsn is not None and msg.final_lsn <= self.last_commit_lsn:
                     raise SourceError(f"pgoutput: transaction at {format_lsn(msg.final_lsn)} out of commit order")
                 commit_lsn, ts, seq, xid = msg.final_lsn, msg.commit_ts_us, 0, msg.xid
             elif kind is Commit:
                 self._on_commit(msg, commit_lsn)
+                if pending is not None:
+                    pending.ends_at = msg.end_lsn
+                    if len(pending) >= self._run_rows:
+                        yield pending.finish(encoding)
+                        pending = None
             elif kind is Relation:
                 relations[msg.oid] = _RelationView(msg, self._routing)
             elif kind is Truncate:
+                if pending is not None:
+                    run = pending.finish(encoding)
+                    seq, pending = _seq_after(run, commit_lsn, seq), None
+                    yield run
                 for oid in msg.rel_oids:
-                    rel = relations[oid]
                     seq += 1
-                    yield ChangeEvent("t", rel.namespace, rel.name, _new_tuple(OpId, (commit_lsn, seq)), ts,
-                                      None, None, rel.columns, lsn, xid, rel.partition)
+                    yield truncate_run(relations[oid], commit_lsn, seq, ts, xid, lsn)
             # Origin, Type and LogicalMessage carry nothing a destination needs.
+        if pending is not None:
+            yield pending.finish(encoding)
 
     def _on_commit(self, msg: Commit, begin_lsn: int) -> None:
         if msg.commit_lsn != begin_lsn:
@@ -251,6 +234,48 @@ class ChangeStream:
         self.last_commit_lsn, self.last_end_lsn = msg.commit_lsn, msg.end_lsn
         self.last_commit_ts_us = msg.commit_ts_us
         self.transactions += 1
+
+
+class _Prefetch:
+    """Fetches made by a thread one step ahead of their use, so that the server decodes the next
+    stretch of the slot while this process converts the last one (iterate inside ``with``)."""
+
+    def __init__(self, fetch: Callable[[], list]) -> None:
+        self._fetch, self._queue, self._stop = fetch, queue.Queue(maxsize=1), threading.Event()
+        self._thread = threading.Thread(target=self._work, name="olake-slot-fetch", daemon=True)
+
+    def __enter__(self) -> Iterator[list]:
+        self._thread.start()
+        return self._fetches()
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        while self._thread.is_alive():  # unblock a pending put; a fetch in flight completes first
+            try:
+                self._queue.get(timeout=0.05)
+            except queue.Empty:
+                pass
+
+    def _fetches(self) -> Iterator[list]:
+        while (item := self._queue.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def _work(self) -> None:
+        try:
+            while not self._stop.is_set():
+                rows = self._fetch()
+                self._queue.put(rows or None)
+                if not rows:
+                    return
+        except BaseException as exc:  # handed to the consumer, raised there
+            self._queue.put(exc)
+
+
+def _seq_after(run: FeedRun, commit_lsn: int, seq: int) -> int:
+    """The sequence reached in the current transaction once ``run`` is numbered."""
+    return int(run.seq[-1]) if run.commit[-1] == commit_lsn else seq
 
 
 class _RelationView:
@@ -266,26 +291,6 @@ class _RelationView:
         self.columns: list[ColumnInfo] = [(c.name, c.type_oid, c.typmod) for c in rel.columns]
         self.key_flags = tuple(c.is_key for c in rel.columns)
         self.stream_key = routing.keys.get((self.namespace, self.name), ())
-
-    def key_changed(self, old: dict[str, Value] | None, new: dict[str, Value]) -> bool:
-        """Whether an update moved the row to another primary key (the old key must then be deleted)."""
-        if not old or not self.stream_key:
-            return False
-        for name in self.stream_key:
-            before = old.get(name, UNCHANGED_TOAST)
-            if before is UNCHANGED_TOAST or new.get(name, UNCHANGED_TOAST) is UNCHANGED_TOAST:
-                return False  # a key the server did not send did not change
-            if before != new[name]:
-                return True
-        return False
-
-    def old_row(self, old: tuple[Value, ...] | None, old_kind: str | None) -> dict[str, Value] | None:
-        """The old tuple as a dict: every column for 'O', only the key columns for 'K'."""
-        if old is None:
-            return None
-        if old_kind == "O":
-            return dict(zip(self.names, old))
-        return {n: v for n, v, is_key in zip(self.names, old, self.key_flags) if is_key}
 
 
 def quote_publication(name: str) -> str:

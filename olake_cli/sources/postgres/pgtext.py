@@ -4,8 +4,9 @@ Change capture gets every column as the type's TEXT output, produced by the sess
 slot (TimeZone=UTC, DateStyle=ISO, IntervalStyle=iso_8601, extra_float_digits=3), or None (NULL), or
 ``UNCHANGED_TOAST``.  ``text_to_wire`` turns one such text into exactly the wire value that
 ``codec.encode_records`` produces for the same database value in a full-load scan, so that
-``codec.decode_rows`` gives identical Arrow values on both paths.  ``make_row_converter`` resolves
-one converter per column once per json_schema (the hot path of change capture).
+``codec.decode_rows`` gives identical Arrow values on both paths.  Change capture converts a column
+of a run at a time (``column_json_texts``: the JSON texts of the wire values, Arrow compute for the
+common types); ``make_row_converter`` applies the same conversion to one row.
 
 Arrays become nested lists of the column's declared depth (``array<array<T>>`` for ``T[][]``); a
 value of another depth, or with a lower bound other than 1 (``[0:2]={1,2,3}``), fails naming the
@@ -21,7 +22,12 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import Any, Callable
 
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from olake_cli.core.codec import BadValue, olake_type_of, parse_iso_interval, value_error
+from olake_cli.core.record_lines import json_texts, quoted_texts
 from olake_cli.core.errors import CatalogError, SourceError
 from olake_cli.sources.postgres.pgarray import BadText, parse_array_literal, parse_nested_literal
 from olake_cli.core.calendar_text import parse_date, parse_timestamp, timestamp_text
@@ -38,7 +44,6 @@ _FLOAT_SPECIALS = {"NaN": "NaN", "Infinity": "Infinity", "-Infinity": "-Infinity
 _BOOLS = {"t": True, "f": False}
 _PACK_F32, _UNPACK_F32 = struct.Struct("<f").pack, struct.Struct("<f").unpack
 _F32_BITS = struct.Struct("<I")
-_MISSING = object()
 
 
 # ----------------------------------------------------------------------------- scalars
@@ -186,7 +191,7 @@ def converter_for(olake_type: str, delimiter: str = ",") -> Converter | None:
     return _SCALAR_CONVERTERS[kind]
 
 
-def _array_delimiter(prop: dict) -> str:
+def array_delimiter(prop: dict) -> str:
     """box is the only built-in type whose arrays are delimited by ';' instead of ','."""
     return ";" if str(prop.get("x-pg-type", "")).startswith("box") else ","
 
@@ -212,6 +217,91 @@ def convert_or_bad(olake_type: str, text: str, index: int, delimiter: str = ",")
         raise BadValue(index, _reason(olake_type, text, exc)) from None
 
 
+def column_types(json_schema: dict) -> dict[str, tuple[str, str]]:
+    """Each property's (olake type, array delimiter); a CatalogError for a type without a converter."""
+    types = {}
+    for name, prop in json_schema.get("properties", {}).items():
+        types[name] = (olake_type_of(prop, name), array_delimiter(prop))
+        converter_for(*types[name])
+    return types
+
+
+def column_json_texts(texts: pa.Array, olake_type: str, delimiter: str = ",") -> pa.Array:
+    """The JSON texts of the wire values of one column's PostgreSQL texts (a null's text is ``null``).
+
+    Exactly ``orjson.dumps(text_to_wire(...))`` of each value, a column at a time for the common types:
+    integers as printed, booleans, floats through one cast, strings and numerics escaped, dates, times
+    and timestamps of four-digit years rearranged; every other value one by one. A value that cannot
+    be converted raises a BadValue at its index.
+    """
+    kind = olake_type.split("(")[0]
+    if kind in ("int16", "int32", "int64"):
+        return texts
+    if kind in ("string", "json"):
+        return json_texts(texts, "string", "")
+    if kind in ("decimal", "numeric", "uuid"):  # digits, letters, '-' and '.': nothing to escape
+        return quoted_texts(texts)
+    fast = _FAST_COLUMN.get(kind)
+    if fast is None:
+        return _one_by_one(texts, pc.is_valid(texts), olake_type, delimiter)
+    wire, done = fast(texts)
+    if wire is None:
+        return _one_by_one(texts, pc.is_valid(texts), olake_type, delimiter)
+    json = wire if kind == "bool" else json_texts(wire, kind, "") if kind.startswith("float") else quoted_texts(wire)
+    slow = pc.and_(pc.is_valid(texts), pc.invert(done))
+    if not pc.any(slow).as_py():
+        return json
+    return pc.replace_with_mask(json, slow, _one_by_one(texts, slow, olake_type, delimiter).filter(slow))
+
+
+def _one_by_one(texts: pa.Array, rows: pa.Array, olake_type: str, delimiter: str) -> pa.Array:
+    """JSON texts of the ``rows`` values converted one at a time (null elsewhere)."""
+    dumps, values = orjson.dumps, texts.to_pylist()
+    return pa.array([dumps(convert_or_bad(olake_type, text, i, delimiter)).decode() if wanted else None
+                     for i, (text, wanted) in enumerate(zip(values, rows.to_pylist()))], pa.string())
+
+
+def _fast_bools(texts: pa.Array) -> tuple[pa.Array, pa.Array]:
+    true = pc.equal(texts, "t")
+    return pc.if_else(true, "true", "false"), pc.fill_null(pc.or_(true, pc.equal(texts, "f")), False)
+
+
+def _fast_floats(texts: pa.Array, float_type: pa.DataType) -> tuple[pa.Array | None, pa.Array]:
+    try:
+        return pc.cast(texts, float_type), pc.is_valid(texts)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None, pc.is_valid(texts)
+
+
+def _fast_by_length(length: int) -> Callable:
+    """Texts already in their wire form when they have ``length`` characters (and a '-' at 4 for dates)."""
+    def fast(texts: pa.Array) -> tuple[pa.Array, pa.Array]:
+        done = pc.equal(pc.utf8_length(texts), length)
+        if length == 10:
+            done = pc.and_(done, pc.equal(pc.utf8_slice_codeunits(texts, 4, 5), "-"))
+        return texts, pc.fill_null(done, False)
+    return fast
+
+
+def _fast_timestamps(zone: str, wire_zone: str) -> Callable:
+    """Timestamps of four-digit years (``zone``: the offset PostgreSQL prints under TimeZone=UTC)."""
+    pattern = r"^(?P<d>\d{4}-\d\d-\d\d) (?P<t>\d\d:\d\d:\d\d)(?:\.(?P<f>\d{1,6}))?" + zone + "$"
+
+    def fast(texts: pa.Array) -> tuple[pa.Array, pa.Array]:
+        parts = pc.extract_regex(texts, pattern)
+        fraction = pc.utf8_rpad(parts.field("f"), width=6, padding="0")
+        wire = pc.binary_join_element_wise(parts.field("d"), "T", parts.field("t"), ".", fraction, wire_zone, "")
+        return wire, pc.is_valid(parts)
+    return fast
+
+
+_FAST_COLUMN: dict[str, Callable] = {
+    "bool": _fast_bools, "float32": lambda t: _fast_floats(t, pa.float32()),
+    "float64": lambda t: _fast_floats(t, pa.float64()), "date": _fast_by_length(10), "time": _fast_by_length(15),
+    "timestamp": _fast_timestamps("", ""), "timestamptz": _fast_timestamps(r"\+00", "+00:00"),
+}
+
+
 def text_to_wire(olake_type: str, text: str | None, column: str, delimiter: str = ",") -> Any:
     """The wire value ``encode_records`` gives for the value PostgreSQL printed as ``text``."""
     if text is None:
@@ -229,37 +319,30 @@ def text_to_wire(olake_type: str, text: str | None, column: str, delimiter: str 
 
 def make_row_converter(json_schema: dict, stream: str | None = None,
                        key_columns: tuple = ()) -> RowConverter:
-    """A fast ``row_to_wire`` bound to one json_schema (converters resolved once).
+    """``row_to_wire`` bound to one json_schema: change capture's column conversion of one row.
 
     A value that cannot be converted raises a SourceError naming ``stream``, the column and the
     row's ``key_columns`` (their PostgreSQL text).
     """
-    properties = json_schema.get("properties", {})
-    olake_types = {name: olake_type_of(prop, name) for name, prop in properties.items()}
-    converters = {name: converter_for(olake_types[name], _array_delimiter(properties[name]))
-                  for name in properties}
+    types = column_types(json_schema)
 
     def convert_row(values: dict) -> tuple[dict, list[str]]:
         data: dict = {}
         toasted: list[str] = []
-        name, value = "", None
-        try:
-            for name, value in values.items():
-                convert = converters.get(name, _MISSING)
-                if convert is _MISSING:
-                    continue
-                if value is None:
-                    data[name] = None
-                elif value is UNCHANGED_TOAST:
-                    toasted.append(name)
-                elif convert is None:
-                    data[name] = value
-                else:
-                    data[name] = convert(value)
-        except _CONVERSION_ERRORS as exc:
-            key = {k: values.get(k) for k in key_columns}
-            raise value_error(SourceError, stream, name, key, None,
-                              _reason(olake_types[name], str(value), exc)) from None
+        for name, value in values.items():
+            if name not in types:
+                continue
+            if value is UNCHANGED_TOAST:
+                toasted.append(name)
+            elif value is None:
+                data[name] = None
+            else:
+                try:
+                    json = column_json_texts(pa.array([value], pa.string()), *types[name])[0].as_py()
+                except BadValue as bad:
+                    key = {k: values.get(k) for k in key_columns}
+                    raise value_error(SourceError, stream, name, key, None, bad.detail) from None
+                data[name] = orjson.loads(json)
         return data, toasted
 
     return convert_row

@@ -1,0 +1,92 @@
+"""Changes a run at a time: one stream's changes in log order, a column per record data field.
+
+A source hands the pipeline :class:`ChangeRun`s (in ``ChangeBatch.runs``). Each data field is a
+column of JSON texts of the wire values (a JSON null is the text ``null``; an Arrow null leaves the
+field out of that row's data, as an unchanged TOAST value or a key-only delete does), so the pipeline
+filters rows with one mask and lays out RECORD lines with one element-wise join
+(``record_lines.encode_change_lines``). A source that builds records a row at a time turns them into
+runs with :func:`runs_of_changes`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from olake_cli.core.opid import OpId
+from olake_cli.core.row_metadata import COMMIT_TS, OP, OP_ID
+
+StreamKey = tuple  # (namespace, name)
+_METADATA = (OP, OP_ID, COMMIT_TS)
+
+
+@dataclass
+class ChangeRun:
+    """Changes of one stream in log order: data fields as JSON-text columns, then per-row metadata.
+
+    ``op`` (``c``/``u``/``d``/``t``), ``commit`` and ``seq`` (the operation id, uint64) and ``commit_ts``
+    (microseconds, int64) give each record's ``_olake_op``, ``_olake_op_id`` and ``_olake_commit_ts``.
+    """
+
+    stream: StreamKey
+    data: dict[str, pa.Array]
+    op: pa.Array
+    commit: pa.Array
+    seq: pa.Array
+    commit_ts: pa.Array
+
+    def __len__(self) -> int:
+        return len(self.op)
+
+    def after(self, op_id: OpId | None) -> ChangeRun:
+        """The changes whose operation id is above ``op_id`` (all of them for None)."""
+        if op_id is None or len(self) == 0:
+            return self
+        commit = pa.scalar(op_id.commit, pa.uint64())
+        above = pc.or_(pc.greater(self.commit, commit),
+                       pc.and_(pc.equal(self.commit, commit), pc.greater(self.seq, pa.scalar(op_id.seq, pa.uint64()))))
+        if pc.all(above).as_py():
+            return self
+        return ChangeRun(self.stream, {name: texts.filter(above) for name, texts in self.data.items()},
+                         self.op.filter(above), self.commit.filter(above), self.seq.filter(above),
+                         self.commit_ts.filter(above))
+
+
+@dataclass
+class Change:
+    """One row change as a record dict: wire values plus the ``_olake_*`` fields."""
+
+    stream: StreamKey
+    op_id: OpId
+    data: dict[str, Any]
+
+
+def runs_of_changes(changes: list[Change]) -> list[ChangeRun]:
+    """Per-row changes as runs (one per stretch of consecutive changes of a stream).
+
+    Fields keep the order in which they first appear; a field a record lacks is left out of its line.
+    """
+    runs: list[ChangeRun] = []
+    start = 0
+    for end in range(1, len(changes) + 1):
+        if end == len(changes) or changes[end].stream != changes[start].stream:
+            runs.append(_run_of(changes[start:end]))
+            start = end
+    return runs
+
+
+def _run_of(changes: list[Change]) -> ChangeRun:
+    names: dict[str, None] = {}
+    for change in changes:
+        names.update(dict.fromkeys(k for k in change.data if k not in _METADATA))
+    dumps = orjson.dumps
+    columns = {name: pa.array([dumps(c.data[name]).decode() if name in c.data else None for c in changes],
+                              pa.string()) for name in names}
+    return ChangeRun(changes[0].stream, columns, pa.array([c.data.get(OP) for c in changes], pa.string()),
+                     pa.array([c.op_id.commit for c in changes], pa.uint64()),
+                     pa.array([c.op_id.seq for c in changes], pa.uint64()),
+                     pa.array([c.data.get(COMMIT_TS) for c in changes], pa.int64()))
