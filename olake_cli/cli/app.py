@@ -166,10 +166,13 @@ def state_recover(config: str = CONFIG_OPT, catalog: str = CATALOG_OPT) -> None:
 
 def main() -> None:
     """Console-script entry point."""
+    from olake_cli.core.file_modes import apply_umask
+
     catch_signals()
     if os.environ.get("OLAKE_LOG_FORMAT", "").lower() in LOG_FORMATS:  # also for errors before the options
         set_log_format(os.environ["OLAKE_LOG_FORMAT"].lower())
     try:
+        apply_umask()  # what this process and its Spark workers create is private unless $OLAKE_UMASK
         result = app(standalone_mode=False)
         if isinstance(result, int) and result:
             sys.exit(result)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from olake_cli.core.errors import OlakeError, StateError
+from olake_cli.core.file_modes import new_file_mode
 from olake_cli.core.validation import load_json_file, validate
 
 SYNC_TYPES = ("full-load", "incremental", "cdc")
@@ -252,7 +253,11 @@ def state_to_json(state: State) -> bytes:
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically: temp file in the same dir, fsync, rename, fsync dir."""
+    """Replace ``path`` with ``data`` atomically: temp file in the same dir, fsync, rename, fsync dir.
+
+    The file keeps its mode if it exists; a new one gets 0666 less the umask, like any file olake
+    creates (see ``core.file_modes``).
+    """
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
     fd, temp_name = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
@@ -261,8 +266,8 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        if path.exists():
-            os.chmod(temp_name, path.stat().st_mode & 0o777)
+        # an existing file keeps its mode; a new one gets what the umask allows (0600 under olake's 077)
+        os.chmod(temp_name, path.stat().st_mode & 0o777 if path.exists() else new_file_mode())
         os.replace(temp_name, path)
     except BaseException:
         _remove_quietly(temp_name)

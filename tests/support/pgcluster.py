@@ -1,4 +1,8 @@
-"""A throwaway PostgreSQL cluster started from the installed server binaries (wal_level=logical)."""
+"""A throwaway PostgreSQL cluster started from the installed server binaries (wal_level=logical).
+
+``start_cluster(tls=ServerTls(...))`` starts one that serves TLS with the given certificate and accepts
+TCP connections only over TLS (``hostssl`` lines in pg_hba.conf), so a plain connection is refused.
+"""
 
 from __future__ import annotations
 
@@ -35,6 +39,21 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+@dataclass(frozen=True)
+class ServerTls:
+    """TLS for a test cluster: the server's certificate and key (PEM files, copied into the cluster).
+
+    With ``ca_file``, client certificates signed by that CA are verified, and the roles in
+    ``cert_users`` must present one whose CN is their name (``clientcert=verify-full``) besides
+    their password.
+    """
+
+    cert_file: str
+    key_file: str
+    ca_file: str | None = None
+    cert_users: tuple[str, ...] = ()
+
+
 @dataclass
 class PgCluster:
     """A running throwaway cluster; ``stop()`` removes it."""
@@ -45,6 +64,7 @@ class PgCluster:
     run_as: str | None
     password: str = "olake-secret"
     superuser: str = "olake"
+    hostssl_only: bool = False  # TCP connections must use TLS (started with ``tls``)
 
     @property
     def host(self) -> str:
@@ -80,8 +100,11 @@ class PgCluster:
         shutil.rmtree(os.path.dirname(self.datadir), ignore_errors=True)
 
 
-def start_cluster(extra_conf: dict[str, str] | None = None) -> PgCluster:
-    """initdb + pg_ctl start a cluster on a free port; as root, the server runs as user ``postgres``."""
+def start_cluster(extra_conf: dict[str, str] | None = None, tls: ServerTls | None = None) -> PgCluster:
+    """initdb + pg_ctl start a cluster on a free port; as root, the server runs as user ``postgres``.
+
+    With ``tls`` the server has ``ssl = on`` and accepts TCP connections only over TLS.
+    """
     bin_dir = find_pg_bin()
     run_as = "postgres" if os.geteuid() == 0 else None
     base = tempfile.mkdtemp(prefix="olake-pg-")
@@ -100,6 +123,8 @@ def start_cluster(extra_conf: dict[str, str] | None = None) -> PgCluster:
             "max_replication_slots": "20", "max_wal_senders": "20", "fsync": "off",
             "synchronous_commit": "off", "full_page_writes": "off", "unix_socket_directories": f"'{base}'",
             "max_connections": "100", "shared_buffers": "256MB", "max_slot_wal_keep_size": "-1"}
+    if tls is not None:
+        conf.update(_configure_tls(cluster, base, tls))
     conf.update(extra_conf or {})
     with open(os.path.join(datadir, "postgresql.auto.conf"), "a") as fh:
         for key, value in conf.items():
@@ -108,6 +133,34 @@ def start_cluster(extra_conf: dict[str, str] | None = None) -> PgCluster:
                   "-w", "-t", "60", "start"])
     _wait_ready(cluster)
     return cluster
+
+
+def _configure_tls(cluster: PgCluster, base: str, tls: ServerTls) -> dict[str, str]:
+    """Copy the certificate files into the cluster (owned by the server's user, key 0600), allow TCP
+    only through ``hostssl`` lines, and return the settings that turn TLS on."""
+    files = {"server.crt": tls.cert_file, "server.key": tls.key_file}
+    if tls.ca_file:
+        files["client-ca.crt"] = tls.ca_file
+    for name, source in files.items():
+        target = os.path.join(base, name)
+        shutil.copyfile(source, target)
+        os.chmod(target, 0o600)
+        if cluster.run_as:
+            ent = pwd.getpwnam(cluster.run_as)
+            os.chown(target, ent.pw_uid, ent.pw_gid)
+    lines = ["local all all scram-sha-256"]
+    for user in tls.cert_users:
+        lines += [f"hostssl {db} {user} 127.0.0.1/32 scram-sha-256 clientcert=verify-full"
+                  for db in ("all", "replication")]
+    lines += [f"hostssl {db} all 127.0.0.1/32 scram-sha-256" for db in ("all", "replication")]
+    with open(os.path.join(cluster.datadir, "pg_hba.conf"), "w") as fh:  # keeps the file's owner
+        fh.write("\n".join(lines) + "\n")
+    cluster.hostssl_only = True
+    conf = {"ssl": "on", "ssl_cert_file": f"'{os.path.join(base, 'server.crt')}'",
+            "ssl_key_file": f"'{os.path.join(base, 'server.key')}'"}
+    if tls.ca_file:
+        conf["ssl_ca_file"] = f"'{os.path.join(base, 'client-ca.crt')}'"
+    return conf
 
 
 def _wait_ready(cluster: PgCluster, timeout: float = 30.0) -> None:

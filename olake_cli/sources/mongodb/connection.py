@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import warnings
 from dataclasses import dataclass, field
@@ -27,7 +28,8 @@ class MongoSettings:
     auth_source: str | None = None
     replica_set: str | None = None
     tls: bool | None = None
-    tls_ca_file: str | None = None
+    tls_ca_file: str | None = None  # absolute paths (resolved by from_config)
+    tls_certificate_key_file: str | None = None
     tls_allow_invalid_certificates: bool | None = None
     collections: tuple[str, ...] = ()
     include: tuple[str, ...] = ()
@@ -56,6 +58,7 @@ class MongoSettings:
         for name in ("hosts", "collections", "include", "exclude"):
             if name in values:
                 values[name] = tuple(values[name])
+        values.update(_tls_files(values))
         return cls(**values)
 
     # ------------------------------------------------------------------ clients
@@ -77,6 +80,7 @@ class MongoSettings:
         if self.replica_set:
             options["replicaSet"] = self.replica_set
         for key, value in (("tls", self.tls), ("tlsCAFile", self.tls_ca_file),
+                           ("tlsCertificateKeyFile", self.tls_certificate_key_file),
                            ("tlsAllowInvalidCertificates", self.tls_allow_invalid_certificates)):
             if value is not None:
                 options[key] = value
@@ -146,6 +150,25 @@ class MongoSettings:
         return text
 
 
+_TLS_FILE_FIELDS = ("tls_ca_file", "tls_certificate_key_file")
+
+
+def _tls_files(values: dict[str, Any]) -> dict[str, str]:
+    """The configured certificate files made absolute (Spark tasks may run in another directory); a
+    file that does not exist is a ConfigError naming its field."""
+    found = {}
+    for name in _TLS_FILE_FIELDS:
+        path = values.get(name)
+        if path is None:
+            continue
+        full = os.path.abspath(os.path.expanduser(path))
+        if not os.path.isfile(full):
+            what = "a directory" if os.path.isdir(full) else "no such file"
+            raise ConfigError(f"mongodb: '{name}' must name a PEM file, but {path} is {what}")
+        found[name] = full
+    return found
+
+
 # ---------------------------------------------------------------------- uri parsing (no DNS)
 
 
@@ -212,11 +235,46 @@ def _unreachable_hint(settings: MongoSettings, raw: str) -> str:
     if any(s in lowered for s in ("name or service not known", "nodename nor servname", "getaddrinfo",
                                   "no address associated", "temporary failure in name resolution")):
         return f"unknown host in {where}; check {key}"
-    if "ssl" in lowered or "tls" in lowered or "certificate" in lowered:
-        return f"the TLS handshake with {where} failed; check 'tls', 'tls_ca_file'"
+    tls = _tls_hint(settings, lowered)
+    if tls:
+        return tls
     if "replicaset" in lowered.replace(" ", "") or "replica set" in lowered:
         return f"no member of replica set '{settings.replica_set}' answered at {where}; check 'replica_set'"
     return f"no server answered at {where} within {settings.connect_timeout}s; check {key} and firewalls"
+
+
+def _tls_hint(settings: MongoSettings, lowered: str) -> str | None:
+    """What a TLS failure means and which config fields to check; None if it is not one."""
+    where = settings.where()
+    ca = f"'tls_ca_file' ({settings.tls_ca_file or 'not set: the system CAs'})"
+    if "mismatch" in lowered and ("hostname" in lowered or "ip address" in lowered):
+        return (f"the server certificate of {where} does not name the host connected to; connect through a name "
+                f"the certificate lists (check {'uri' if settings.uri else 'hosts'!r})")
+    if "certificate verify failed" in lowered or "certificate_verify_failed" in lowered:
+        return f"the server certificate of {where} does not verify against {ca}; check 'tls_ca_file'"
+    if "certificate required" in lowered or "bad certificate" in lowered or "unknown ca" in lowered:
+        return (f"the server at {where} refuses the client certificate; check 'tls_certificate_key_file' (a "
+                f"certificate and key in one PEM file, signed by a CA the server trusts)")
+    if "wrong version number" in lowered or "record layer failure" in lowered or "packet length too long" in lowered:
+        return f"the TLS handshake with {where} failed (does the server speak TLS?); check 'tls'"
+    if "eof occurred" in lowered or "unexpected eof" in lowered:
+        if settings.tls_certificate_key_file:
+            return (f"{where} ended the TLS handshake; check 'tls_certificate_key_file' (a certificate signed by a "
+                    f"CA the server trusts) and 'tls'")
+        return (f"{where} ended the TLS handshake; if it requires a client certificate, set "
+                f"'tls_certificate_key_file'; check 'tls'")
+    if "handshake" in lowered and "timed out" in lowered:
+        return f"{where} did not answer the TLS handshake (does the server speak TLS?); check 'tls'"
+    if "ssl" in lowered or "tls" in lowered or "certificate" in lowered:
+        return (f"the TLS handshake with {where} failed; check 'tls', 'tls_ca_file' and "
+                f"'tls_certificate_key_file'")
+    options = _uri_options(settings.uri)
+    tls_set = settings.tls or settings.tls_ca_file or settings.tls_certificate_key_file \
+        or "true" in (options.get("tls"), options.get("ssl"))
+    if not tls_set and ("connection reset" in lowered or "connection closed" in lowered):
+        return (f"{where} closed the connection at once; if the server requires TLS, set 'tls': true and "
+                f"'tls_ca_file'")
+    return None
 
 
 def _detail(settings: MongoSettings, exc: Exception) -> str:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
-from olake_cli.core.errors import ConnectionFailed
+from olake_cli.core.errors import ConfigError, ConnectionFailed
 
 DEFAULT_CHUNK_ROWS = 250_000
 DEFAULT_BATCH_ROWS = 10_000
@@ -25,6 +26,9 @@ class PostgresSettings:
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     sslmode: str = "prefer"
+    sslrootcert: str | None = None  # absolute paths (resolved by from_config), or "system" for the root
+    sslcert: str | None = None
+    sslkey: str | None = None
     connect_timeout: int = 10
     chunk_strategy: str = "ctid"
     chunk_rows: int = DEFAULT_CHUNK_ROWS
@@ -43,25 +47,58 @@ class PostgresSettings:
         for name in ("schemas", "include", "exclude"):
             if name in values:
                 values[name] = tuple(values[name])
+        values.update(_tls_files(values))
         return cls(**values)
+
+    def tls_options(self) -> dict[str, str]:
+        """The libpq TLS parameters that are set: sslmode, and sslrootcert, sslcert, sslkey if given."""
+        options = {"sslmode": self.sslmode}
+        for name in TLS_FILE_FIELDS:
+            if getattr(self, name):
+                options[name] = getattr(self, name)
+        return options
 
     def conninfo(self) -> dict[str, Any]:
         """Keyword arguments for ``psycopg.connect``."""
         return {"host": self.host, "port": self.port, "dbname": self.database, "user": self.username,
-                "password": self.password, "sslmode": self.sslmode, "connect_timeout": self.connect_timeout,
+                "password": self.password, **self.tls_options(), "connect_timeout": self.connect_timeout,
                 "application_name": "olake"}
 
     def uri(self) -> str:
-        """A postgresql:// URI for ADBC (contains the password: never print it)."""
+        """A postgresql:// URI for ADBC (contains the password: never print it); libpq reads the TLS
+        parameters from its query, percent-decoded, exactly as from ``conninfo``."""
         auth = quote(self.username, safe="")
         if self.password:
             auth += ":" + quote(self.password, safe="")
-        return (f"postgresql://{auth}@{self.host}:{self.port}/{quote(self.database, safe='')}"
-                f"?sslmode={self.sslmode}&connect_timeout={self.connect_timeout}&application_name=olake")
+        query = "&".join(f"{k}={quote(str(v), safe='')}" for k, v in
+                         {**self.tls_options(), "connect_timeout": self.connect_timeout,
+                          "application_name": "olake"}.items())
+        return f"postgresql://{auth}@{self.host}:{self.port}/{quote(self.database, safe='')}?{query}"
 
     def describe(self) -> str:
         """host:port/database as users know it, without secrets."""
         return f"{self.username}@{self.host}:{self.port}/{self.database}"
+
+
+TLS_FILE_FIELDS = ("sslrootcert", "sslcert", "sslkey")
+
+
+def _tls_files(values: dict[str, Any]) -> dict[str, str]:
+    """The configured certificate and key paths made absolute (Spark tasks may run in another
+    directory); a file that does not exist is a ConfigError naming its field."""
+    found = {}
+    for name in TLS_FILE_FIELDS:
+        path = values.get(name)
+        if path is None or (name == "sslrootcert" and path == "system"):  # libpq 16+: the system's CAs
+            continue
+        full = os.path.abspath(os.path.expanduser(path))
+        if not os.path.isfile(full):
+            what = "a directory" if os.path.isdir(full) else "no such file"
+            raise ConfigError(f"postgres: '{name}' must name a PEM file, but {path} is {what}")
+        found[name] = full
+    if bool(values.get("sslcert")) != bool(values.get("sslkey")):
+        raise ConfigError("postgres: give 'sslcert' and 'sslkey' together (the client certificate and its key)")
+    return found
 
 
 def connect(settings: PostgresSettings, autocommit: bool = True):
@@ -76,8 +113,9 @@ def connect(settings: PostgresSettings, autocommit: bool = True):
 
 def explain_connect_error(settings: PostgresSettings, raw: str) -> str:
     """Map a libpq error text to a one-line hint naming what to fix (never the password)."""
-    text = scrub(raw, settings.password).strip().splitlines()
-    detail = text[-1].strip() if text else "unknown error"
+    text = [line.strip() for line in scrub(raw, settings.password).strip().splitlines() if line.strip()]
+    failed = [line for line in text if "failed:" in line]  # libpq's cause, not its closing advice
+    detail = (failed or text or ["unknown error"])[-1]
     lowered = raw.lower()
     where = f"{settings.host}:{settings.port}"
     if "password authentication failed" in lowered or "no password supplied" in lowered:
@@ -90,11 +128,44 @@ def explain_connect_error(settings: PostgresSettings, raw: str) -> str:
         hint = f"nothing accepts connections at {where}; check 'host' and 'port' and that PostgreSQL runs"
     elif "timeout" in lowered or "timed out" in lowered:
         hint = f"connecting to {where} timed out after {settings.connect_timeout}s; check 'host', 'port' and firewalls"
+    elif tls := _tls_hint(settings, lowered, where):
+        hint = tls
     elif "no pg_hba.conf entry" in lowered:
         hint = f"the server at {where} refuses this client (pg_hba.conf)"
     else:
         hint = f"cannot connect to {where}"
     return f"postgres: {hint} ({detail})"
+
+
+def _tls_hint(settings: PostgresSettings, lowered: str, where: str) -> str | None:
+    """What a TLS failure means and which config fields to check; None if it is not one."""
+    files = f"'sslrootcert' ({settings.sslrootcert})" if settings.sslrootcert else "'sslrootcert' (not set)"
+    if "no pg_hba.conf entry" in lowered and "no encryption" in lowered:
+        return (f"the server at {where} accepts this client only over TLS, but 'sslmode' is "
+                f"'{settings.sslmode}'; set 'sslmode' to require, verify-ca or verify-full")
+    if "server does not support ssl" in lowered:
+        return (f"the server at {where} does not offer TLS, but 'sslmode' is '{settings.sslmode}'; "
+                f"enable ssl on the server, or lower 'sslmode'")
+    if "root certificate file" in lowered and ("does not exist" in lowered or "could not" in lowered):
+        return (f"'sslmode' {settings.sslmode} verifies the server certificate of {where} and needs the CA "
+                f"that signed it: set 'sslrootcert' to its PEM file")
+    if "does not match host name" in lowered or "no subjectaltname" in lowered:
+        return (f"the server certificate of {where} does not name host '{settings.host}' ('sslmode' "
+                f"verify-full); connect through a name the certificate lists (check 'host'), or use verify-ca")
+    if "certificate verify failed" in lowered or "self-signed certificate" in lowered \
+            or "unable to get local issuer" in lowered:
+        return (f"the server certificate of {where} does not verify against {files}; check 'sslrootcert' "
+                f"and 'sslmode'")
+    if "requires a valid client certificate" in lowered or "certificate authentication failed" in lowered \
+            or "alert unknown ca" in lowered or "alert certificate" in lowered or "alert bad certificate" in lowered:
+        return (f"the server at {where} refuses the client certificate; check 'sslcert' and 'sslkey' "
+                f"(a certificate its CA signed, for user '{settings.username}')")
+    if "private key file" in lowered or "certificate file" in lowered or "certificate present" in lowered:
+        return (f"cannot use the client certificate for {where}; check 'sslcert' and 'sslkey' (PEM files; "
+                f"the key readable by this user only, mode 0600)")
+    if "ssl" in lowered and ("error" in lowered or "handshake" in lowered):
+        return f"the TLS handshake with {where} failed; check 'sslmode', 'sslrootcert', 'sslcert' and 'sslkey'"
+    return None
 
 
 def scrub(text: str, secret: str) -> str:
