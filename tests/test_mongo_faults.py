@@ -89,6 +89,17 @@ def test_chunk_read_errors_are_classified_by_label_and_code(mongo_server, mongo_
     assert "\n" not in str(raised.value)
 
 
+def test_a_connection_closed_mid_chunk_is_transient(mongo_server, mongo_db):
+    _seed(mongo_server.uri, mongo_db, "c", _documents(300))
+    source = MongoSource({"type": "mongodb", "uri": mongo_server.uri, "database": mongo_db})
+    stream = _stream(source, "c")
+    with source.open_session([stream], log=lambda _: None) as session:
+        reader = session.chunk_reader(stream, _load(session, stream), 0)
+    with fail_point(mongo_server.uri, {"times": 1}, failCommands=["getMore"], closeConnection=True):
+        with pytest.raises(TransientError, match="AutoReconnect|connection closed|ConnectionFailure"):
+            list(reader.read_batches())
+
+
 # ----------------------------------------------------------------------------- end to end
 
 
