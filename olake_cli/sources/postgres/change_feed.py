@@ -39,7 +39,7 @@ _PEEK_SQL = ("SELECT (lsn - '0/0'::pg_lsn)::int8, data FROM pg_logical_slot_peek
              "%s, %s::pg_lsn, NULL, 'proto_version', '1', 'publication_names', %s)")
 _ROW_CHANGES = frozenset(b"IUD")
 _U32 = struct.Struct(">I").unpack_from
-RUN_ROWS = 1000  # a run is cut at the first commit after this many rows, and anywhere at twice as many
+RUN_ROWS = 5000  # a run is cut at the first commit after this many rows, and anywhere at twice as many
 _PY_ENCODINGS = {"UTF8": "utf-8", "SQL_ASCII": "utf-8", "LATIN1": "latin-1", "WIN1252": "cp1252",
                  "EUC_JP": "euc_jp", "SJIS": "shift_jis", "GBK": "gbk", "BIG5": "big5"}
 
