@@ -62,7 +62,6 @@ class PostgresChunkReader:
                 self._check_not_rewritten(cur)
             conn.rollback()
 
-
     def _check_not_rewritten(self, cur) -> None:
         """SourceChangedError if the table read was rewritten since the snapshot (this scan waited for
         a lock while DDL ran): its rows would be the wrong ones, or none."""
