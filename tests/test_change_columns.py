@@ -12,11 +12,15 @@ from __future__ import annotations
 import numpy as np
 import orjson
 import psycopg
+import pytest
 
 from olake_cli.core.catalog import CatalogStream
+from olake_cli.core.errors import SourceError
 from olake_cli.core.opid import OpId
 from olake_cli.core.record_lines import encode_change_lines
 from olake_cli.sources.postgres.change_feed import FeedRouting, current_wal_lsn, read_changes
+from olake_cli.sources.postgres.pgoutput import decode
+from olake_cli.sources.postgres.pgoutput_columns import decode_run
 from olake_cli.sources.postgres.run_records import RunRecords
 from tests.test_pgtext import (PUBLICATION, ROWS, assert_same_wire, create_every, full_load_rows, scan_session,
                                table_schema)
@@ -110,3 +114,41 @@ def test_nulls_toast_key_updates_deletes_and_truncates_as_columns(pg_cluster, pg
     assert [tuple(d["_olake_op_id"]) for d in plain] == [tuple(e.op_id) for e in plain_events]
     assert plain[3]["_olake_op_id"][0] == plain[4]["_olake_op_id"][0]  # one transaction: delete, then update
     assert tail == plain[3:]
+
+
+def test_run_decoder_agrees_with_the_message_decoder_and_refuses_bad_data(pg_cluster, pg_db):
+    dsn = pg_cluster.dsn(pg_db)
+    slot = f"slot_{pg_db}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE odd (id int PRIMARY KEY, a int[], note text)")
+        conn.execute("ALTER TABLE odd REPLICA IDENTITY FULL")
+        conn.execute(f"CREATE PUBLICATION {PUBLICATION} FOR TABLE odd")
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        conn.execute("INSERT INTO odd VALUES (1, '{1}', 'ünï \"q\"'), (2, '[0:2]={7,8,9}', NULL)")
+        conn.execute("UPDATE odd SET note = 'x', id = 3 WHERE id = 1")
+        conn.execute("DELETE FROM odd WHERE id = 3")
+        try:
+            with pytest.raises(SourceError, match="stream 'public.odd', column 'a', row with key id='2': "
+                                                  r".*lower bounds \[0:2\]"):
+                change_records(dsn, slot, PUBLICATION, "odd", ("id",))
+            messages = [bytes(m) for (m,) in conn.execute(  # the feed waited for the WAL to be flushed
+                "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, 'proto_version', '1', "
+                "'publication_names', %s)", (slot, PUBLICATION))]
+        finally:
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+    rows = [m for m in messages if m[:1] in (b"I", b"U", b"D")]
+    assert [m[:1] for m in rows] == [b"I", b"I", b"U", b"D"]
+    tuples = decode_run(rows, 3, "utf-8")
+    for index, message in enumerate(decode(m) for m in rows):
+        new = getattr(message, "new", None)
+        old = getattr(message, "old", None)
+        for column in range(3):
+            for side, values in ((tuples.new, new), (tuples.old, old)):
+                kind, text = side[column].kinds[index], side[column].texts[index].as_py()
+                want = None if values is None else values[column]
+                assert (kind, text) == ((0, None) if values is None else (ord("n"), None) if want is None
+                                        else (ord("t"), want)), (index, column)
+    with pytest.raises(SourceError, match="truncated"):
+        decode_run([rows[0][:-2]], 3, "utf-8")
+    with pytest.raises(SourceError, match="column count"):
+        decode_run([rows[0]], 4, "utf-8")
