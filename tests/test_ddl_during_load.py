@@ -66,7 +66,7 @@ def test_ddl_mid_load_stops_the_load_and_the_rerun_converges(pg_cluster, pg_db, 
                          INSERT INTO parts SELECT g, repeat('p', 100) || g, g / 4.0
                          FROM generate_series(1, {ROWS}) g; ANALYZE parts;""")
     src = write_json(tmp_path / "src.json", pg_cluster.source_config(
-        pg_db, chunk_rows=200, max_parallel=1, chunk_strategy=strategy))
+        pg_db, chunk_rows=200, max_parallel=1, chunk_strategy=strategy, lock_timeout=2))
     dst = write_json(tmp_path / "dst.json", {"type": "parquet", "path": str(tmp_path / "out")})
     disc = run_olake("discover", "--config", src)
     assert disc.returncode == 0, disc.stderr
@@ -115,7 +115,8 @@ def test_ddl_on_a_table_whose_load_is_done_is_not_blocked_until_the_run_ends(pg_
                          CREATE TABLE parts (id int PRIMARY KEY, label text);
                          INSERT INTO parts SELECT g, repeat('p', 100) || g FROM generate_series(1, {ROWS}) g;
                          ANALYZE;""")
-    src = write_json(tmp_path / "src.json", pg_cluster.source_config(pg_db, chunk_rows=100, max_parallel=1))
+    src = write_json(tmp_path / "src.json", pg_cluster.source_config(pg_db, chunk_rows=100, max_parallel=1,
+                                                                        lock_timeout=2))
     dst = write_json(tmp_path / "dst.json", {"type": "parquet", "path": str(tmp_path / "out")})
     disc = run_olake("discover", "--config", src)
     assert disc.returncode == 0, disc.stderr

@@ -99,7 +99,7 @@ def test_valid_configs_pass_and_defaults_fill_in() -> None:
     validate(PG_CONFIG, "source-postgres", "config.json")
     filled = apply_defaults(PG_CONFIG, "source-postgres")
     assert filled == {**PG_CONFIG, "port": 5432, "password": "", "schemas": ["public"], "sslmode": "prefer",
-                      "connect_timeout": 10, "chunk_strategy": "ctid", "chunk_rows": 250000,
+                      "connect_timeout": 10, "lock_timeout": 5, "chunk_strategy": "ctid", "chunk_rows": 250000,
                       "create_slot_and_publication": False, "on_position_lost": "resync",
                       "batch_rows": 10000}
     assert "port" not in PG_CONFIG  # a new dict

@@ -30,6 +30,7 @@ class PostgresSettings:
     sslcert: str | None = None
     sslkey: str | None = None
     connect_timeout: int = 10
+    lock_timeout: int = 5  # seconds; see ExportedSnapshot.hold and LockWatch
     chunk_strategy: str = "ctid"
     chunk_rows: int = DEFAULT_CHUNK_ROWS
     batch_rows: int = DEFAULT_BATCH_ROWS

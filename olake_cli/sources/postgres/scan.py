@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from olake_cli.core.errors import OlakeError, SnapshotLostError, SourceChangedError, SourceError, TransientError
-from olake_cli.sources.postgres.snapshot import BEING_ALTERED, LOCK_TIMEOUT_S
+from olake_cli.sources.postgres.snapshot import BEING_ALTERED
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,7 @@ class PostgresChunkReader:
     key_columns: tuple[str, ...] = ()
     nested_arrays: tuple[tuple[str, str], ...] = ()  # (column, x-olake-type) scanned as array text
     rewrite_check: str | None = None  # counts the table's leaves rewritten since the snapshot
+    lock_timeout_s: int = 5  # how long the scan waits for its table lock (DDL queued on the table)
 
     def read_batches(self) -> Iterator[Any]:
         """Arrow record batches of the chunk, read through ADBC inside the exported snapshot."""
@@ -53,7 +54,7 @@ class PostgresChunkReader:
                 cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                 if self.snapshot_id:
                     cur.execute(f"SET TRANSACTION SNAPSHOT '{self.snapshot_id}'")
-                for name, value in {**SCAN_SESSION_SETTINGS, "lock_timeout": f"{LOCK_TIMEOUT_S}s"}.items():
+                for name, value in {**SCAN_SESSION_SETTINGS, "lock_timeout": f"{int(self.lock_timeout_s)}s"}.items():
                     cur.execute(f"SET {name} = '{value}'")
                 cur.execute(self.query)
                 for batch in cur.fetch_record_batch():

@@ -180,6 +180,7 @@ class PostgresReadSession:
                                    uri=self.settings.uri(), snapshot_id=self.snapshot.snapshot_id,
                                    batch_rows=self.settings.batch_rows, key_columns=key,
                                    rewrite_check=rewritten_query(table.as_string(conn)).as_string(conn),
+                                   lock_timeout_s=self.settings.lock_timeout,
                                    nested_arrays=tuple((c.name, c.olake_type) for c in info.columns
                                                        if c.olake_type.startswith("array<array<")
                                                        and c.name not in info.missing))

@@ -8,13 +8,11 @@ from olake_cli.core.errors import SourceChangedError
 from olake_cli.sources.postgres.connection import PostgresSettings, connect
 from olake_cli.sources.postgres.lock_watch import LockWatch
 
-# How long any lock request of a load waits before the load stops. A table being loaded cannot be
-# altered, rewritten or dropped (the exporting transaction holds ACCESS SHARE on it); when another
-# session asks to, its ACCESS EXCLUSIVE request queues every later lock request on the table, the next
-# chunk scan's included, and without a timeout the load and that session would wait for each other
-# forever (no deadlock is detected: the exporting session is idle).
-LOCK_TIMEOUT_S = 5
-
+# Every lock request of a load waits at most ``lock_timeout`` seconds before the load stops. A table
+# being loaded cannot be altered, rewritten or dropped (the exporting transaction holds ACCESS SHARE on
+# it); when another session asks to, its ACCESS EXCLUSIVE request queues every later lock request on
+# the table, the next chunk scan's included, and without a timeout the load and that session would
+# wait for each other forever (no deadlock is detected: the exporting session is idle).
 BEING_ALTERED = ("{label} is being altered or dropped by another session (it waits for a lock this "
                  "load holds); the load stopped so that session is not blocked; committed chunks are "
                  "kept, run again to continue")
@@ -56,13 +54,14 @@ class ExportedSnapshot:
         self.conn = connect(self.settings, autocommit=False)
         self.conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         self.conn.read_only = True
-        self.conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT_S}s'")
+        self.conn.execute(f"SET lock_timeout = '{int(self.settings.lock_timeout)}s'")
         self.snapshot_id = self.conn.execute("SELECT pg_export_snapshot()").fetchone()[0]
         self.txns, lsn = self.conn.execute(
             "SELECT pg_current_snapshot()::text, (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::text").fetchone()
         self.lsn_after = int(lsn)
         # a second more than a chunk's own timeout: a chunk waiting on its table reports it first
-        self._watch = LockWatch(self.settings, self.conn.info.backend_pid, self._release, LOCK_TIMEOUT_S + 1)
+        self._watch = LockWatch(self.settings, self.conn.info.backend_pid, self._release,
+                                self.settings.lock_timeout + 1)
         self._watch.start()
         return self
 
