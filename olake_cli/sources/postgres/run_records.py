@@ -55,7 +55,7 @@ class RunRecords:
             if missing.any():
                 toasted[name] = missing
             texts = pc.if_else(pa.array(use_old), old.texts, new.texts) if use_old.any() else new.texts
-            data[name] = self._json(name, texts, kinds, present, run, rows, markers)
+            data[name] = self._json(name, texts, kinds, present, run, rows)
         if toasted:
             data[TOAST] = _name_lists(toasted)
         commit_ts = pick(run.commit_ts)
@@ -64,7 +64,8 @@ class RunRecords:
                          pa.array(commit_ts))
 
     def _json(self, name: str, texts: pa.Array, kinds: np.ndarray, present: np.ndarray, run: FeedRun,
-              rows: np.ndarray | None, markers: np.ndarray) -> pa.Array:
+              rows: np.ndarray | None) -> pa.Array:
+        """A column's JSON texts: ``null`` for NULLs, null where the field is left out."""
         olake_type, delimiter = self.types[name]
         try:
             json = column_json_texts(texts, olake_type, delimiter)
