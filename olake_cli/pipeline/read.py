@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from olake_cli.core import messages
 from olake_cli.core.catalog import Catalog, CatalogStream
-from olake_cli.core.errors import OlakeError, SourceChangedError
+from olake_cli.core.errors import OlakeError, SnapshotLostError, SourceChangedError
 from olake_cli.core.contracts import ChangeCapture, ReadSession, Source
 from olake_cli.core.schema_change import INCOMPATIBLE, olake_type_of, type_change
 from olake_cli.core.state import Chunk, State, StreamState, finish_full_load_if_done
@@ -251,7 +251,7 @@ class ReadPipeline:
                 self._status(run.stream, "RUNNING")
             if not pending[run.stream.key]:
                 self._stream_done(run)
-            if isinstance(result.error, SourceChangedError):
+            if isinstance(result.error, (SourceChangedError, SnapshotLostError)):  # later chunks would fail too
                 getattr(scans, "close", lambda: None)()  # no further chunk starts; those in flight are cancelled
                 break
 
