@@ -3,15 +3,16 @@ resume from the state file each time, and check that the destination equals the 
 
 Four paths: ``read | write`` and ``sync``, each to Parquet and to Iceberg (embedded catalog). A
 ``cdc`` stream goes through full loads and change capture while the source keeps changing. The
-schedule runs in rounds: kills aimed at a full load (a random time while it runs, a named step of a
-chunk's destination commit, the state write), then kills aimed at change capture (a random time, a
-named step of a change batch's commit, the state write), then ``olake state reset`` so the next
-round's load replaces the stream's contents. Named steps are the crash points of ``core/faults.py``,
-after a random number of passes; each run aims at the least-hit phase it can reach. After the
-schedule, clean runs catch up and the current table (Parquet: newest version per key, deletes
-applied; Iceberg: the table's live rows) must equal the source table value by value. Each path
-prints the kills survived per phase and per fault, the runs, the rows lost and the physical
-duplicates; ``schedule.log`` and one stderr log per run stay in the test's tmp folder.
+schedule runs in rounds: kills aimed at a full load (a random moment after one of its state writes,
+while the next chunk's tasks run; a named step of a chunk's destination commit; the state write), then
+kills aimed at change capture (a random time within a change run; a named step of a change batch's
+commit; the state write), then ``olake state reset`` so the next round's load replaces the stream's
+contents. Named steps are the crash points of ``core/faults.py``, after a random number of passes;
+each run aims at the least-hit phase it can reach. After the schedule, clean runs catch up and the
+current table (Parquet: newest version per key, deletes applied; Iceberg: the table's live rows)
+must equal the source table value by value. Each path prints the kills survived per phase and per
+fault, the runs, the rows lost and the physical duplicates; ``schedule.log`` and one stderr log per
+run stay in the test's tmp folder.
 
     bash scripts/test.sh tests/test_fault_harness.py -s            # the short schedule (the suite's)
     OLAKE_FAULT_SCHEDULE=long OLAKE_FAULT_SEED=7 bash scripts/test.sh -m fault_harness -s
@@ -97,24 +98,21 @@ class Tally:
     loads: int = 1
     round_load: int = 0
     round_change: int = 0
-    load_seconds: float = 8.0  # how long a run that finishes a full load lasts, as last seen
-    change_seconds: float = 2.0  # how long a change capture run lasts at least, as last seen
+    change_seconds: float = 2.0  # how long a change capture run lasts, as last seen
     phases: Counter = field(default_factory=Counter)
     kinds: Counter = field(default_factory=Counter)
 
     def record(self, fault: tuple, killed: bool, pending: int | None, pending_after: int | None,
                seconds: float) -> None:
         """Count one run: the phase its kill landed in, and how long its kind of run lasts."""
-        if pending is not None and pending_after is None:
-            self.load_seconds = seconds  # the load finished in this run
-        elif pending is None and pending_after is None and fault[0] == "step":
-            self.change_seconds = seconds  # at least this long: it reached that commit
+        if pending is None and pending_after is None and (not killed or fault[0] == "step"):
+            self.change_seconds = seconds  # a whole change capture run, or one up to a commit in it
         if not killed:
             return
         phase = _landed(fault, pending_after is not None)
         self.kills += 1
         self.phases[phase] += 1
-        self.kinds[fault[1] if fault[0] == "step" else f"timer{list(fault[2])}"] += 1
+        self.kinds[fault[1] if fault[0] == "step" else f"{fault[0]}{list(fault[2])}"] += 1
         if pending_after is not None:
             self.round_load += 1
         else:
@@ -159,8 +157,12 @@ def _run(path: str, src: str, dst: str, cat: str, state: str, fault: tuple | Non
     if fault and fault[0] == "step":
         env.update(OLAKE_TEST_CRASH_AT=fault[1], OLAKE_TEST_CRASH_AFTER=str(fault[2]))
     procs = _start(path, src, dst, cat, state, env, log)
-    if fault and fault[0] == "timer":
-        _, delay, victims = fault
+    if fault and fault[0] in ("timer", "load-timer"):
+        kind, delay, victims = fault
+        if kind == "load-timer":  # count from the state file's next write: the load's next chunk is running
+            first = _stamp(state)
+            while any(p.poll() is None for p in procs) and _stamp(state) == first:
+                time.sleep(0.02)
         deadline = time.monotonic() + delay
         while time.monotonic() < deadline and any(p.poll() is None for p in procs):
             time.sleep(0.02)
@@ -174,6 +176,15 @@ def _run(path: str, src: str, dst: str, cat: str, state: str, fault: tuple | Non
         except ProcessLookupError:
             pass
     return codes
+
+
+def _stamp(state: str) -> tuple[int, int] | None:
+    """Which version of the state file is in place (it is replaced whole by each write)."""
+    try:
+        stat = os.stat(state)
+    except FileNotFoundError:
+        return None
+    return stat.st_ino, stat.st_mtime_ns
 
 
 def _pending_chunks(state: str) -> int | None:
@@ -202,17 +213,18 @@ def _fault(rng: random.Random, path: str, dest: Destination, pending: int | None
         phase, skip = _least_hit(LOAD_PHASES, tally, rng), 0
     else:
         phase = _least_hit(CHANGE_PHASES if pending is None else CHANGE_PHASES[1:], tally, rng)
-        skip = 0 if pending is None else pending + 1
+        skip = pending or 0
     if phase == "state write":
-        return ("step", "state-saved", skip + rng.randint(0, 3))
+        return ("step", "state-saved", skip + rng.randint(0, 2))
     if phase == "chunk commit":
         step = rng.choice(dest.load_steps)  # a load swaps once, at its last chunk
-        return ("step", step, 0 if step == "swapped" else rng.randint(0, 3))
+        return ("step", step, 0 if step == "swapped" else rng.randint(0, 2))
     if phase == "destination commit":
-        return ("step", rng.choice(dest.change_steps), skip + rng.randint(0, 3))
+        return ("step", rng.choice(dest.change_steps), skip + rng.randint(0, 2))
     victims = [(0,), (1,), (0, 1)][rng.randrange(3)] if path == "pipe" else (0,)
-    window = tally.load_seconds if phase == "full load" else tally.change_seconds
-    return ("timer", rng.uniform(0.3, 0.95) * window, victims)
+    if phase == "full load":
+        return ("load-timer", rng.uniform(0.0, 1.5), victims)
+    return ("timer", rng.uniform(0.5, 0.95) * tally.change_seconds, victims)
 
 
 def _landed(fault: tuple, loading_after: bool) -> str:
@@ -221,6 +233,29 @@ def _landed(fault: tuple, loading_after: bool) -> str:
         return "state write" if fault[1] == "state-saved" else (
             "chunk commit" if loading_after else "destination commit")
     return "full load" if loading_after else "change capture"
+
+
+def _schedule(rng: random.Random, path: str, dest: Destination, dsn: str, files: tuple[str, str, str, str],
+              folder: Path) -> Tally:
+    """Runs with one fault each, the source changing between them, until KILLS kills have landed."""
+    state = files[3]
+    tally, next_id = Tally(), [ROWS + 1]
+    while tally.kills < KILLS and tally.runs < KILLS * 4:
+        pending = _pending_chunks(state)
+        if pending is None and tally.round_change >= CHANGE_KILLS:  # a new full load replaces the stream
+            assert run_olake("state", "reset", state, "--stream", "public.acct").returncode == 0
+            pending, tally.loads, tally.round_load, tally.round_change = 0, tally.loads + 1, 0, 0
+        fault = _fault(rng, path, dest, pending, tally)
+        tally.runs += 1
+        started = time.monotonic()
+        codes = _run(path, *files, fault, folder / f"run{tally.runs:03d}.log")
+        pending_after, seconds = _pending_chunks(state), time.monotonic() - started
+        tally.record(fault, -signal.SIGKILL in codes, pending, pending_after, seconds)
+        with open(folder / "schedule.log", "a") as schedule:  # one line a run, for replaying a failure
+            schedule.write(f"run {tally.runs}: chunks pending {pending}, fault {fault}, exit {codes}, "
+                           f"{seconds:.1f}s, chunks pending after {pending_after}\n")
+        _change_source(dsn, rng, next_id)
+    return tally
 
 
 @pytest.mark.parametrize("dest_name", sorted(DESTINATIONS))
@@ -238,22 +273,7 @@ def test_kills_at_random_points_lose_nothing(pg_cluster, pg_db, tmp_path, path, 
     dst = write_json(tmp_path / "dst.json", dest.config(tmp_path / "out"))
     catalog = discover_catalog(src, tmp_path / "cat.json", {"acct": "cdc"}, only={"acct"})
     cat, state = str(tmp_path / "cat.json"), str(tmp_path / "state.json")
-    tally, next_id = Tally(), [ROWS + 1]
-    while tally.kills < KILLS and tally.runs < KILLS * 4:
-        pending = _pending_chunks(state)
-        if pending is None and tally.round_change >= CHANGE_KILLS:  # a new full load replaces the stream
-            assert run_olake("state", "reset", state, "--stream", "public.acct").returncode == 0
-            pending, tally.loads, tally.round_load, tally.round_change = 0, tally.loads + 1, 0, 0
-        fault = _fault(rng, path, dest, pending, tally)
-        tally.runs += 1
-        started = time.monotonic()
-        codes = _run(path, src, dst, cat, state, fault, tmp_path / f"run{tally.runs:03d}.log")
-        pending_after, seconds = _pending_chunks(state), time.monotonic() - started
-        tally.record(fault, -signal.SIGKILL in codes, pending, pending_after, seconds)
-        with open(tmp_path / "schedule.log", "a") as schedule:  # one line a run, for replaying a failure
-            schedule.write(f"run {tally.runs}: chunks pending {pending}, fault {fault}, exit {codes}, "
-                           f"{seconds:.1f}s, chunks pending after {pending_after}\n")
-        _change_source(dsn, rng, next_id)
+    tally = _schedule(rng, path, dest, dsn, (src, dst, cat, state), tmp_path)
     for _ in range(2):  # catch up without faults: the last changes, then nothing left
         log = tmp_path / "catch-up.log"
         codes = _run(path, src, dst, cat, state, None, log)
