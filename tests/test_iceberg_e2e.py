@@ -13,23 +13,11 @@ import pyarrow as pa
 
 from tests.support.cdc import discover_catalog, make_accounts
 from tests.support.cli import messages, olake_cmd, olake_env, read_into_write, run_olake, write_json
+from tests.support.current_view import iceberg_rows, iceberg_table
 from tests.support.mongo import connect
 from tests.support.verify import assert_table_matches
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "postgres" / "demo.sql"
-
-
-def iceberg_table(root: Path, namespace: str, name: str):
-    """The pyiceberg table of a stream in the embedded catalog under ``root``."""
-    from pyiceberg.catalog.sql import SqlCatalog
-
-    catalog = SqlCatalog("olake", uri=f"sqlite:///{root}/catalog.db", warehouse=f"file://{root}/warehouse")
-    return catalog.load_table((namespace, name))
-
-
-def iceberg_rows(root: Path, namespace: str, name: str):
-    """Every live row of a stream's table (position deletes applied) as an Arrow table."""
-    return iceberg_table(root, namespace, name).scan().to_arrow()
 
 
 def duckdb_rows(root: Path, namespace: str, name: str):
