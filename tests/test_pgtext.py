@@ -22,10 +22,10 @@ from psycopg import sql
 from olake_cli.core.codec import decode_rows, encode_records
 from olake_cli.core.errors import CatalogError, DestinationError, ProtocolError, SourceError
 from olake_cli.sources.postgres.scan import PostgresChunkReader
-from olake_cli.sources.postgres.pgtext import (converter_for, make_row_converter, parse_array_literal,
-                                   row_to_wire, text_to_wire)
+from olake_cli.sources.postgres.pgtext import converter_for, parse_array_literal, text_to_wire
 from olake_cli.sources.postgres.change_feed import current_wal_lsn, read_changes
 from olake_cli.sources.postgres.pgoutput import UNCHANGED_TOAST
+from tests.support.row_texts import make_row_converter, row_to_wire
 from olake_cli.sources.postgres.types import (SCAN_SESSION_SETTINGS, fetch_columns,
                                               json_schema_property, select_expression)
 

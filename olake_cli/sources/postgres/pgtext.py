@@ -6,7 +6,7 @@ slot (TimeZone=UTC, DateStyle=ISO, IntervalStyle=iso_8601, extra_float_digits=3)
 ``codec.encode_records`` produces for the same database value in a full-load scan, so that
 ``codec.decode_rows`` gives identical Arrow values on both paths.  Change capture converts a column
 of a run at a time (``column_json_texts``: the JSON texts of the wire values, Arrow compute for the
-common types); ``make_row_converter`` applies the same conversion to one row.
+common types).
 
 Arrays become nested lists of the column's declared depth (``array<array<T>>`` for ``T[][]``); a
 value of another depth, or with a lower bound other than 1 (``[0:2]={1,2,3}``), fails naming the
@@ -26,16 +26,14 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from olake_cli.core.codec import BadValue, olake_type_of, parse_iso_interval, value_error
+from olake_cli.core.codec import BadValue, olake_type_of, parse_iso_interval
 from olake_cli.core.record_lines import json_texts, quoted_texts
 from olake_cli.core.errors import CatalogError, SourceError
 from olake_cli.sources.postgres.pgarray import BadText, parse_array_literal, parse_nested_literal
 from olake_cli.core.calendar_text import parse_date, parse_timestamp, timestamp_text
 
-from olake_cli.core.values import UNCHANGED_TOAST
 
 Converter = Callable[[str], Any]
-RowConverter = Callable[[dict], "tuple[dict, list[str]]"]
 
 _TIME_RE = re.compile(r"(\d\d:\d\d:\d\d)(?:\.(\d{1,6}))?")
 _BYTEA_ESCAPE_RE = re.compile(rb"\\(\\|[0-7]{3})")
@@ -315,43 +313,3 @@ def text_to_wire(olake_type: str, text: str | None, column: str, delimiter: str 
         return convert(text)
     except _CONVERSION_ERRORS as exc:
         raise _conversion_error(column, olake_type, text, exc) from None
-
-
-def make_row_converter(json_schema: dict, stream: str | None = None,
-                       key_columns: tuple = ()) -> RowConverter:
-    """``row_to_wire`` bound to one json_schema: change capture's column conversion of one row.
-
-    A value that cannot be converted raises a SourceError naming ``stream``, the column and the
-    row's ``key_columns`` (their PostgreSQL text).
-    """
-    types = column_types(json_schema)
-
-    def convert_row(values: dict) -> tuple[dict, list[str]]:
-        data: dict = {}
-        toasted: list[str] = []
-        for name, value in values.items():
-            if name not in types:
-                continue
-            if value is UNCHANGED_TOAST:
-                toasted.append(name)
-            elif value is None:
-                data[name] = None
-            else:
-                try:
-                    json = column_json_texts(pa.array([value], pa.string()), *types[name])[0].as_py()
-                except BadValue as bad:
-                    key = {k: values.get(k) for k in key_columns}
-                    raise value_error(SourceError, stream, name, key, None, bad.detail) from None
-                data[name] = orjson.loads(json)
-        return data, toasted
-
-    return convert_row
-
-
-def row_to_wire(values: dict, json_schema: dict) -> tuple[dict, list[str]]:
-    """A change's column texts as RECORD data, plus the UNCHANGED_TOAST columns (left out of data).
-
-    Columns that are not properties of ``json_schema`` are ignored.  For many rows, call
-    ``make_row_converter`` once and reuse the function it returns.
-    """
-    return make_row_converter(json_schema)(values)
