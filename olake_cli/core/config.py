@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Callable
 
 from olake_cli.core.errors import ConfigError
 from olake_cli.core.registry import DESTINATIONS, SOURCES, entry
@@ -43,3 +43,26 @@ def resolve_env_values(config: dict[str, Any], path: str) -> dict[str, Any]:
 def schema_for(role: str, kind: str) -> str:
     """The schema name of a connector's config."""
     return entry(kind, role, where="spec").schema
+
+
+def config_files(connector: str, values: dict[str, Any], fields: tuple[str, ...],
+                 keep: Callable[[str, str], bool] = lambda name, path: False) -> dict[str, str]:
+    """The files named by ``fields`` of a config, made absolute (Spark tasks may run in another directory).
+
+    A value ``keep(name, path)`` accepts is passed through as it is; a path that is not a regular file
+    is a ConfigError naming the connector, the field and what the path is instead.
+    """
+    found = {}
+    for name in fields:
+        path = values.get(name)
+        if path is None:
+            continue
+        if keep(name, path):
+            found[name] = path
+            continue
+        full = os.path.abspath(os.path.expanduser(path))
+        if not os.path.isfile(full):
+            what = "a directory" if os.path.isdir(full) else "no such file"
+            raise ConfigError(f"{connector}: '{name}' must name a PEM file, but {path} is {what}")
+        found[name] = full
+    return found

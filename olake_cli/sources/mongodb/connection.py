@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import re
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote
 
+from olake_cli.core.config import config_files
 from olake_cli.core.errors import ConfigError, ConnectionFailed, OlakeError, SourceError, TransientError
 
 DEFAULT_READ_PREFERENCE = "secondaryPreferred"
@@ -58,7 +58,7 @@ class MongoSettings:
         for name in ("hosts", "collections", "include", "exclude"):
             if name in values:
                 values[name] = tuple(values[name])
-        values.update(_tls_files(values))
+        values.update(config_files("mongodb", values, _TLS_FILE_FIELDS))
         return cls(**values)
 
     # ------------------------------------------------------------------ clients
@@ -151,22 +151,6 @@ class MongoSettings:
 
 
 _TLS_FILE_FIELDS = ("tls_ca_file", "tls_certificate_key_file")
-
-
-def _tls_files(values: dict[str, Any]) -> dict[str, str]:
-    """The configured certificate files made absolute (Spark tasks may run in another directory); a
-    file that does not exist is a ConfigError naming its field."""
-    found = {}
-    for name in _TLS_FILE_FIELDS:
-        path = values.get(name)
-        if path is None:
-            continue
-        full = os.path.abspath(os.path.expanduser(path))
-        if not os.path.isfile(full):
-            what = "a directory" if os.path.isdir(full) else "no such file"
-            raise ConfigError(f"mongodb: '{name}' must name a PEM file, but {path} is {what}")
-        found[name] = full
-    return found
 
 
 # ---------------------------------------------------------------------- uri parsing (no DNS)

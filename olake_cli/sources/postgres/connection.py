@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
+from olake_cli.core.config import config_files
 from olake_cli.core.errors import ConfigError, ConnectionFailed
 
 DEFAULT_CHUNK_ROWS = 250_000
@@ -85,18 +85,10 @@ TLS_FILE_FIELDS = ("sslrootcert", "sslcert", "sslkey")
 
 
 def _tls_files(values: dict[str, Any]) -> dict[str, str]:
-    """The configured certificate and key paths made absolute (Spark tasks may run in another
-    directory); a file that does not exist is a ConfigError naming its field."""
-    found = {}
-    for name in TLS_FILE_FIELDS:
-        path = values.get(name)
-        if path is None or (name == "sslrootcert" and path == "system"):  # libpq 16+: the system's CAs
-            continue
-        full = os.path.abspath(os.path.expanduser(path))
-        if not os.path.isfile(full):
-            what = "a directory" if os.path.isdir(full) else "no such file"
-            raise ConfigError(f"postgres: '{name}' must name a PEM file, but {path} is {what}")
-        found[name] = full
+    """The configured certificate and key paths made absolute; ``sslrootcert: system`` (libpq 16+: the
+    system's CAs) as it is; the client certificate and its key only together."""
+    found = config_files("postgres", values, TLS_FILE_FIELDS,
+                         keep=lambda name, path: name == "sslrootcert" and path == "system")
     if bool(values.get("sslcert")) != bool(values.get("sslkey")):
         raise ConfigError("postgres: give 'sslcert' and 'sslkey' together (the client certificate and its key)")
     return found
