@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import dataclass
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -53,6 +55,40 @@ def _load_with_ddl(read_args: list[str], write_args: list[str], dsn: str, ddl: s
     return reader, reader_stderr
 
 
+@dataclass
+class StoppedLoad:
+    """A ``read | write`` load that DDL from another session stopped, and what to rerun it with."""
+
+    src: str
+    dst: str
+    catalog: list[str]
+    state: Path
+    streams: dict[str, dict]  # discovered stream name -> json_schema
+    reader: subprocess.Popen
+    stderr: bytes
+
+    def rerun(self):
+        """The same streams again through ``sync``, resuming from the state file."""
+        return run_olake("sync", "--source", self.src, "--destination", self.dst, *self.catalog,
+                         "--state", str(self.state))
+
+
+def _stop_load_with_ddl(pg_cluster, pg_db, tmp_path, ddl: str, **source) -> StoppedLoad:
+    """Discover, then run ``read | write`` of one chunk at a time until ``ddl`` stops it (lock_timeout 2 s)."""
+    src = write_json(tmp_path / "src.json", pg_cluster.source_config(pg_db, max_parallel=1, lock_timeout=2,
+                                                                        **source))
+    dst = write_json(tmp_path / "dst.json", {"type": "parquet", "path": str(tmp_path / "out")})
+    disc = run_olake("discover", "--config", src)
+    assert disc.returncode == 0, disc.stderr
+    (tmp_path / "cat.json").write_bytes(disc.stdout)
+    state = tmp_path / "st.json"
+    catalog = ["--catalog", str(tmp_path / "cat.json")]
+    reader, stderr = _load_with_ddl(["--config", src, *catalog, "--state", str(state)],
+                                    ["--config", dst, "--state", str(state)], pg_cluster.dsn(pg_db), ddl)
+    streams = {s["name"]: s["json_schema"] for s in json.loads(disc.stdout)["catalog"]["streams"]}
+    return StoppedLoad(src, dst, catalog, state, streams, reader, stderr)
+
+
 @pytest.mark.parametrize("ddl, strategy, rerun", [
     ("ALTER TABLE parts ADD COLUMN extra int DEFAULT 7", "ctid", "resumes"),
     ("VACUUM FULL parts", "ctid", "restarts"),  # ctid ranges name other rows after a rewrite
@@ -65,17 +101,8 @@ def test_ddl_mid_load_stops_the_load_and_the_rerun_converges(pg_cluster, pg_db, 
         conn.execute(f"""CREATE TABLE parts (id int PRIMARY KEY, label text, weight numeric(8,2));
                          INSERT INTO parts SELECT g, repeat('p', 100) || g, g / 4.0
                          FROM generate_series(1, {ROWS}) g; ANALYZE parts;""")
-    src = write_json(tmp_path / "src.json", pg_cluster.source_config(
-        pg_db, chunk_rows=200, max_parallel=1, chunk_strategy=strategy, lock_timeout=2))
-    dst = write_json(tmp_path / "dst.json", {"type": "parquet", "path": str(tmp_path / "out")})
-    disc = run_olake("discover", "--config", src)
-    assert disc.returncode == 0, disc.stderr
-    (tmp_path / "cat.json").write_bytes(disc.stdout)
-    state = tmp_path / "st.json"
-    catalog = ["--catalog", str(tmp_path / "cat.json")]
-
-    reader, stderr = _load_with_ddl(["--config", src, *catalog, "--state", str(state)],
-                                    ["--config", dst, "--state", str(state)], dsn, ddl)
+    run = _stop_load_with_ddl(pg_cluster, pg_db, tmp_path, ddl, chunk_rows=200, chunk_strategy=strategy)
+    reader, stderr, state = run.reader, run.stderr, run.state
 
     assert reader.returncode != 0
     errors = [line for line in stderr.splitlines() if line.startswith(b"olake: error:")]
@@ -84,7 +111,7 @@ def test_ddl_mid_load_stops_the_load_and_the_rerun_converges(pg_cluster, pg_db, 
     assert 2 <= _succeeded(stopped) < len(stopped["chunks"])  # committed chunks kept, the rest still to do
 
     before_rerun = state.read_bytes()
-    again = run_olake("sync", "--source", src, "--destination", dst, *catalog, "--state", str(state))
+    again = run.rerun()
     if rerun == "refused":
         assert again.returncode != 0
         assert b"'public.parts' does not exist" in again.stderr, again.stderr.decode()[-2000:]
@@ -100,7 +127,7 @@ def test_ddl_mid_load_stops_the_load_and_the_rerun_converges(pg_cluster, pg_db, 
     final = _stream_state(state)
     assert not final.get("chunks")
     assert (final["load_id"] == stopped["load_id"]) == (rerun == "resumes")
-    schema = next(s for s in json.loads(disc.stdout)["catalog"]["streams"] if s["name"] == "parts")["json_schema"]
+    schema = run.streams["parts"]
     data = read_parquet(str(tmp_path / "out" / "public" / "parts"))
     with psycopg.connect(dsn, autocommit=True) as conn:
         assert_table_matches(conn, "public", "parts", schema, data.select(list(schema["properties"])))
@@ -115,17 +142,9 @@ def test_ddl_on_a_table_whose_load_is_done_is_not_blocked_until_the_run_ends(pg_
                          CREATE TABLE parts (id int PRIMARY KEY, label text);
                          INSERT INTO parts SELECT g, repeat('p', 100) || g FROM generate_series(1, {ROWS}) g;
                          ANALYZE;""")
-    src = write_json(tmp_path / "src.json", pg_cluster.source_config(pg_db, chunk_rows=100, max_parallel=1,
-                                                                        lock_timeout=2))
-    dst = write_json(tmp_path / "dst.json", {"type": "parquet", "path": str(tmp_path / "out")})
-    disc = run_olake("discover", "--config", src)
-    assert disc.returncode == 0, disc.stderr
-    (tmp_path / "cat.json").write_bytes(disc.stdout)
-    state = tmp_path / "st.json"
-    catalog = ["--catalog", str(tmp_path / "cat.json")]
-    reader, stderr = _load_with_ddl(["--config", src, *catalog, "--state", str(state)],
-                                    ["--config", dst, "--state", str(state)], dsn,
-                                    "ALTER TABLE a_small ADD COLUMN extra int", stream="parts")
+    run = _stop_load_with_ddl(pg_cluster, pg_db, tmp_path, "ALTER TABLE a_small ADD COLUMN extra int",
+                              chunk_rows=100)
+    reader, stderr, state = run.reader, run.stderr, run.state
     assert reader.returncode != 0
     errors = [line for line in stderr.splitlines() if line.startswith(b"olake: error:")]
     assert len(errors) == 1 and b"public.a_small is being altered or dropped" in errors[0], stderr.decode()[-2000:]
@@ -133,10 +152,9 @@ def test_ddl_on_a_table_whose_load_is_done_is_not_blocked_until_the_run_ends(pg_
     stopped = _stream_state(state)
     assert _succeeded(stopped) < len(stopped["chunks"])  # the run did not wait for the last chunk of parts
 
-    again = run_olake("sync", "--source", src, "--destination", dst, *catalog, "--state", str(state))
+    again = run.rerun()
     assert again.returncode == 0, again.stderr.decode()[-3000:]
-    streams = {s["name"]: s["json_schema"] for s in json.loads(disc.stdout)["catalog"]["streams"]}
     with psycopg.connect(dsn, autocommit=True) as conn:
-        for name, schema in streams.items():
+        for name, schema in run.streams.items():
             data = read_parquet(str(tmp_path / "out" / "public" / name))
             assert_table_matches(conn, "public", name, schema, data.select(list(schema["properties"])))
