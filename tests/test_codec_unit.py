@@ -9,10 +9,9 @@ import orjson
 import pyarrow as pa
 import pytest
 
-from olake_cli.core.codec import (
-    INT32_MAX, INT64_MAX, INT64_MIN, arrow_schema, arrow_type, decode_rows, encode_records,
-    to_destination, wire_values,
-)
+from olake_cli.core.codec import INT32_MAX, INT64_MAX, INT64_MIN, arrow_schema, arrow_type, wire_values
+from olake_cli.core.codec_decode import decode_rows, to_destination
+from olake_cli.core.record_lines import encode_records
 from olake_cli.core.errors import CatalogError, DestinationError, ProtocolError, SourceError
 from olake_cli.sources.postgres.scan import PostgresChunkReader
 

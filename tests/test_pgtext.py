@@ -19,7 +19,8 @@ import pyarrow as pa
 import pytest
 from psycopg import sql
 
-from olake_cli.core.codec import decode_rows, encode_records
+from olake_cli.core.codec_decode import decode_rows
+from olake_cli.core.record_lines import encode_records
 from olake_cli.core.errors import CatalogError, DestinationError, ProtocolError, SourceError
 from olake_cli.sources.postgres.scan import PostgresChunkReader
 from olake_cli.sources.postgres.pgtext import converter_for, parse_array_literal, text_to_wire

@@ -23,7 +23,9 @@ from psycopg.types.datetime import DateLoader, TimeLoader, TimestampLoader, Time
 from psycopg.types.numeric import IntLoader
 from psycopg.types.string import TextLoader
 
-from olake_cli.core.codec import arrow_schema, decode_rows, encode_records
+from olake_cli.core.codec import arrow_schema
+from olake_cli.core.codec_decode import decode_rows
+from olake_cli.core.record_lines import encode_records
 from olake_cli.sources.postgres.types import (
     SCAN_SESSION_SETTINGS, fetch_columns, json_schema_property, select_expression,
 )

@@ -33,7 +33,9 @@ dates and timestamps shifted to 1970 without overflow checks (so PostgreSQL's in
 30 years of timestamps arrive wrapped around int64/int32, and are unwrapped here), interval as an
 int8[3] or iso_8601 text, numerics as text, multi-dimensional arrays as PostgreSQL's array text.
 A value that cannot be carried raises an error naming the stream, the column and the row's key.
-Decoding lives in ``codec_decode`` (re-exported here).
+
+This module is the bottom of the codec: ``record_lines`` (Arrow -> RECORD lines) and ``codec_decode``
+(wire values or scanned batches -> destination types) build on it; it imports neither.
 """
 
 from __future__ import annotations
@@ -360,9 +362,6 @@ def parse_iso_interval(text: str, column: str) -> dict:
             "microseconds": micros}
 
 
-_parse_iso_interval = parse_iso_interval  # the former private name
-
-
 def _datetimes_ms(array: pa.Array, olake_type: str, column: str) -> list:
     _expect(array, pa.types.is_timestamp(array.type), olake_type, column)
     if array.type.unit != "ms":
@@ -421,11 +420,3 @@ _ENCODERS = {
 }
 _NESTED_KINDS = frozenset({"array", "document"})  # their encoders and decoders take the property
 
-
-from olake_cli.core.codec_decode import decode_column, decode_rows, to_destination  # noqa: E402
-from olake_cli.core.record_lines import encode_records  # noqa: E402
-
-__all__ = ["INT32_MAX", "INT32_MIN", "INT64_MAX", "INT64_MIN", "BadValue", "arrow_schema", "arrow_type",
-           "decode_column", "decode_rows", "element_property", "encode_records", "field_arrow_type",
-           "olake_type_of", "parse_iso_interval", "sub_properties", "to_destination", "value_error",
-           "wire_array", "wire_values"]

@@ -1,8 +1,7 @@
 """Decoding: RECORD wire values (or scanned Arrow batches) -> the destination Arrow types.
 
-The representations are those of ``olake_cli.core.codec`` (which re-exports this module's public
-names); a value the destination type cannot hold raises an error naming the stream, the column and
-the row's key.
+The representations are those of ``olake_cli.core.codec`` (which this module builds on); a value
+the destination type cannot hold raises an error naming the stream, the column and the row's key.
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ from olake_cli.core.codec import (
 )
 from olake_cli.core.errors import CatalogError, DestinationError, ProtocolError
 from olake_cli.core.calendar_text import parse_date, parse_timestamp
+
 
 def decode_rows(rows: list[dict], json_schema: dict, all_nullable: bool = False,
                 stream: str | None = None, key_columns: tuple = ()) -> tuple[pa.Table, list[str]]:
