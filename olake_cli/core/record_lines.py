@@ -15,7 +15,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from olake_cli.core.change_runs import ChangeRun
-from olake_cli.core.codec import BadValue, olake_type_of, value_error, wire_array
+from olake_cli.core.codec import BadValue, olake_type_of, value_error
+from olake_cli.core.codec_encode import wire_array
 from olake_cli.core.errors import CatalogError, SourceError
 
 _FLOAT_WORDS = {"nan": '"NaN"', "inf": '"Infinity"', "-inf": '"-Infinity"'}
