@@ -340,15 +340,16 @@ def _ndarray_column(values: list, olake_type: str, column: str, warnings: list[s
     for value in values:
         if value is not None and not _is_ndarray_object(value):
             raise ProtocolError(f"column {column!r}: an {olake_type} value is an object of the integer lists "
-                                f"lower_bounds and lengths (one per dimension, lengths at least 1) and the "
-                                f"list of their product of elements; got {str(value)[:80]!r}")
+                                f"lower_bounds and lengths (one of each per dimension, lengths at least 1) "
+                                f"and the list of elements (the lengths' product); got {str(value)[:80]!r}")
     parts = [[None if v is None else v[name] for v in values] for name in NDARRAY_FIELDS]
     element_type = "array<" + olake_type[olake_type.index("<") + 1:]
     children = [_array_column(parts[0], "array<int32>", f"{column}.lower_bounds", warnings),
                 _array_column(parts[1], "array<int32>", f"{column}.lengths", warnings),
                 _array_column(parts[2], element_type, f"{column}.elements", warnings)]
-    uppers = [None if v is None else [lo + n - 1 for lo, n in zip(v["lower_bounds"], v["lengths"])] for v in values]
-    _array_column(uppers, "array<int32>", f"{column} (upper bounds)", warnings)  # each fits int32, as in PostgreSQL
+    uppers = [None if v is None else [lo + n - 1 for lo, n in zip(v["lower_bounds"], v["lengths"])]
+              for v in values]
+    _array_column(uppers, "array<int32>", f"{column} (upper bounds)", warnings)  # int32, as in PostgreSQL
     struct_type = arrow_type(olake_type)
     mask = pa.array([value is None for value in values], pa.bool_())
     return pa.StructArray.from_arrays(children, fields=list(struct_type), mask=mask)

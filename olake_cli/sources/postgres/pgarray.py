@@ -25,6 +25,12 @@ class BadText(ValueError):
     """A PostgreSQL text value that cannot (or must not) be converted."""
 
 
+def element_delimiter(pg_type: str) -> str:
+    """The delimiter of an array type's text (``format_type`` name): box is the only built-in type whose
+    arrays are delimited by ';' instead of ','."""
+    return ";" if pg_type.startswith("box") else ","
+
+
 def _strip_bounds(text: str, depth: int) -> str:
     """The literal of a column of ``depth`` dimensions, refused when it carries ``[lo:hi]...=``
     (PostgreSQL prints it only when a lower bound is not 1, and nested lists cannot carry it)."""
@@ -171,6 +177,7 @@ def _flatten(value: list, depth: int) -> tuple[list[int], list]:
     if any(isinstance(item, list) for item in elements):
         raise BadText("sub-arrays of different depths")
     return lengths, elements
+
 
 def _parse_level(text: str, pos: int, delimiter: str) -> tuple[list, int]:
     """One ``{...}`` level of an array literal starting at ``pos``; returns it and the end position."""

@@ -31,7 +31,8 @@ from olake_cli.core.codec import NDARRAY, BadValue, array_shape, olake_type_of
 from olake_cli.core.codec_encode import parse_iso_interval
 from olake_cli.core.record_lines import json_texts, quoted_texts
 from olake_cli.core.errors import CatalogError, SourceError
-from olake_cli.sources.postgres.pgarray import BadText, parse_any_literal, parse_array_literal, parse_nested_literal
+from olake_cli.sources.postgres.pgarray import (BadText, element_delimiter, parse_any_literal, parse_array_literal,
+                                                parse_nested_literal)
 from olake_cli.core.calendar_text import parse_date, parse_timestamp, timestamp_text
 
 
@@ -198,11 +199,6 @@ def converter_for(olake_type: str, delimiter: str = ",") -> Converter | None:
     return _SCALAR_CONVERTERS[kind]
 
 
-def array_delimiter(prop: dict) -> str:
-    """box is the only built-in type whose arrays are delimited by ';' instead of ','."""
-    return ";" if str(prop.get("x-pg-type", "")).startswith("box") else ","
-
-
 def _reason(olake_type: str, text: str, exc: Exception) -> str:
     reason = str(exc) if isinstance(exc, BadText) else f"{type(exc).__name__}: {exc}"
     return f"cannot convert PostgreSQL text {text[:80]!r} to {olake_type}: {reason}"
@@ -228,7 +224,7 @@ def column_types(json_schema: dict) -> dict[str, tuple[str, str]]:
     """Each property's (olake type, array delimiter); a CatalogError for a type without a converter."""
     types = {}
     for name, prop in json_schema.get("properties", {}).items():
-        types[name] = (olake_type_of(prop, name), array_delimiter(prop))
+        types[name] = (olake_type_of(prop, name), element_delimiter(str(prop.get("x-pg-type", ""))))
         converter_for(*types[name])
     return types
 

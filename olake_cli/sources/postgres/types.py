@@ -30,6 +30,7 @@ from psycopg import sql
 
 from olake_cli.core.codec import NDARRAY, array_shape, shaped_array
 from olake_cli.core.errors import CatalogError
+from olake_cli.sources.postgres.pgarray import element_delimiter
 
 SCAN_SESSION_SETTINGS: dict[str, str] = {
     "TimeZone": "UTC",
@@ -256,8 +257,7 @@ def scanned_as_text(col: PgColumn) -> bool:
 
 def text_arrays(columns: list[PgColumn]) -> tuple[tuple[str, str, str], ...]:
     """(name, olake type, element delimiter) of the columns the scan reads as array text."""
-    return tuple((c.name, c.olake_type, ";" if c.type_name.startswith("box") else ",")
-                 for c in columns if scanned_as_text(c))
+    return tuple((c.name, c.olake_type, element_delimiter(c.type_name)) for c in columns if scanned_as_text(c))
 
 
 def shape_checks(columns: list[PgColumn]) -> list[tuple[PgColumn, sql.Composable]]:
