@@ -18,6 +18,7 @@ from pathlib import Path
 
 import psycopg
 
+from olake_cli.sources.postgres.types import fetch_columns, type_property
 from tests.support.cdc import discover_catalog, sync_once
 from tests.support.cli import read_into_write, run_olake, trace_errors, write_json
 from tests.support.current_view import iceberg_rows, iceberg_table
@@ -93,9 +94,27 @@ def test_discover_takes_array_shapes_from_the_data(pg_cluster, pg_db, tmp_path):
                               "three": "array<array<array<date>>>"}  # no values yet: the declaration
     assert types["shapes_view"] == {"grid": "array<array<int32>>", "mixed": "ndarray<int32>"}
     assert types["later"] == {"based": "array<string>"}  # not populated: nothing to read
-    mixed = next(s for s in catalog["streams"] if s["name"] == "shapes")["json_schema"]["properties"]["mixed"]
+    mixed = _shapes_properties(catalog)["mixed"]
     assert mixed["type"] == ["null", "object"] and mixed["x-pg-type"] == "integer[]"
     assert mixed["properties"]["elements"]["items"]["x-olake-type"] == "int32"
+
+    with psycopg.connect(dsn, autocommit=True) as conn:  # runs take the shapes from the catalog
+        live = {c.name: c.olake_type for c in fetch_columns(conn, "public", "shapes", _shapes_properties(catalog))}
+        assert {c: live[c] for c in SHAPES} == SHAPES
+        assert type_property(conn, 1007, -1, catalog_type="ndarray<int32>")["x-olake-type"] == "ndarray<int32>"
+        conn.execute("DELETE FROM shapes WHERE id <> 1")  # mixed and based hold regular values now
+        conn.execute("UPDATE shapes SET based = '{a}'")
+    again = run_olake("discover", "--config", src, "--catalog", str(tmp_path / "cat.json"))
+    assert again.returncode == 0, again.stderr.decode()
+    kept = _shapes_properties(json.loads(again.stdout)["catalog"])
+    assert kept["mixed"] == mixed  # an ndarray stays one (every shape fits), no needless new load
+    assert kept["based"]["x-olake-type"] == "ndarray<string>"
+    assert kept["grid"]["x-olake-type"] == "array<array<int32>>"
+
+
+def _shapes_properties(catalog: dict) -> dict:
+    """The json_schema properties of the ``shapes`` stream."""
+    return next(s for s in catalog["streams"] if s["name"] == "shapes")["json_schema"]["properties"]
 
 
 def _failed_before_acknowledging(stderr: bytes, code: int, state: Path, before: str) -> None:
