@@ -168,15 +168,15 @@ def value_error(error_type: type, stream: str | None, column: str, key: dict | N
     return error_type(", ".join(parts) + f": {detail}")
 
 
-
 # ----------------------------------------------------------------------------- array shapes
 
 
 def ndarray_arrow_type(element: pa.DataType) -> pa.DataType:
     """``struct<lower_bounds: list<int32>, lengths: list<int32>, elements: list<element>>``."""
     bounds = pa.list_(pa.field("element", pa.int32()))
-    return pa.struct([pa.field("lower_bounds", bounds), pa.field("lengths", bounds),
-                      pa.field("elements", pa.list_(pa.field("element", element)))])
+    lower_bounds, lengths, elements = NDARRAY_FIELDS
+    return pa.struct([pa.field(lower_bounds, bounds), pa.field(lengths, bounds),
+                      pa.field(elements, pa.list_(pa.field("element", element)))])
 
 
 def array_shape(olake_type: str) -> tuple[str, int | str] | None:

@@ -17,8 +17,8 @@ import pyarrow.compute as pc
 from olake_cli.core.codec import (
     _DATE_MAX, _DATE_MIN, _DAY_US, _FLOAT_WIRE, _INT_TYPES, _INTERVAL_FIELDS, _INTERVAL_TYPE,
     _NESTED_KINDS, _TS_MAX_US, _TS_MIN_US, _UUID_PATTERN, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN,
-    NDARRAY_FIELDS, BadValue, arrow_schema, arrow_type, element_property, field_arrow_type,
-    olake_type_of, sub_properties, value_error,
+    NDARRAY_FIELDS, BadValue, array_shape, arrow_schema, arrow_type, element_property, field_arrow_type,
+    olake_type_of, shaped_array, sub_properties, value_error,
 )
 from olake_cli.core.codec_encode import _fast_mask, wire_values
 from olake_cli.core.errors import CatalogError, DestinationError, ProtocolError
@@ -343,7 +343,7 @@ def _ndarray_column(values: list, olake_type: str, column: str, warnings: list[s
                                 f"lower_bounds and lengths (one of each per dimension, lengths at least 1) "
                                 f"and the list of elements (the lengths' product); got {str(value)[:80]!r}")
     parts = [[None if v is None else v[name] for v in values] for name in NDARRAY_FIELDS]
-    element_type = "array<" + olake_type[olake_type.index("<") + 1:]
+    element_type = shaped_array(array_shape(olake_type)[0], 1)
     children = [_array_column(parts[0], "array<int32>", f"{column}.lower_bounds", warnings),
                 _array_column(parts[1], "array<int32>", f"{column}.lengths", warnings),
                 _array_column(parts[2], element_type, f"{column}.elements", warnings)]

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from olake_cli.core.calendar_text import date_text, timestamp_text
 from olake_cli.core.codec import (
     _DATE_MAX, _DATE_MIN, _DAY_US, _INT_TYPES, _NESTED_KINDS, _TS_MAX_US, _TS_MIN_US, INT32_MIN, INT64_MIN,
-    NDARRAY_FIELDS, BadValue, element_property, olake_type_of, sub_properties,
+    NDARRAY_FIELDS, BadValue, array_shape, element_property, olake_type_of, shaped_array, sub_properties,
 )
 from olake_cli.core.errors import CatalogError, SourceError
 
@@ -272,7 +272,7 @@ def _ndarrays(array: pa.Array, olake_type: str, column: str, prop: dict | None =
     _expect(array, pa.types.is_struct(array.type) and
             [f.name for f in array.type] == list(NDARRAY_FIELDS), olake_type, column)
     lower, lengths, elements = array.flatten()
-    elements = _arrays(elements, "array<" + olake_type[olake_type.index("<") + 1:], column)
+    elements = _arrays(elements, shaped_array(array_shape(olake_type)[0], 1), column)
     return [{"lower_bounds": lo, "lengths": n, "elements": e} if valid else None
             for valid, lo, n, e in zip(array.is_valid().to_pylist(), lower.to_pylist(), lengths.to_pylist(),
                                        elements)]

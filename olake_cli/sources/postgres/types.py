@@ -192,7 +192,7 @@ def _json_schema_for(olake_type: str, enum_labels: tuple[str, ...] | None, nulla
         prop: dict = {"type": ["array"], "items": items}
     elif olake_type.startswith(NDARRAY + "<"):
         integers = {"type": ["array"], "items": {"type": ["integer"]}}
-        elements = _json_schema_for("array<" + olake_type[len(NDARRAY) + 1:], enum_labels, False)
+        elements = _json_schema_for(shaped_array(array_shape(olake_type)[0], 1), enum_labels, False)
         prop = {"type": ["object"], "additionalProperties": False,
                 "required": ["lower_bounds", "lengths", "elements"],
                 "properties": {"lower_bounds": integers, "lengths": integers, "elements": elements}}
