@@ -103,6 +103,10 @@ class Progress:
         stream = self.streams[label] = StreamProgress(label, chunks_total=chunks, row_estimate=row_estimate)
         self.view.show("started", stream)
 
+    def chunk_added(self, label: str) -> None:
+        """A stream's load grew by one chunk (the rest of a chunk whose task stopped early)."""
+        self.streams[label].chunks_total += 1
+
     def chunk_done(self, label: str, rows: int, seconds: float) -> None:
         """One chunk (or incremental pass) of a stream finished with ``rows`` rows."""
         stream = self.streams[label]

@@ -133,7 +133,7 @@ class ReadPipeline:
             getattr(self.runner, "prestart", lambda: None)()
         with session:
             runs = [self._prepare(stream, session) for stream in streams]
-            self._scan_all(runs)
+            self._scan_all(runs, session)
         if self.capture is not None and not self.errors:
             run_change_phase(self.capture, cdc_streams, self.state, _CountingWriter(self.out, self.progress),
                              self.log)
@@ -197,6 +197,8 @@ class ReadPipeline:
                             load_op_key=self.capture.position_op(start).to_key())
         rows = "" if plan.row_estimate is None else f", about {plan.row_estimate} rows"
         self.log(f"{stream.label}: full load in {len(ss.chunks)} chunk(s){rows}")
+        if not ss.chunks:  # the source plans no load (DynamoDB's init_sync: skip): the stream moves on
+            ss = finish_full_load_if_done(ss, NEXT_SYNC_TYPE[stream.sync_mode])
         return ss, plan.row_estimate
 
     def _prepare_incremental(self, stream: CatalogStream, session: ReadSession, previous: StreamState) -> StreamRun:
@@ -223,37 +225,48 @@ class ReadPipeline:
                         json_schema=stream.json_schema, key_columns=session.key_columns(stream),
                         extra_data=extra_data, spool_dir=getattr(self.runner, "spool_dir", None))
 
-    def _scan_all(self, runs: list[StreamRun]) -> None:
+    def _scan_all(self, runs: list[StreamRun], session: ReadSession) -> None:
         by_key = {(r.stream.namespace, r.stream.name): r for r in runs}
         jobs = [self._with_sink(run, job) for run in runs if run.kind == "full" for job in run.jobs]
         passes = [job for run in runs if run.kind == "incremental" for job in run.jobs]
         pending = {key: len(run.jobs) for key, run in by_key.items()}
         # Full-load chunks are Spark tasks; an incremental pass is one range read on the driver, so a
-        # run with no full load never starts a JVM.
-        scans = self.runner.run(run_chunk_job, jobs)
-        results = itertools.chain(scans, map(run_chunk_job, passes))
-        for result in results:
-            run = by_key[(result.namespace, result.stream)]
-            if result.error is not None:
-                self.errors.append(result.error)
-                run.failed = True
-                self.log(f"{run.stream.label}: chunk {result.chunk_index} failed: {result.error}")
-            else:
-                result.emit(self.out.write_raw)
-                for warning in result.warnings:
-                    self.log(f"{run.stream.label}: {warning}")
-            self.progress.chunk_done(run.stream.label, result.rows, result.seconds)
-            if result.error is None and self._tasks_write(run):
-                self.rows_by_tasks += result.rows
-            self._after_task(run, result)
-            pending[run.stream.key] -= 1
-            if result.error is None and self.statuses.get(run.stream.key) == "STARTED":
-                self._status(run.stream, "RUNNING")
-            if not pending[run.stream.key]:
-                self._stream_done(run)
-            if isinstance(result.error, (SourceChangedError, SnapshotLostError)):  # later chunks would fail too
-                getattr(scans, "close", lambda: None)()  # no further chunk starts; those in flight are cancelled
-                break
+        # run with no full load never starts a JVM. A chunk whose task stopped early (the reader's
+        # resume_point) leaves its rest to a new chunk, scanned in the next round.
+        while jobs or passes:
+            scans = self.runner.run(run_chunk_job, jobs)
+            results = itertools.chain(scans, map(run_chunk_job, passes))
+            jobs, passes = [], []
+            for result in results:
+                run = by_key[(result.namespace, result.stream)]
+                rest = self._take_result(run, result, session)
+                if rest is not None:
+                    jobs.append(self._with_sink(run, rest))
+                    pending[run.stream.key] += 1
+                pending[run.stream.key] -= 1
+                if not pending[run.stream.key]:
+                    self._stream_done(run)
+                if isinstance(result.error, (SourceChangedError, SnapshotLostError)):  # later chunks would fail too
+                    getattr(scans, "close", lambda: None)()  # no further chunk starts; those in flight are cancelled
+                    return
+
+    def _take_result(self, run: StreamRun, result, session: ReadSession) -> ChunkJob | None:
+        """Emit a finished chunk (or record its error) and its state; the job of the chunk's rest, if any."""
+        if result.error is not None:
+            self.errors.append(result.error)
+            run.failed = True
+            self.log(f"{run.stream.label}: chunk {result.chunk_index} failed: {result.error}")
+        else:
+            result.emit(self.out.write_raw)
+            for warning in result.warnings:
+                self.log(f"{run.stream.label}: {warning}")
+        self.progress.chunk_done(run.stream.label, result.rows, result.seconds)
+        if result.error is None and self._tasks_write(run):
+            self.rows_by_tasks += result.rows
+        rest = self._after_task(run, result, session)
+        if result.error is None and self.statuses.get(run.stream.key) == "STARTED":
+            self._status(run.stream, "RUNNING")
+        return rest
 
     def _stream_done(self, run: StreamRun) -> None:
         """Every chunk of a stream is done: its summary, and COMPLETE unless change capture follows."""
@@ -289,17 +302,32 @@ class ReadPipeline:
         extra = run.state.extra or {}
         return replace(job, sink=self.sink, load_id=extra.get("load_id"), load_op_key=extra.get("load_op_key"))
 
-    def _after_task(self, run: StreamRun, result) -> None:
+    def _after_task(self, run: StreamRun, result, session: ReadSession) -> ChunkJob | None:
         if run.kind == "incremental":
             if result.error is None:
                 ss = run.state.copy()
                 ss.cursor_field = run.next_position
                 run.state = ss
                 self._publish(ss)
-            return
+            return None
         run.state.chunks[result.chunk_index].status = "failed" if result.error else "succeed"
+        rest = None
+        if result.error is None and result.resume_point is not None:
+            rest = self._rest_of_chunk(run, result, session)
         run.state = finish_full_load_if_done(run.state, NEXT_SYNC_TYPE[run.stream.sync_mode])
         self._publish(run.state)
+        return rest
+
+    def _rest_of_chunk(self, run: StreamRun, result, session: ReadSession) -> ChunkJob:
+        """A chunk whose task stopped early counts as done up to its resume point; the rest becomes a
+        new pending chunk of the load (published with it) and its job."""
+        done = next(job for job in run.jobs if job.chunk_index == result.chunk_index)
+        number = len(run.state.chunks)
+        run.state.chunks.append(Chunk("pending", *done.reader.rest_of_chunk(result.resume_point, number)))
+        rest = replace(done, chunk_index=number, reader=session.chunk_reader(run.stream, run.state, number))
+        run.jobs.append(rest)
+        self.progress.chunk_added(run.stream.label)
+        return rest
 
     def _publish(self, ss: StreamState) -> None:
         """Record a stream's new state and emit it (stream level) after the records before it."""
