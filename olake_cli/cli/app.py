@@ -122,19 +122,23 @@ def sync(source: str = typer.Option(..., "--source", help="Source config JSON fi
 
 @state_app.command("show")
 def state_show(path: str = typer.Argument(..., help="State JSON file."),
-               as_json: bool = typer.Option(False, "--json", help="Print the state as a STATE message on stdout.")) -> None:
-    """Show a state file: per stream its sync type, position and chunks done (a table on stderr)."""
+               as_json: bool = typer.Option(False, "--json", help="Print the state as a STATE message on stdout."),
+               catalog: Optional[str] = typer.Option(None, "--catalog", help="Also list the catalog's selected "
+                                                     "streams the state does not hold yet (phase DISCOVERY).")) -> None:
+    """Show a state file: per stream its sync type, position, chunks done and phase (a table on stderr)."""
     from olake_cli.cli.state_view import state_table
+    from olake_cli.core.catalog import load_catalog
     from olake_cli.core.state import load_state
 
     state = load_state(path)
     if as_json:
         protocol_writer().write(messages.state_message(state))
         return
+    discovered = [s.key for s in load_catalog(catalog).selected_streams()] if catalog else []
     if log_format() == "json":
-        log(state_table(state))
+        log(state_table(state, discovered))
     else:
-        sys.stderr.write(state_table(state) + "\n")
+        sys.stderr.write(state_table(state, discovered) + "\n")
 
 
 @state_app.command("reset")

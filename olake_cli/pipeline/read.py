@@ -170,7 +170,7 @@ class ReadPipeline:
             ss, estimate = self._new_load(stream, session)
         self._publish(ss)
         run = StreamRun(stream, ss, row_estimate=estimate if decision == "new" else None)
-        for index, chunk in enumerate(ss.chunks):
+        for index, chunk in enumerate(ss.chunks or []):  # none when the load had nothing to do
             if chunk.status != "succeed":
                 run.jobs.append(self._job(stream, session, index, session.chunk_reader(stream, ss, index)))
         self.progress.stream_started(stream.label, len(run.jobs), run.row_estimate)

@@ -6,6 +6,7 @@ Settings are a small frozen value (picklable: Spark tasks build their own client
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,16 +89,9 @@ class DynamoSettings:
         return f"{self.endpoint_url or 'AWS'} (region {self.region})"
 
     def client(self, service: str = "dynamodb"):
-        """A boto3 client of ``service`` (``dynamodb`` or ``dynamodbstreams``) for these settings."""
-        import boto3
-        from botocore.config import Config
-
-        session = boto3.session.Session(
-            aws_access_key_id=self.access_key_id, aws_secret_access_key=self.secret_access_key,
-            aws_session_token=self.session_token, profile_name=self.profile)
-        config = Config(connect_timeout=self.connect_timeout, read_timeout=max(60, self.connect_timeout),
-                        retries={"mode": "standard", "max_attempts": RETRY_ATTEMPTS})
-        return session.client(service, region_name=self.region, endpoint_url=self.endpoint_url, config=config)
+        """A boto3 client of ``service`` (``dynamodb`` or ``dynamodbstreams``) for these settings, made
+        once per process (a client takes a second to build; Spark's Python workers serve many tasks)."""
+        return _client(self, service)
 
     def scrub(self, text: str) -> str:
         """``text`` with the secrets replaced by ``***``."""
@@ -105,6 +99,20 @@ class DynamoSettings:
             if secret:
                 text = text.replace(secret, "***")
         return text
+
+
+@functools.lru_cache(maxsize=16)
+def _client(settings: DynamoSettings, service: str):
+    import boto3
+    from botocore.config import Config
+
+    session = boto3.session.Session(
+        aws_access_key_id=settings.access_key_id, aws_secret_access_key=settings.secret_access_key,
+        aws_session_token=settings.session_token, profile_name=settings.profile)
+    config = Config(connect_timeout=settings.connect_timeout, read_timeout=max(60, settings.connect_timeout),
+                    retries={"mode": "standard", "max_attempts": RETRY_ATTEMPTS},
+                    max_pool_connections=32)
+    return session.client(service, region_name=settings.region, endpoint_url=settings.endpoint_url, config=config)
 
 
 def error_code(exc: BaseException) -> str | None:
