@@ -26,6 +26,7 @@ from olake_cli.sources.dynamodb.schema import DYNAMODB_TYPE
 
 _TAGS_OF = {"string": ("S",), "bool": ("BOOL",), "bytes": ("B",), "document": ("M",)}
 _ARROW_SCALARS = {"string": pa.string(), "bool": pa.bool_(), "bytes": pa.binary()}
+_OTHER = object()  # a value of another DynamoDB type than the column's
 
 
 class Misfit(BadValue):
@@ -54,36 +55,28 @@ def items_to_batch(items: list[dict], json_schema: dict, label: str, key_names: 
 
 
 def _column(values: list, prop: dict, path: str, nullable: bool) -> pa.Array:
+    """One column from the attribute values (None: missing) of its attribute."""
     olake_type = olake_type_of(prop, path)
     if olake_type == "json":
         texts = [None if value is None else json_text(value) for value in values]
         array = pa.ExtensionArray.from_storage(pa.json_(), pa.array(texts, pa.string()))
+    elif olake_type.startswith("array<"):
+        array = _list_column(_checked(values, prop, olake_type, path), prop, olake_type, path)
     else:
-        array = _typed_column(_checked(values, prop, olake_type, path), prop, olake_type, path)
+        array = _from_payloads(_payloads(values, prop, olake_type, path), prop, olake_type, path)
     if not nullable and array.null_count:
         index = next(i for i, valid in enumerate(array.is_valid().to_pylist()) if not valid)
         raise Misfit(index, path, "no value (NULL or missing) in a key attribute")
     return array
 
 
-def _checked(values: list, prop: dict, olake_type: str, path: str) -> list:
-    """The values with NULL as None, after checking that each has a DynamoDB type the column takes."""
+def _allowed(prop: dict, olake_type: str) -> tuple[str, ...]:
+    """The DynamoDB types the column takes: the property's own, else those its olake type can hold."""
     expected = prop.get(DYNAMODB_TYPE)
-    allowed = (expected,) if expected else _allowed_tags(olake_type)
-    checked = []
-    for index, value in enumerate(values):
-        if value is None or "NULL" in value:
-            checked.append(None)
-        elif tag_of(value) in allowed:
-            checked.append(value)
-        else:
-            raise Misfit(index, path, f"a {tag_of(value)} value does not fit x-olake-type {olake_type} "
-                                      f"(DynamoDB type {' or '.join(allowed)}); {_hint(path)}")
-    return checked
+    return (expected,) if expected else _allowed_tags(olake_type)
 
 
 def _allowed_tags(olake_type: str) -> tuple[str, ...]:
-    """The DynamoDB types a column of ``olake_type`` takes when its property names none."""
     if olake_type in _TAGS_OF:
         return _TAGS_OF[olake_type]
     if olake_type.startswith("array<"):
@@ -92,10 +85,41 @@ def _allowed_tags(olake_type: str) -> tuple[str, ...]:
     return ("N",)  # decimal(38,s), numeric
 
 
-def _typed_column(values: list, prop: dict, olake_type: str, path: str) -> pa.Array:
-    if olake_type.startswith("array<"):
-        return _list_column(values, prop, olake_type, path)
-    payloads = [None if value is None else value[tag_of(value)] for value in values]
+def _payloads(values: list, prop: dict, olake_type: str, path: str) -> list:
+    """The values' payloads of a column of one DynamoDB type (NULL as None); a value of another type
+    is a Misfit."""
+    (tag,) = _allowed(prop, olake_type)
+    payloads = [None if value is None else value.get(tag, _OTHER) for value in values]
+    if _OTHER in payloads:
+        for index, (value, payload) in enumerate(zip(values, payloads)):
+            if payload is _OTHER:
+                if "NULL" not in value:
+                    raise _wrong_type(index, path, value, olake_type, (tag,))
+                payloads[index] = None
+    return payloads
+
+
+def _checked(values: list, prop: dict, olake_type: str, path: str) -> list:
+    """The values with NULL as None, each of a DynamoDB type the column takes (else a Misfit)."""
+    allowed = _allowed(prop, olake_type)
+    checked = []
+    for index, value in enumerate(values):
+        if value is None or "NULL" in value:
+            checked.append(None)
+        elif tag_of(value) in allowed:
+            checked.append(value)
+        else:
+            raise _wrong_type(index, path, value, olake_type, allowed)
+    return checked
+
+
+def _wrong_type(index: int, path: str, value: dict, olake_type: str, allowed: tuple[str, ...]) -> Misfit:
+    return Misfit(index, path, f"a {tag_of(value)} value does not fit x-olake-type {olake_type} (DynamoDB type "
+                               f"{' or '.join(allowed)}); {_hint(path)}")
+
+
+def _from_payloads(payloads: list, prop: dict, olake_type: str, path: str) -> pa.Array:
+    """A scalar, number or document column from its payloads."""
     if olake_type in _ARROW_SCALARS:
         return pa.array(payloads, _ARROW_SCALARS[olake_type])
     if olake_type == "document":
@@ -134,18 +158,21 @@ def _document_column(maps: list, prop: dict, path: str) -> pa.Array:
 
 
 def _list_column(values: list, prop: dict, olake_type: str, path: str) -> pa.Array:
-    """Lists (of attribute values) and sets (their members made attribute values) as a list column."""
+    """Sets (their members are plain payloads) and lists (of attribute values) as one list column."""
     offsets, members = [0], []
+    sets_only = all(value is None or "L" not in value for value in values)
     for value in values:
         if value is not None:
             tag = tag_of(value)
-            if tag == "L":
-                members.extend(value["L"])
-            else:
-                members.extend({SET_TAGS[tag]: member} for member in value[tag])
+            payload = value[tag]
+            members.extend(payload if sets_only or tag == "L" else ({SET_TAGS[tag]: m} for m in payload))
         offsets.append(len(members))
+    element = element_property(prop, olake_type)
     try:
-        elements = _column(members, element_property(prop, olake_type), f"{path}[]", True)
+        if sets_only:
+            elements = _from_payloads(members, element, olake_type[6:-1], f"{path}[]")
+        else:
+            elements = _column(members, element, f"{path}[]", True)
     except Misfit as bad:
         raise Misfit(bisect_right(offsets, bad.index) - 1, bad.path, bad.detail) from None
     mask = pa.array([v is None for v in values], pa.bool_()) if None in values else None
