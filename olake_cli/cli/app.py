@@ -18,7 +18,7 @@ from olake_cli.core import messages
 from olake_cli.core.errors import ConfigError, OlakeError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Copy PostgreSQL and MongoDB into Parquet: chunked parallel full loads on Spark, change capture, resumable state.")
+                  help="Copy PostgreSQL, MongoDB and DynamoDB into Parquet and Iceberg: chunked parallel full loads on Spark, change capture, resumable state.")
 state_app = typer.Typer(no_args_is_help=True, help="Work with state files.")
 app.add_typer(state_app, name="state")
 
@@ -40,7 +40,7 @@ def options(log_format_name: LogFormat = typer.Option(
 
 
 @app.command()
-def spec(source: Optional[str] = typer.Option(None, "--source", help="Source type: postgres or mongodb."),
+def spec(source: Optional[str] = typer.Option(None, "--source", help="Source type: postgres, mongodb or dynamodb."),
          destination: Optional[str] = typer.Option(None, "--destination", help="Destination type, e.g. parquet.")) -> None:
     """Print the SPEC message (the config's JSON Schema) of a connector."""
     from olake_cli.core.config import schema_for

@@ -83,7 +83,7 @@ class DynamoChangeCapture:
         """Nothing beyond the start position: records made during the scan are replayed after it."""
         return {}
 
-    def _next_op(self) -> OpId:
+    def next_op(self) -> OpId:
         """A checkpoint op id above every one stored (milliseconds, then a count)."""
         self._checkpoints += 1
         return OpId(max(_now_ms(), self._op_base), self._checkpoints)
@@ -111,7 +111,7 @@ class DynamoChangeCapture:
                                          self.log)
         floor = now - self.settings.replay_margin_minutes * 60_000 if self.settings.init_sync == "run" \
             else now // 1000 * 1000
-        self._start = DynamoPosition(self._next_op(), {name: TableCursor(arn, {}, floor, floor)
+        self._start = DynamoPosition(self.next_op(), {name: TableCursor(arn, {}, floor, floor)
                                                        for name, arn in self.stream_arns.items()})
 
     def _position_problem(self, client, cursor: TableCursor, stream_arn: str, now: int) -> str | None:
@@ -198,7 +198,7 @@ class _TableReader:
     def _checkpoint(self, since_ms: int) -> ChangeBatch:
         self.cursor = TableCursor(self.cursor.stream_arn, dict(self.shards), since_ms, self.cursor.floor_ms)
         self.tables[self.stream.name] = self.cursor
-        batch = ChangeBatch(runs=self.runs, position=DynamoPosition(self.capture._next_op(), dict(self.tables)))
+        batch = ChangeBatch(runs=self.runs, position=DynamoPosition(self.capture.next_op(), dict(self.tables)))
         self.runs, self.pending = [], 0
         return batch
 
