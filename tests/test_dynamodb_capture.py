@@ -18,7 +18,6 @@ import pytest
 from olake_cli.core.catalog import parse_catalog
 from olake_cli.core.errors import PositionLostError
 from olake_cli.core.state import State, StreamState
-from olake_cli.sources.dynamodb.capture import DynamoChangeCapture
 from olake_cli.sources.dynamodb.positions import END, TableCursor, cursor_of
 from olake_cli.sources.dynamodb.source import DynamoSource
 from tests.support.dynamo import create_table, put_items

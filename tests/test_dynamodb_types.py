@@ -108,7 +108,8 @@ def test_chunks_added_for_the_rest_of_a_segment_keep_their_order_through_merges(
     chunks[10]["status"] = "pending"
     ss = {"sync_type": "full-load", "stream_name": "t", "stream_namespace": "d",
           "stream_state": {"cursor_field": None, "chunks": chunks, "load_id": "x"}}
-    merged = merge_state(State(streams=[StreamState.from_dict(ss)]), State("stream", streams=[StreamState.from_dict(ss)]))
+    one = StreamState.from_dict(ss)
+    merged = merge_state(State(streams=[one]), State("stream", streams=[one.copy()]))
     assert [c.min for c in merged.streams[0].chunks] == [c["min"] for c in chunks]
 
 

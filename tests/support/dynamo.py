@@ -75,8 +75,9 @@ def start_moto_server() -> MotoServer:
     raise RuntimeError("moto_server did not start within 60 s")
 
 
-def create_table(client, name: str, sort_key: tuple[str, str] | None = ("sk", "N"), stream: str | None =
-                 "NEW_AND_OLD_IMAGES", tags: dict[str, str] | None = None, partition_key: tuple[str, str] = ("pk", "S")):
+def create_table(client, name: str, sort_key: tuple[str, str] | None = ("sk", "N"),
+                 stream: str | None = "NEW_AND_OLD_IMAGES", tags: dict[str, str] | None = None,
+                 partition_key: tuple[str, str] = ("pk", "S")) -> None:
     """A table keyed by ``partition_key`` (and ``sort_key``), with a stream of ``stream`` view (None: off)."""
     keys = [partition_key] + ([sort_key] if sort_key else [])
     request: dict[str, Any] = {
@@ -93,7 +94,8 @@ def create_table(client, name: str, sort_key: tuple[str, str] | None = ("sk", "N
 def put_items(client, table: str, items: list[dict]) -> None:
     """Write items (low-level attribute values) in batches of 25."""
     for start in range(0, len(items), 25):
-        client.batch_write_item(RequestItems={table: [{"PutRequest": {"Item": item}} for item in items[start:start + 25]]})
+        batch = [{"PutRequest": {"Item": item}} for item in items[start:start + 25]]
+        client.batch_write_item(RequestItems={table: batch})
 
 
 def all_items(client, table: str) -> list[dict]:
