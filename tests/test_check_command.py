@@ -106,6 +106,26 @@ def test_check_wrong_password(pg_cluster, demo_db, tmp_path):
                         secrets=(wrong, pg_cluster.password))
 
 
+@pytest.mark.parametrize("password, host, expected", [
+    ("x", "nonexistent.invalid", "unknown host 'nonexistent.invalid'; check 'host'"),
+    ("o", "127.0.0.1", "nothing accepts connections at 127.0.0.1:"),
+    ("127", "127.0.0.1", "nothing accepts connections at 127.0.0.1:"),
+])
+def test_check_prints_words_that_contain_the_password_unchanged(pg_cluster, tmp_path, password, host, expected):
+    """A short password hides nothing but itself: the host and the words around it read as they are."""
+    result = run_olake("check", "--config", source_config(pg_cluster, tmp_path, host=host, port=free_port(),
+                                                          password=password))
+    assert_check_failed(result, expected, secrets=(pg_cluster.password, "***"))
+
+
+def test_check_wrong_password_equal_to_the_user_name_still_names_the_user(pg_cluster, demo_db, tmp_path):
+    user = pg_cluster.superuser
+    result = run_olake("check", "--config", source_config(pg_cluster, tmp_path, password=user))
+    line = assert_check_failed(result, f"wrong username or password for user '{user}'",
+                               f'password authentication failed for user "{user}"')
+    assert "***" not in line
+
+
 def test_check_wrong_database(pg_cluster, tmp_path):
     result = run_olake("check", "--config", source_config(pg_cluster, tmp_path, database="no_such_db"))
     assert_check_failed(result, "database 'no_such_db' does not exist", f"127.0.0.1:{pg_cluster.port}",
