@@ -12,7 +12,7 @@ from typer.exceptions import TyperException
 
 from olake_cli.core.config import load_config
 from olake_cli.cli.progress_view import progress_view
-from olake_cli.cli.report import (LOG_FORMATS, catch_signals, command_guard, fail, interrupted, log, log_format,
+from olake_cli.cli.report import (LOG_FORMATS, catch_signals, command_guard, fail, interrupted, log,
                                   protocol_writer, set_log_format, stdout_closed)
 from olake_cli.core import messages
 from olake_cli.core.errors import ConfigError, OlakeError
@@ -122,19 +122,16 @@ def sync(source: str = typer.Option(..., "--source", help="Source config JSON fi
 
 @state_app.command("show")
 def state_show(path: str = typer.Argument(..., help="State JSON file."),
-               as_json: bool = typer.Option(False, "--json", help="Print the state as a STATE message on stdout.")) -> None:
-    """Show a state file: per stream its sync type, position and chunks done (a table on stderr)."""
+               as_json: bool = typer.Option(False, "--json", help="Print the state as a STATE message instead.")) -> None:
+    """Show a state file on stdout: per stream its sync type, position and chunks done (a table)."""
     from olake_cli.cli.state_view import state_table
     from olake_cli.core.state import load_state
 
-    state = load_state(path)
+    state = load_state(_existing_state_file(path))
     if as_json:
         protocol_writer().write(messages.state_message(state))
         return
-    if log_format() == "json":
-        log(state_table(state))
-    else:
-        sys.stderr.write(state_table(state) + "\n")
+    sys.stdout.write(state_table(state) + "\n")
 
 
 @state_app.command("reset")
@@ -144,7 +141,7 @@ def state_reset(path: str = typer.Argument(..., help="State JSON file."),
     """Forget streams in a state file (atomically), so the next run copies them again from scratch."""
     from olake_cli.core.state import FileStateStore
 
-    store = FileStateStore(path)
+    store = FileStateStore(_existing_state_file(path))
     state = store.load()
     for name in stream:
         namespace, _, table = name.rpartition(".")
@@ -154,6 +151,16 @@ def state_reset(path: str = typer.Argument(..., help="State JSON file."),
         state.streams = [s for s in state.streams if s.key != (namespace or None, table)]
     store.save(state)
     log(f"reset {len(stream)} stream(s) in {path}; the next run loads them anew")
+
+
+def _existing_state_file(path: str) -> str:
+    """``path`` if it is a file; a StateError otherwise (a run with ``--state`` creates it)."""
+    from olake_cli.core.errors import StateError
+
+    if not os.path.isfile(path):
+        what = "is a directory" if os.path.isdir(path) else "does not exist"
+        raise StateError(f"state file '{path}' {what} (a run with --state {path} creates it)")
+    return path
 
 
 @state_app.command("recover")
