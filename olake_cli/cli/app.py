@@ -90,15 +90,23 @@ def check(config: str = CONFIG_OPT) -> None:
 
 @app.command()
 def discover(config: str = CONFIG_OPT,
-             catalog: Optional[str] = typer.Option(None, "--catalog", metavar="FILE", help="A previous catalog whose edits "
-                                                   "(selections, sync modes, cursors, removed columns) are kept.")
-             ) -> None:
-    """Print the CATALOG of every stream the source config can see."""
+             catalog: Optional[str] = typer.Option(None, "--catalog", metavar="FILE", help="A previous catalog whose "
+                                                   "edits (selections, sync modes, cursors, removed columns) are kept."),
+             output: Optional[str] = typer.Option(None, "--output", "-o", metavar="FILE", help="Write the catalog "
+                                                  "to FILE, indented for editing, instead of a CATALOG message on "
+                                                  "stdout (FILE may be the --catalog it updates).")) -> None:
+    """Print the CATALOG of every stream the source config can see (or write it to --output FILE)."""
+    from olake_cli.cli.catalog_file import write_catalog_file
     from olake_cli.pipeline.connectors import run_discover
 
     found = run_discover(config, catalog, log)
-    protocol_writer().write(messages.catalog_message(found))
-    log(f"discovered {len(found['streams'])} stream(s)")
+    if output is None:
+        protocol_writer().write(messages.catalog_message(found))
+        log(f"discovered {len(found['streams'])} stream(s)")
+        return
+    write_catalog_file(output, found)
+    log(f"discovered {len(found['streams'])} stream(s) into {output}; edit 'selected', 'sync_mode' and "
+        f"'cursor_field' there, then pass it as --catalog {output}")
 
 
 @app.command()
