@@ -73,19 +73,17 @@ def spec(source: Optional[str] = typer.Option(None, "--source", metavar="TYPE", 
 
 @app.command()
 def check(config: str = CONFIG_OPT) -> None:
-    """Check that a source or destination config works; prints CONNECTION_STATUS."""
+    """Check that a source or destination config works: each problem with its fix (CONNECTION_STATUS
+    on stdout when it is not a terminal)."""
+    from olake_cli.cli.check_view import show_check_failed, show_check_passed
     from olake_cli.pipeline.connectors import check_connector
 
     role, kind, cfg = load_config(config)
-    out = protocol_writer()
     try:
         text = check_connector(role, kind, cfg, log)
     except OlakeError as exc:
-        out.write(messages.connection_status(False, exc.message))
-        out.flush()
-        fail(exc)
-    out.write(messages.connection_status(True, text))
-    log(text)
+        show_check_failed(exc)
+    show_check_passed(text)
 
 
 @app.command()
