@@ -25,6 +25,7 @@ class StreamProgress:
     label: str
     chunks_total: int = 0
     chunks_done: int = 0
+    chunks_before: int = 0  # done by an earlier run (a resumed load)
     rows: int = 0
     row_estimate: int | None = None
     last_chunk: tuple[int, int, float] = (0, 0, 0.0)  # number (1-based), rows and seconds of the latest chunk
@@ -54,8 +55,9 @@ class StreamProgress:
             return 0.0
         if self.row_estimate and self.rows:
             return max(self.row_estimate - self.rows, 0) / max(self.rate, 1e-6)
-        if self.chunks_done and self.chunks_total:
-            return self.seconds / self.chunks_done * (self.chunks_total - self.chunks_done)
+        done_now = self.chunks_done - self.chunks_before
+        if done_now and self.chunks_total:
+            return self.seconds / done_now * (self.chunks_total - self.chunks_done)
         return None
 
     def change_count(self) -> int:
@@ -135,7 +137,7 @@ class Progress:
         """A stream's work begins: ``chunks`` in its load (0 for change capture), ``done`` of them
         already done by an earlier run, rows estimated if known."""
         stream = self.streams[label] = StreamProgress(label, chunks_total=chunks, chunks_done=done,
-                                                      row_estimate=row_estimate)
+                                                      chunks_before=done, row_estimate=row_estimate)
         self.view.show("started", stream)
 
     def chunk_done(self, label: str, number: int, rows: int, seconds: float) -> None:
