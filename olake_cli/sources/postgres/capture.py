@@ -154,6 +154,7 @@ class PostgresChangeCapture:
     def read(self, streams: list[CatalogStream], state: State) -> Iterator[ChangeBatch]:
         """Confirm committed positions to the slot, then read its changes up to the WAL position now."""
         from olake_cli.sources.postgres.change_feed import RUN_ROWS, advance_slot, current_wal_lsn, read_changes
+        from olake_cli.sources.postgres.moved_rows import MovedRowValues
         from olake_cli.sources.postgres.relation_watch import RelationWatch
 
         held = [self.position_of(state.find(s.namespace, s.name)) for s in self.streams]
@@ -164,13 +165,14 @@ class PostgresChangeCapture:
             upto = current_wal_lsn(conn)
             routing = self._routing(conn, active)
         self.log(f"change capture: reading slot '{self.settings.replication_slot}' up to {format_lsn(upto)}")
-        watch = RelationWatch(lambda: connect(self.settings), self.log)
+        watch, moved = RelationWatch(lambda: connect(self.settings), self.log), MovedRowValues(self._feed_connection)
         try:
             with read_changes(self._feed_connection, self.settings.replication_slot, self.settings.publication,
                               upto, routing=routing, run_rows=min(RUN_ROWS, CHECKPOINT_EVERY)) as feed:
-                yield from _ChangeReader(self, active, state, watch).batches(feed)
+                yield from _ChangeReader(self, active, state, watch, moved).batches(feed)
         finally:
             watch.close()
+            moved.close()
 
     def _feed_connection(self):
         from olake_cli.sources.postgres.types import SCAN_SESSION_SETTINGS
@@ -194,8 +196,8 @@ class _ChangeReader:
     """Turns the slot's runs into ChangeBatches: kept rows as columns, checkpoints, schema changes."""
 
     def __init__(self, capture: PostgresChangeCapture, active: dict[tuple, CatalogStream], state: State,
-                 watch) -> None:
-        self.capture, self.active, self.watch = capture, dict(active), watch
+                 watch, moved) -> None:
+        self.capture, self.active, self.watch, self.moved = capture, dict(active), watch, moved
         self.positions = {k: capture.position_of(state.find(*k)) for k in active}
         self.horizons = {k: _load_horizon(state.find(*k)) for k in active}
         self.records = {k: self._records(s) for k, s in active.items()}
@@ -246,6 +248,8 @@ class _ChangeReader:
             batch.resync[key] = (f"partition {run.relation.partition} was truncated; the destination cannot "
                                  f"remove just that partition's rows, so the stream is loaded anew on the next run")
         else:
+            if run.moved is not None:  # key updates: values they did not send come from the table
+                run = self.moved.fill(self.capture.tables[key], run, keep)
             batch.runs.append(self.records[key].change_run(run, keep))
             kept = int(keep.sum())
             self.since, self.size = self.since + kept, self.size + kept
