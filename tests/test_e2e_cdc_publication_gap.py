@@ -50,6 +50,8 @@ def test_changes_made_out_of_the_publication_fail_or_resync(pg_cluster, pg_db, t
     make_accounts(lake.dsn, "other", 50)
     lake.discover({"acct": "cdc", "other": "cdc"})
     lake.run(mode)
+    [entry] = [s for s in json.loads(lake.state.read_text())["streams"] if s["stream_name"] == "acct"]
+    assert [row.split(":")[0] for row in entry["stream_state"]["publication_rows"]] == ["table"]
     lake.execute(f"ALTER PUBLICATION {publication} DROP TABLE acct", *WHILE_OUT)
     if back == "by hand":
         lake.execute(f"ALTER PUBLICATION {publication} ADD TABLE acct")
