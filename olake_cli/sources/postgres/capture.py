@@ -24,7 +24,7 @@ from olake_cli.core.position_lost import handle_lost_position
 from olake_cli.core.state import State, StreamState
 from olake_cli.sources.postgres.connection import PostgresSettings, connect
 from olake_cli.sources.postgres.lsn import format_lsn, parse_lsn
-from olake_cli.sources.postgres.publication import PUBLICATION_ROWS, publication_members
+from olake_cli.sources.postgres.publication import PUBLICATION_ROWS, Membership, publication_members
 
 # Changes between checkpoints (at transaction ends; inside one huge transaction every 5x as many).
 # OLAKE_CDC_CHECKPOINT_EVERY overrides it (tests use a small value to checkpoint mid-transaction).
@@ -43,7 +43,7 @@ class PostgresChangeCapture:
         self.settings, self.streams, self.log = settings, streams, log
         self.tables: dict = {}
         self._start: OpId | None = None
-        self._members: dict[tuple, Any] = {}  # stream key -> publication.Membership, last seen
+        self._members: dict[tuple, Membership] = {}  # stream key -> the publication rows last seen
 
     # -- positions ---------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from psycopg import sql
 
+from olake_cli.core.errors import SourceError, TransientError
 from olake_cli.sources.postgres.feed_runs import FeedRun
 from olake_cli.sources.postgres.pgoutput_columns import NULL, OLD_TUPLE, TEXT, TOAST, TupleColumn
 
@@ -51,7 +52,13 @@ class MovedRowValues:
         names, key = run.relation.names, run.relation.stream_key
         rows = np.unique(np.concatenate(list(wanted.values())))
         keys = [run.new[names.index(k)].texts.take(pa.array(rows)).to_pylist() for k in key]
-        fetched = self._fetch(table.schema, table.table, key, keys, [names[i] for i in wanted])
+        try:
+            fetched = self._fetch(table.schema, table.table, key, keys, [names[i] for i in wanted])
+        except psycopg.Error as exc:
+            kind = TransientError if isinstance(exc, psycopg.OperationalError) else SourceError
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise kind(f"postgres: fetching the values key updates of {table.schema}.{table.table} did not send "
+                       f"failed ({first})") from None
         new = list(run.new)
         for i, at in wanted.items():
             if names[i] in fetched:
