@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import orjson
+import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
@@ -87,6 +88,23 @@ def test_widened_column_is_promoted(tmp_path, old, new, stored):
     assert table.schema().find_field("extra")
     rows = _rows(root)
     assert [r["id"] for r in rows] == [1, 2] and str(rows[1]["v"]) == str(wide) and rows[1]["extra"] == "x"
+
+
+@pytest.mark.parametrize("wide, narrow, stored, value", [
+    ("int64", "int32", "long", -2**31), ("float64", "float32", "double", 0.1),
+    ("decimal(14,2)", "decimal(10,2)", "decimal(14, 2)", "-99999999.99")])
+def test_a_catalog_narrower_than_the_table_keeps_the_wider_column(tmp_path, wide, narrow, stored, value):
+    """A column widened during change capture, then a run with the original catalog: the table keeps
+    its wider type and takes the narrower values exactly."""
+    root, result = _write(tmp_path, _lines(_catalog(_stream({"id": "int32", "v": wide})), _state("full-load")))
+    assert result.returncode == 0, result.stderr.decode()
+    _, result = _write(tmp_path, _lines(_catalog(_stream({"id": "int32", "v": narrow})), _state("full-load"),
+                                        _record({"id": 1, "v": value}), _state(), _change("u", 1, id=1, v=value),
+                                        _change("c", 2, id=2, v=value), _state(cursor="p2")))
+    assert result.returncode == 0, result.stderr.decode()
+    assert str(_table(root).schema().find_field("v").field_type) == stored
+    expected = str(pc.cast(pa.scalar(0.1, pa.float32()), pa.float64())) if narrow == "float32" else str(value)
+    assert [str(r["v"]) for r in _rows(root)] == [expected, expected]
 
 
 @pytest.mark.parametrize("old, new", [("string", "int64"), ("decimal(10,2)", "decimal(12,3)"),
