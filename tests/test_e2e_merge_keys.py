@@ -181,6 +181,8 @@ def test_mongodb_ids_of_every_type_merge(mongo_server, mongo_db, tmp_path, mode,
     root = tmp_path / "lake"
     dst = write_json(tmp_path / "dst.json", {"type": destination, "path": str(root)})
     catalog = discover_catalog(src, tmp_path / "cat.json", {name: "cdc" for name in MONGO_IDS})
+    id_types = {s["name"]: s["json_schema"]["properties"]["_id"]["x-olake-type"] for s in catalog["streams"]}
+    assert (id_types["document"], id_types["nested"], id_types["mixed"]) == ("document", "document", "bson")
     state = tmp_path / "st.json"
     _run(mode, src, tmp_path / "cat.json", dst, state)
     with connect(mongo_server.uri) as client:
