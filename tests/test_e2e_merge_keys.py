@@ -205,3 +205,4 @@ def test_mongodb_ids_of_every_type_merge(mongo_server, mongo_db, tmp_path, mode,
             assert got.keys() == want.keys(), (stream["name"], "missing", want.keys() - got.keys(), "extra",
                                                got.keys() - want.keys(), said)
             assert got == want, stream["name"]
+            assert actual.num_rows == len(source), (stream["name"], actual.num_rows, len(source), said)
