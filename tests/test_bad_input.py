@@ -206,6 +206,29 @@ def test_read_incremental_without_usable_cursor(pg_cluster, discovered, tmp_path
                      secrets=(pg_cluster.password,))
 
 
+@pytest.mark.parametrize("command", ["read", "sync"])
+@pytest.mark.parametrize("typo, needles", [
+    ({"sync_mod": "cdc"}, ["unknown field 'streams[0].sync_mod'", "did you mean 'sync_mode'?"]),
+    ({"sync_mode": "incremental", "cursor_fields": ["updated_at"]},
+     ["unknown field 'streams[0].cursor_fields'", "did you mean 'cursor_field'?"]),
+])
+def test_catalog_key_typo_stops_the_run_before_anything_is_read(pg_cluster, discovered, tmp_path, command,
+                                                                typo, needles):
+    """A misspelt key would otherwise run the stream with the default (a full load, the default cursor)."""
+    catalog = settings_catalog(discovered)
+    catalog["streams"][0].update(typo)
+    cat = write_json(tmp_path / "cat.json", catalog)
+    config = write_json(tmp_path / "src.json", source_base(pg_cluster))
+    if command == "read":
+        result = run_olake("read", "--config", config, "--catalog", cat)
+    else:
+        dst = write_json(tmp_path / "dst.json", dest_base(tmp_path))
+        result = run_olake("sync", "--source", config, "--destination", dst, "--catalog", cat,
+                           "--state", str(tmp_path / "st.json"))
+    assert_one_error(result, "config_error", cat, *needles, secrets=(pg_cluster.password,))
+    assert not (tmp_path / "out").exists() and not (tmp_path / "st.json").exists()
+
+
 # ---------------------------------------------------------------- state files
 
 STATE_CASES = {
