@@ -277,6 +277,8 @@ BAD_LINES = {
     "truncated": (record_line(key="k2")[:40], ["not valid JSON", "truncated"]),
     "not_a_message": (b'{"foo":1}\n', ["'type'"]),
     "unknown_stream": (record_line(stream="nope", namespace="shop"), ["unknown stream", "'shop.nope'"]),
+    "wrong_type": (record_line().replace(b'"setting_key":"k1"', b'"setting_key":7'),  # no STATE after it
+                   ["stream 'public.app_settings', column 'setting_key'", "got int '7'"]),
 }
 
 
