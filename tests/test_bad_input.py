@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import orjson
 import psycopg
 import pytest
 
-from tests.support.cli import messages, run_olake, write_json
+from tests.support.cli import messages, read_into_write, run_olake, write_json
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "postgres" / "demo.sql"
 DEMO_DB = "demo_bad_input"
@@ -150,6 +151,23 @@ def test_mistyped_password_is_not_echoed(pg_cluster, tmp_path):
     line = assert_one_error(result, "config_error", config, "field 'password'", "string",
                             secrets=("987654321",))
     assert "the value" in line
+
+
+@pytest.mark.parametrize("destination", ["iceberg", "parquet"])
+@pytest.mark.parametrize("path", ["sync", "read|write"])
+def test_a_source_that_cannot_be_opened_leaves_the_destination_untouched(pg_cluster, discovered, tmp_path,
+                                                                         destination, path):
+    src = write_json(tmp_path / "src.json", {**source_base(pg_cluster), "password": "wrong password"})
+    dst = write_json(tmp_path / "dst.json", {"type": destination, "path": str(tmp_path / "lake")})
+    cat = write_json(tmp_path / "cat.json", settings_catalog(discovered))
+    if path == "sync":
+        result = run_olake("sync", "--source", src, "--destination", dst, "--catalog", cat)
+        assert_one_error(result, "config_error", "password authentication failed", secrets=(pg_cluster.password,))
+    else:  # write --catalog could open the destination before a line arrives
+        piped = read_into_write(["--config", src, "--catalog", cat], ["--config", dst, "--catalog", cat])
+        assert piped.read_code != 0 and piped.write_code != 0
+        assert b"the reading side failed" in piped.write_stderr and b"password authentication failed" in piped.write_stderr
+    assert not (tmp_path / "lake").exists(), os.listdir(tmp_path / "lake")
 
 
 # ---------------------------------------------------------------- catalogs

@@ -142,17 +142,22 @@ def state_reset(path: str = typer.Argument(..., help="State JSON file."),
                 stream: list[str] = typer.Option(..., "--stream", help="NAMESPACE.NAME of a stream to forget "
                                                  "(repeatable); its next run loads it anew.")) -> None:
     """Forget streams in a state file (atomically), so the next run copies them again from scratch."""
+    from contextlib import ExitStack
+
+    from olake_cli.core.locks import lock_state
     from olake_cli.core.state import FileStateStore
 
-    store = FileStateStore(path)
-    state = store.load()
-    for name in stream:
-        namespace, _, table = name.rpartition(".")
-        if state.find(namespace or None, table) is None:
-            known = ", ".join(f"{s.stream_namespace}.{s.stream_name}" for s in state.streams) or "none"
-            raise ConfigError(f"state file '{path}' has no stream '{name}' (streams: {known})")
-        state.streams = [s for s in state.streams if s.key != (namespace or None, table)]
-    store.save(state)
+    with ExitStack() as locks:
+        lock_state(locks, path, ("read", "write"), "olake state reset")  # not under a running sync
+        store = FileStateStore(path)
+        state = store.load()
+        for name in stream:
+            namespace, _, table = name.rpartition(".")
+            if state.find(namespace or None, table) is None:
+                known = ", ".join(f"{s.stream_namespace}.{s.stream_name}" for s in state.streams) or "none"
+                raise ConfigError(f"state file '{path}' has no stream '{name}' (streams: {known})")
+            state.streams = [s for s in state.streams if s.key != (namespace or None, table)]
+        store.save(state)
     log(f"reset {len(stream)} stream(s) in {path}; the next run loads them anew")
 
 

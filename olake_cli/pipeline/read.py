@@ -103,7 +103,8 @@ class ReadPipeline:
 
     def __init__(self, source: Source, catalog: Catalog, state: State, out: messages.MessageWriter,
                  runner, log: Callable[[str], None], sink: Any = None, view: ProgressView | None = None,
-                 clock: Callable[[], int] = messages.now_ms) -> None:
+                 clock: Callable[[], int] = messages.now_ms, on_source_open: Callable[[], None] = lambda: None
+                 ) -> None:
         self.source, self.catalog, self.state, self.out = source, catalog, state, out
         self.runner, self.log = runner, log
         self.sink = sink  # sync: full-load chunks are written by the tasks themselves
@@ -113,14 +114,24 @@ class ReadPipeline:
         self.rows_by_tasks = 0  # sync: rows the tasks wrote to the destination themselves
         self.progress = Progress(view or LineView(log))
         self.statuses: dict[tuple, str] = {}  # stream key -> the last STREAM_STATUS emitted
+        self.on_source_open = on_source_open  # sync: locks and opens the destination, once the source is open
 
     def run(self) -> None:
         """Emit the CATALOG, every selected stream's records with a STATE after each chunk, a final STATE;
-        a TRACE STREAM_STATUS as each stream starts and ends (and an ESTIMATE of each new full load)."""
+        a TRACE STREAM_STATUS as each stream starts and ends (and an ESTIMATE of each new full load).
+
+        The source is opened and its change capture checked before the CATALOG and ``on_source_open``:
+        a source that fails leaves the destination untouched.
+        """
         streams = self.catalog.selected_streams()
         session = self.source.open_session(streams, self.log)
         for warning in session.warnings:
             self.log(warning)
+        cdc_streams = [s for s in streams if s.sync_mode == "cdc"]
+        if cdc_streams:
+            self.capture = self.source.change_capture(cdc_streams, self.log)
+            self.capture.preflight(self.state)  # may reset streams whose position is lost: before planning
+        self.on_source_open()
         self.out.write(messages.catalog_message(Catalog(streams).to_dict()))
         try:
             self._run_streams(streams, session)
@@ -133,9 +144,6 @@ class ReadPipeline:
         from olake_cli.pipeline.changes import run_change_phase
 
         cdc_streams = [s for s in streams if s.sync_mode == "cdc"]
-        if cdc_streams:
-            self.capture = self.source.change_capture(cdc_streams, self.log)
-            self.capture.preflight(self.state)  # may reset streams whose position is lost: before planning
         if any(decide_work(s, self.state.find(s.namespace, s.name)) != "continue" for s in streams):
             # a full load follows and every input has been checked: the JVM starts while the driver
             # exports the snapshot and plans the chunks

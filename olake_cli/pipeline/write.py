@@ -71,7 +71,9 @@ class WritePipeline:
             self.log("records after the last STATE were not committed (no STATE covers them)")
         by_tasks = self.rows_by_tasks()
         tasks = f" (plus {by_tasks} row(s) written by the Spark tasks)" if by_tasks else ""
-        self.log(f"wrote {self.records} record(s){tasks}, committed {self.states} state(s) from {runs.lineno} line(s)")
+        if runs.lineno:
+            self.log(f"wrote {self.records} record(s){tasks}, committed {self.states} state(s) "
+                     f"from {runs.lineno} line(s)")
         if self.upstream_error:
             message, failure_type = self.upstream_error
             raise UpstreamError(f"the reading side failed: {message}", failure_type)
