@@ -89,10 +89,7 @@ def run_sync(source_path: str, dest_path: str, catalog_path: str, state_path: st
     destination = make_destination(dest_kind, dest_config, log)
     master = _master(spark_master)
     sink = destination.chunk_sink()
-    if sink is not None and not master.startswith("local") and not dest_config.get("shared_path"):
-        raise ConfigError(f"{dest_path}: with the Spark master '{master}' the tasks write the destination's "
-                          f"files on the executors' own disks; set \"shared_path\": true if every executor "
-                          f"sees the same path (NFS, a mounted bucket), or use a local master")
+    _check_shared_path(sink, master, dest_path, dest_config)
     with ExitStack() as locks:
         store = FileStateStore(state_path) if state_path else None
         if state_path:
@@ -109,6 +106,14 @@ def run_sync(source_path: str, dest_path: str, catalog_path: str, state_path: st
                            on_source_open=open_destination)
         finally:
             runner.close()
+
+
+def _check_shared_path(sink, master: str, dest_path: str, dest_config: dict[str, Any]) -> None:
+    """Tasks on a cluster write the destination's files: refuse unless every executor sees the path."""
+    if sink is not None and not master.startswith("local") and not dest_config.get("shared_path"):
+        raise ConfigError(f"{dest_path}: with the Spark master '{master}' the tasks write the destination's "
+                          f"files on the executors' own disks; set \"shared_path\": true if every executor "
+                          f"sees the same path (NFS, a mounted bucket), or use a local master")
 
 
 def _master(spark_master: str | None) -> str:

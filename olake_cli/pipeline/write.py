@@ -66,9 +66,7 @@ class WritePipeline:
         runs.prefixes = self.prefixes
         runs.read_all()
         self._flush_batch()
-        uncommitted = self.opened and self.destination.has_uncommitted()
-        if uncommitted:
-            self.log("records after the last STATE were not committed (no STATE covers them)")
+        uncommitted = self.opened and self.destination.has_uncommitted()  # never made live: the errors say so
         by_tasks = self.rows_by_tasks()
         tasks = f" (plus {by_tasks} row(s) written by the Spark tasks)" if by_tasks else ""
         if runs.lineno:
