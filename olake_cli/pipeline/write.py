@@ -14,7 +14,7 @@ import orjson
 
 from olake_cli.core import messages
 from olake_cli.core.catalog import Catalog, parse_catalog
-from olake_cli.core.codec import decode_rows
+from olake_cli.core.codec_decode import decode_rows
 from olake_cli.core.errors import (CatalogError, DestinationError, OlakeError, ProtocolError, TransientError,
                                    UpstreamError)
 from olake_cli.core.faults import crash_point
