@@ -162,7 +162,7 @@ def test_killed_init_sync_resumes_inside_its_segment(moto_server, dynamo_table, 
     committed = read_parquet(str(root / NAMESPACE / dynamo_table)).num_rows
     assert 0 < committed < 200
 
-    shown = run_olake("state", "show", str(state)).stderr.decode()
+    shown = run_olake("state", "show", str(state)).stdout.decode()
     assert "INIT_SYNC" not in shown and "FULL_LOAD" in shown  # a full_refresh stream's load
     stderr = _sync(src, catalog, dst, state)
     assert "resuming full load" in stderr
@@ -234,7 +234,7 @@ def test_changes_during_and_after_init_sync_converge_with_sync_to_parquet(moto_s
     stderr = _sync(src, catalog, dst, state)
     assert "re-syncing" not in stderr
     assert_equals_table(parquet_current(root, dynamo_table), moto_server, dynamo_table, schema)
-    shown = run_olake("state", "show", str(state)).stderr.decode()
+    shown = run_olake("state", "show", str(state)).stdout.decode()
     assert "SYNC" in shown and "INIT_SYNC" not in shown
 
     # a stored position older than safe_zone_hours (moto never trims: the position is aged instead)
@@ -260,13 +260,13 @@ def test_changes_during_and_after_a_killed_init_sync_converge_with_read_write_to
     src = _source(tmp_path, moto_server, dynamo_table)
     catalog = _catalog(tmp_path, src, "cdc")
     schema = _schema(catalog)
-    shown = run_olake("state", "show", str(tmp_path / "state.json"), "--catalog", str(catalog)).stderr.decode()
+    shown = run_olake("state", "show", str(tmp_path / "state.json"), "--catalog", str(catalog)).stdout.decode()
     assert "DISCOVERY" in shown
     dst, root = _iceberg(tmp_path)
     state = tmp_path / "state.json"
     read_args = ["--config", src, "--catalog", str(catalog), "--state", str(state)]
     kill_read_after_chunks(read_args, ["--config", dst, "--state", str(state)], chunks=3)
-    assert "INIT_SYNC" in run_olake("state", "show", str(state)).stderr.decode()
+    assert "INIT_SYNC" in run_olake("state", "show", str(state)).stdout.decode()
     writer = ItemWriter(moto_server, dynamo_table, 150, seed=5)
     for _ in range(80):  # between the killed INIT_SYNC and its resumption
         writer.change()
@@ -276,7 +276,7 @@ def test_changes_during_and_after_a_killed_init_sync_converge_with_read_write_to
         writer.change()
     sync_once(src, catalog, dst, state)
     assert_equals_table(iceberg_rows(root, NAMESPACE, dynamo_table).to_pylist(), moto_server, dynamo_table, schema)
-    assert "SYNC" in run_olake("state", "show", str(state)).stderr.decode()
+    assert "SYNC" in run_olake("state", "show", str(state)).stdout.decode()
 
 
 def test_init_sync_skip_captures_only_later_changes(moto_server, dynamo_table, tmp_path):

@@ -28,10 +28,7 @@ def state_table(state: State, discovered: list[tuple[str | None, str]] = ()) -> 
     for ss in state.streams:
         chunks = ss.chunks or []
         done = f"{sum(c.status == 'succeed' for c in chunks)}/{len(chunks)}" if chunks else "-"
-        position = "-" if ss.cursor_field is None else str(ss.cursor_field)
-        if len(position) > 40:
-            position = position[:37] + "..."
-        rows.append((_name(ss.stream_namespace, ss.stream_name), ss.sync_type, position, done,
+        rows.append((_name(ss.stream_namespace, ss.stream_name), ss.sync_type, ss.position_text() or "-", done,
                      str((ss.extra or {}).get("load_id", "-")), phase_of(ss)))
     for namespace, name in discovered:
         if state.find(namespace, name) is None:

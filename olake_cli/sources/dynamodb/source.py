@@ -25,7 +25,7 @@ class DynamoSource:
 
     def check(self) -> str:
         """Credentials and endpoint, each table readable, each stream enabled with new images; every
-        problem found is named (one line, ``;`` between them)."""
+        problem found is named, one line each under a heading (see ``core.contracts.Source.check``)."""
         client = self.settings.client()
         tables, problems = self._tables(client)
         for info in tables:
@@ -34,7 +34,8 @@ class DynamoSource:
             if problem is not None:
                 problems.append(problem)
         if problems:
-            raise ConfigError("dynamodb: " + "; ".join(problems))
+            raise ConfigError(f"dynamodb: {len(problems)} problem(s) in {self.settings.where()}:\n"
+                              + "\n".join(f"  {problem}" for problem in problems))
         names = ", ".join(info.name for info in tables)
         return (f"connected to {self.settings.where()}; {len(tables)} table(s) readable with streams of new "
                 f"images: {names}")
