@@ -2,7 +2,7 @@
 positions, and what a bounded run reads.
 
 moto keeps one shard per table and never trims stream records, so the lost-position paths are reached
-through the stored position: a ``since_ms`` older than ``safe_zone_hours``, a shard id the stream does
+through the stored position: a time (``cursor_field``) older than ``safe_zone_hours``, a shard id the stream does
 not have (a real stream drops closed shards 24 hours after they close), a stream ARN that is not the
 table's (streams disabled and enabled again: moto refuses to re-enable a stream). A trimmed iterator
 (``TrimmedDataAccessException``, which moto never raises) takes the same path as a missing shard:

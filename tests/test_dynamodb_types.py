@@ -14,7 +14,7 @@ from olake_cli.core.opid import OpId
 from olake_cli.core.state import State, StreamState, merge_state
 from olake_cli.sources.dynamodb.attributes import key_from_text, key_text, number_shape
 from olake_cli.sources.dynamodb.batches import items_to_batch
-from olake_cli.sources.dynamodb.positions import record_op
+from olake_cli.sources.dynamodb.positions import record_op, time_ms, time_text
 from olake_cli.sources.dynamodb.scan import parse_segment_bound, segment_bound
 from olake_cli.sources.dynamodb.schema import infer_json_schema
 from olake_cli.sources.dynamodb.shards import Shard, lineage_order
@@ -126,3 +126,9 @@ def test_shards_are_read_parents_first():
     order = [s.shard_id for s in lineage_order(shards)]
     assert order.index("p") < order.index("c1") < order.index("g") and order.index("p") < order.index("c2")
     assert sorted(order) == sorted(s.shard_id for s in shards)
+
+
+@pytest.mark.parametrize("ms", [0, 1, 999, 1_795_591_257_128, 253_402_300_799_999])
+def test_position_times_round_trip_to_the_millisecond(ms):
+    assert time_ms(time_text(ms)) == ms
+    assert time_text(1_795_591_257_128) == "2026-11-25T07:20:57.128Z"

@@ -6,7 +6,7 @@ INIT_SYNC converging (``sync`` to Parquet, ``read | write`` to Iceberg); a posit
 zone running INIT_SYNC again; ``init_sync: skip``; the seed's states in ``olake state show``.
 
 What moto does not emulate, and how the path is covered: it never trims stream records, so the
-safe-zone paths are reached through the stored position (``since_ms`` moved back beyond
+safe-zone paths are reached through the stored position (its time, ``cursor_field``, moved back beyond
 ``safe_zone_hours`` here; a shard id the stream does not have, and a stream ARN that is not the
 table's, in test_dynamodb_capture.py); it keeps one shard per table, so lineage order is covered by
 ``lineage_order``'s unit test.
@@ -20,6 +20,7 @@ import threading
 import time
 from pathlib import Path
 
+from olake_cli.sources.dynamodb.positions import time_ms, time_text
 from tests.support.cdc import sync_once
 from tests.support.cli import messages, run_olake, write_json
 from tests.support.current_view import iceberg_rows
@@ -240,7 +241,7 @@ def test_changes_during_and_after_init_sync_converge_with_sync_to_parquet(moto_s
     # a stored position older than safe_zone_hours (moto never trims: the position is aged instead)
     saved = json.loads(state.read_text())
     stream_state = saved["streams"][0]["stream_state"]
-    stream_state["since_ms"] -= 21 * 3_600_000
+    stream_state["cursor_field"] = time_text(time_ms(stream_state["cursor_field"]) - 21 * 3_600_000)
     state.write_text(json.dumps(saved))
     load_id = stream_state["load_id"]
     for _ in range(30):

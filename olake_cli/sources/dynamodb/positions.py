@@ -1,10 +1,11 @@
 """Positions in DynamoDB Streams, and the operation ids of stream records.
 
-A table's position (:class:`TableCursor`) is kept in its stream state: ``cursor_field`` is the ARN of
-the table's stream, ``shards`` maps each shard read so far to the sequence number of its last committed
-record (``"end"`` once a closed shard was read to its end), ``since_ms`` is the time before which every
-record has been read (its age decides the safe zone) and ``floor_ms`` the time before which records are
-dropped (the INIT_SYNC's scan holds them). ``op_id`` orders checkpoints.
+A table's position (:class:`TableCursor`) is kept in its stream state: ``cursor_field`` is the time
+before which every record has been read (UTC, to the millisecond: ``2024-05-01T10:00:00.000Z``; its age
+decides the safe zone), ``stream_arn`` the table's stream, ``shards`` maps each shard read so far to the
+sequence number of its last committed record (``"end"`` once a closed shard was read to its end) and
+``floor_ms`` is the time before which records are dropped (the INIT_SYNC's scan holds them). ``op_id``
+orders checkpoints.
 
 Operation ids: a record's is its sequence number (up to 127 bits) in the upper half of the op-id space,
 ``[2^63 + (n >> 64), n & (2^64 - 1)]``, so every replay gives it the same id and later records of an
@@ -16,6 +17,8 @@ capture resumes each shard after its committed sequence number itself).
 
 from __future__ import annotations
 
+import calendar
+import datetime as dt
 from dataclasses import dataclass, field
 
 from olake_cli.core.errors import SourceError, StateError
@@ -58,21 +61,33 @@ def cursor_of(ss: StreamState | None) -> tuple[TableCursor, OpId] | None:
     """The cursor and checkpoint op id a stream state holds, or None (no change position)."""
     extra = (ss.extra or {}) if ss is not None else {}
     if ss is None or ss.sync_type == "incremental" or not isinstance(ss.cursor_field, str) \
-            or "shards" not in extra:
+            or "stream_arn" not in extra:
         return None
     try:
-        cursor = TableCursor(ss.cursor_field, {str(k): str(v) for k, v in extra["shards"].items()},
-                             int(extra["since_ms"]), int(extra["floor_ms"]))
+        cursor = TableCursor(str(extra["stream_arn"]), {str(k): str(v) for k, v in extra["shards"].items()},
+                             time_ms(ss.cursor_field), int(extra["floor_ms"]))
     except (KeyError, TypeError, ValueError, AttributeError):
-        raise StateError(f"stream '{ss.stream_name}': DynamoDB position needs 'shards', 'since_ms' and "
-                         "'floor_ms'") from None
+        raise StateError(f"stream '{ss.stream_name}': a DynamoDB position is a time ({time_text(0)}) in "
+                         "cursor_field with 'stream_arn', 'shards' and 'floor_ms'") from None
     return cursor, OpId.from_json(extra.get("op_id", [0, 0]))
 
 
 def with_cursor(ss: StreamState, cursor: TableCursor, op: OpId) -> StreamState:
     """A copy of ``ss`` holding ``cursor`` and checkpoint ``op``."""
     new = ss.copy()
-    new.cursor_field = cursor.stream_arn
-    new.extra = {**(new.extra or {}), "shards": dict(cursor.shards), "since_ms": cursor.since_ms,
+    new.cursor_field = time_text(cursor.since_ms)
+    new.extra = {**(new.extra or {}), "stream_arn": cursor.stream_arn, "shards": dict(cursor.shards),
                  "floor_ms": cursor.floor_ms, "op_id": op.to_json()}
     return new
+
+
+def time_text(ms: int) -> str:
+    """Milliseconds since 1970 as UTC text to the millisecond (``1970-01-01T00:00:00.000Z``)."""
+    moment = dt.datetime.fromtimestamp(ms // 1000, dt.timezone.utc)
+    return f"{moment:%Y-%m-%dT%H:%M:%S}.{ms % 1000:03d}Z"
+
+
+def time_ms(text: str) -> int:
+    """The milliseconds of :func:`time_text`'s output (exact)."""
+    moment = dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ")
+    return calendar.timegm(moment.timetuple()) * 1000 + moment.microsecond // 1000
