@@ -69,6 +69,7 @@ def run_sync(source_path: str, dest_path: str, catalog_path: str, state_path: st
              spark_master: str | None, max_parallel: int | None, out: MessageWriter,
              log: Callable[[str], None], view=None) -> None:
     """``olake sync``: read and write in one process; full-load chunks are written by the tasks."""
+    from olake_cli.pipeline.recover import reload_lost_streams
     from olake_cli.pipeline.sync import run_in_process
 
     _, source_kind, source_config = load_config(source_path, role="source")
@@ -86,6 +87,7 @@ def run_sync(source_path: str, dest_path: str, catalog_path: str, state_path: st
                           f"sees the same path (NFS, a mounted bucket), or use a local master")
     if sink is not None:
         destination.open(catalog)  # roll back/forward an interrupted run before any task stages files
+    reload_lost_streams(state, destination.committed_state, catalog, log)
     runner = _runner(master, max_parallel or source_config.get("max_parallel"), log)
     try:
         run_in_process(source, destination, catalog, state, store, sink, runner, out, log, view)

@@ -17,6 +17,7 @@ from olake_cli.core import messages
 from olake_cli.core.catalog import Catalog, CatalogStream
 from olake_cli.core.errors import OlakeError, SnapshotLostError, SourceChangedError
 from olake_cli.core.contracts import ChangeCapture, ReadSession, Source
+from olake_cli.core.resync import is_resync_marker
 from olake_cli.core.schema_change import INCOMPATIBLE, olake_type_of, type_change
 from olake_cli.core.state import Chunk, State, StreamState, finish_full_load_if_done
 from olake_cli.pipeline.chunk_job import ChunkJob, run_chunk_job
@@ -167,6 +168,8 @@ class ReadPipeline:
                 "sync mode or columns changed" if previous.sync_type != "full-load" else None))
             if reason:
                 self.log(f"{stream.label}: {reason} since the last load; loading it anew")
+            elif previous is not None and stream.sync_mode != "full_refresh" and is_resync_marker(previous.to_dict()):
+                self.log(f"{stream.label}: marked to load anew by an earlier run; loading it anew")
             ss, estimate = self._new_load(stream, session)
         self._publish(ss)
         run = StreamRun(stream, ss, row_estimate=estimate if decision == "new" else None)

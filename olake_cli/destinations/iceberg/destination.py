@@ -154,14 +154,17 @@ class IcebergDestination:
             if buf is not None and extra.get("load_op_key"):
                 buf.load_op_key = extra["load_op_key"]
 
-    def commit(self, state: State) -> None:
-        """Commit every buffered record of the streams ``state`` names, with it, one table at a time."""
+    def commit(self, state: State) -> State:
+        """Commit every buffered record of the streams ``state`` names, with it, one table at a time;
+        returns ``state``, or a copy in which a stream whose table lost its load is a re-sync marker."""
+        committed = State(state.level, state.version, [])
         for ss in state.streams:
             buf = self.buffers.get(ss.key)
             if buf is None:
+                committed.streams.append(ss)
                 continue
             try:
-                commit_stream(buf, ss, self.options)
+                committed.streams.append(commit_stream(buf, ss, self.options))
             except OlakeError:
                 raise
             except OSError as exc:
@@ -169,7 +172,10 @@ class IcebergDestination:
             except Exception as exc:  # pyiceberg and catalog errors come in many types
                 raise DestinationError(f"iceberg: {buf.stream.label}: commit failed: {type(exc).__name__}: "
                                        f"{redact(str(exc), self.cfg)}") from None
-        self.observe_state(state)
+        if all(new is old for new, old in zip(committed.streams, state.streams)):
+            committed = state
+        self.observe_state(committed)
+        return committed
 
     def has_uncommitted(self) -> bool:
         """Whether records arrived that no STATE has covered yet (they are never committed)."""
