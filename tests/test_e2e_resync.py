@@ -21,7 +21,7 @@ import pytest
 
 from olake_cli.sources.mongodb.bson_types import documents_to_batch
 from tests.support.cdc import discover_catalog, make_accounts
-from tests.support.cli import read_into_write, run_olake, write_json
+from tests.support.cli import messages, read_into_write, run_olake, write_json
 from tests.support.current_view import iceberg_rows, iceberg_table
 from tests.support.mongo import connect
 from tests.support.verify import assert_table_matches, latest_versions, read_parquet
@@ -190,3 +190,43 @@ def test_a_stream_whose_destination_lost_its_data_is_loaded_anew(pg_cluster, pg_
         _pg_matches(dsn, lake, schema, name, ["id"])
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"SELECT pg_drop_replication_slot('{slot}')")
+
+
+def _stream_state(statuses: list[str] | None, sync_type: str = "full-load") -> dict:
+    inner = {"cursor_field": "0/1", "load_id": "L1", "sync_mode": "cdc", "columns": ["id", "v"]}
+    if statuses is not None:
+        inner["chunks"] = [{"status": s, "min": str(i), "max": str(i + 1)} for i, s in enumerate(statuses)]
+    return {"type": "STATE", "state": {"level": "stream", "version": "v1", "streams": [
+        {"sync_type": sync_type, "stream_name": "t", "stream_namespace": "ns", "stream_state": inner}]}}
+
+
+@pytest.mark.parametrize("dest", ["iceberg", "parquet"])
+def test_a_full_load_resumed_into_a_destination_that_lost_its_chunks(tmp_path, dest):
+    """The state file says chunk 0 is done, the destination holds nothing: committing chunk 1 alone
+    would pass for the whole load; the writer commits a marker instead and the next run loads anew."""
+    columns = {"id": {"type": ["integer"], "x-olake-type": "int32"}, "v": {"type": ["string", "null"],
+                                                                          "x-olake-type": "string"}}
+    lines = [{"type": "CATALOG", "catalog": {"streams": [{
+        "name": "t", "namespace": "ns", "sync_mode": "cdc", "supported_sync_modes": ["full_refresh", "cdc"],
+        "source_defined_primary_key": [["id"]], "json_schema": {"type": "object", "properties": columns}}]}},
+             _stream_state(["succeed", "pending"])]
+    lines += [{"type": "RECORD", "record": {"stream": "t", "namespace": "ns", "emitted_at": 0,
+                                            "data": {"id": i, "v": "chunk 1"}}} for i in range(10, 20)]
+    lines += [_stream_state(["succeed", "succeed"]), _stream_state(None, "cdc")]
+    root, state = tmp_path / "lake", tmp_path / "st.json"
+    dst = write_json(tmp_path / "dst.json", {"type": dest, "path": str(root)})
+    result = run_olake("write", "--config", dst, "--state", str(state),
+                       stdin=b"".join(json.dumps(m).encode() + b"\n" for m in lines))
+    assert result.returncode == 0, result.stderr.decode()
+    assert b"ns.t: the state says 'full-load' but the destination holds no data of its load" in result.stderr
+    assert result.stderr.count(b"the stream is loaded anew on the next run") == 1, result.stderr
+    echoed = [m["state"]["streams"][0] for m in messages(result.stdout)]
+    saved = json.loads(state.read_text())["streams"][0]
+    for entry in [*echoed, saved]:  # every STATE, as committed, asks for a new load
+        assert entry["sync_type"] == "full-load" and entry["stream_state"] == {
+            "cursor_field": None, "chunks": [], "sync_mode": "cdc", "columns": ["id", "v"]}
+    assert len(echoed) == 3
+    if dest == "iceberg":
+        assert iceberg_rows(root, "ns", "t").num_rows == 0
+    else:
+        assert not (root / "ns" / "t").exists()

@@ -90,7 +90,7 @@ class StreamBuffer:
         full-load rows, the others changes, of which replays are dropped."""
         self.decode_load(log)  # rows added one by one before these keep their place
         self.decode_changes(log)
-        self.warn(warnings, log)
+        self._warn(warnings, log)
         op_ids = table.column(row_metadata.OP_ID)
         load = pc.is_null(op_ids)
         changes = table.filter(pc.invert(load))
@@ -132,18 +132,16 @@ class StreamBuffer:
     def _decode(self, rows: list[dict], log: Callable[[str], None]) -> pa.Table:
         table, warnings = codec.decode_rows(rows, self.stream.json_schema, all_nullable=True,
                                             stream=self.stream.label, key_columns=tuple(self.key_columns))
-        self.warn(warnings, log)
+        self._warn(warnings, log)
         return with_metadata(table, row_metadata.of_rows(rows, self.load_op_key))
 
-    def discard(self, log: Callable[[str], None]) -> list[DataFile]:
+    def discard(self) -> list[DataFile]:
         """Drop every row buffered since the last commit; returns the data files already written for them."""
-        self.take_load(log)
-        self.take_changes(log)
-        written, self.written, self.truncated = self.written, [], False
+        self.load_rows, self.change_rows, self.load_tables, self.change_tables = [], [], [], []
+        written, self.written, self.load_table_rows, self.truncated = self.written, [], 0, False
         return written
 
-    def warn(self, warnings: list[str], log: Callable[[str], None]) -> None:
-        """Log each warning about the stream once per run."""
+    def _warn(self, warnings: list[str], log: Callable[[str], None]) -> None:
         for warning in warnings:
             if warning not in self.warned:
                 self.warned.add(warning)

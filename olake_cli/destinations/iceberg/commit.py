@@ -53,11 +53,7 @@ def commit_stream(buf: StreamBuffer, ss: StreamState, options: CommitOptions) ->
     """Commit the rows buffered for ``buf``'s stream together with its state ``ss``; returns the state
     committed: ``ss``, or a re-sync marker when the table holds none of the load ``ss`` continues
     (then the rows are dropped, and the next run loads the stream anew)."""
-    lost = lost_load(ss, buf.committed)
-    if lost is not None:
-        _delete_quietly(buf.table.io, buf.discard(options.log))
-        buf.warn([f"{lost}; the stream is loaded anew on the next run"], options.log)
-        ss = marker_replacing(ss)
+    ss = _marker_if_lost(buf, ss, options)
     table, txn = buf.table, buf.table.transaction()
     load_id = (ss.extra or {}).get("load_id") or buf.load_id
     delta = RowDelta(txn)
@@ -84,6 +80,18 @@ def commit_stream(buf: StreamBuffer, ss: StreamState, options: CommitOptions) ->
     if had_changes and delta.has_changes:
         buf.table = maintain(buf.table, options.compression, options.log)
     return ss
+
+
+def _marker_if_lost(buf: StreamBuffer, ss: StreamState, options: CommitOptions) -> StreamState:
+    """``ss``, or a re-sync marker (the buffered rows dropped) when the table holds none of its load."""
+    lost = lost_load(ss, buf.committed)
+    if lost is None:
+        return ss
+    _delete_quietly(buf.table.io, buf.discard())
+    marker = marker_replacing(ss)
+    if marker.to_dict() != buf.committed:
+        options.log(f"{buf.stream.label}: {lost}; the stream is loaded anew on the next run")
+    return marker
 
 
 def _add_load(buf: StreamBuffer, ss: StreamState, load_id: str, txn: Any, delta: RowDelta,

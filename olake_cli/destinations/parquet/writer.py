@@ -178,8 +178,9 @@ class ParquetDestination:
         lost = lost_load(ss, buf.manifest.state)
         if lost is not None:
             self._discard(buf)
-            self._warn(buf, [f"{lost}; the stream is loaded anew on the next run"])
             ss = marker_replacing(ss)
+            if ss.to_dict() != buf.manifest.state:
+                self.log(f"{buf.stream.label}: {lost}; the stream is loaded anew on the next run")
         self._spill(buf)
         load_id = (ss.extra or {}).get("load_id") or buf.load_id
         done = newly_done_chunks(buf.manifest.state, ss, load_id)
