@@ -103,7 +103,7 @@ def test_a_truncated_partition_keeps_the_table_until_its_reload(pg_cluster, pg_d
     assert "partition public.events_eu was truncated" in logged
     assert lake.sync_type("events") == "full-load"
     _pg_matches(dsn, lake, schema, "events", ["id", "region"], source="snap.events")  # 100 rows, as before
-    lake.run()  # the new load replaces them in one commit
+    assert "public.events: marked to load anew by an earlier run" in lake.run()  # replaced in one commit
     _pg_matches(dsn, lake, schema, "events", ["id", "region"])  # 50 rows
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"SELECT pg_drop_replication_slot('{slot}')")

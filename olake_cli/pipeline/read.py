@@ -164,12 +164,7 @@ class ReadPipeline:
             self.log(f"{stream.label}: resuming full load, "
                      f"{sum(c.status != 'succeed' for c in ss.chunks)} of {len(ss.chunks)} chunk(s) left")
         else:
-            reason = previous is not None and (reload_reason(stream, previous) or (
-                "sync mode or columns changed" if previous.sync_type != "full-load" else None))
-            if reason:
-                self.log(f"{stream.label}: {reason} since the last load; loading it anew")
-            elif previous is not None and stream.sync_mode != "full_refresh" and is_resync_marker(previous.to_dict()):
-                self.log(f"{stream.label}: marked to load anew by an earlier run; loading it anew")
+            self._log_reload(stream, previous)
             ss, estimate = self._new_load(stream, session)
         self._publish(ss)
         run = StreamRun(stream, ss, row_estimate=estimate if decision == "new" else None)
@@ -178,6 +173,17 @@ class ReadPipeline:
                 run.jobs.append(self._job(stream, session, index, session.chunk_reader(stream, ss, index)))
         self.progress.stream_started(stream.label, len(run.jobs), run.row_estimate)
         return run
+
+    def _log_reload(self, stream: CatalogStream, previous: StreamState | None) -> None:
+        """Say why a stream that has a state is loaded anew (nothing for a ``full_refresh`` stream's next copy)."""
+        if previous is None:
+            return
+        reason = reload_reason(stream, previous) or (
+            "sync mode or columns changed" if previous.sync_type != "full-load" else None)
+        if reason:
+            self.log(f"{stream.label}: {reason} since the last load; loading it anew")
+        elif stream.sync_mode != "full_refresh" and is_resync_marker(previous.to_dict()):
+            self.log(f"{stream.label}: marked to load anew by an earlier run; loading it anew")
 
     def _new_load(self, stream: CatalogStream, session: ReadSession) -> tuple[StreamState, int | None]:
         """The state of a fresh full load (chunks planned in the session, the position before it) and
