@@ -21,7 +21,7 @@ import pytest
 
 from olake_cli.sources.mongodb.bson_types import documents_to_batch
 from tests.support.cdc import discover_catalog, make_accounts
-from tests.support.cli import messages, read_into_write, run_olake, write_json
+from tests.support.cli import messages, read_into_write, run_olake, with_stream_ends, write_json
 from tests.support.current_view import iceberg_rows, iceberg_table
 from tests.support.mongo import connect
 from tests.support.verify import assert_table_matches, latest_versions, read_parquet
@@ -218,7 +218,7 @@ def test_a_full_load_resumed_into_a_destination_that_lost_its_chunks(tmp_path, d
     root, state = tmp_path / "lake", tmp_path / "st.json"
     dst = write_json(tmp_path / "dst.json", {"type": dest, "path": str(root)})
     result = run_olake("write", "--config", dst, "--state", str(state),
-                       stdin=b"".join(json.dumps(m).encode() + b"\n" for m in lines))
+                       stdin=with_stream_ends(b"".join(json.dumps(m).encode() + b"\n" for m in lines)))
     assert result.returncode == 0, result.stderr.decode()
     if dest == "iceberg":  # not chunk 1 alone
         assert iceberg_rows(root, "ns", "t").num_rows == 0
@@ -226,7 +226,7 @@ def test_a_full_load_resumed_into_a_destination_that_lost_its_chunks(tmp_path, d
         assert not (root / "ns" / "t").exists()
     assert b"ns.t: the state says 'full-load' but the destination holds no data of its load" in result.stderr
     assert result.stderr.count(b"the stream is loaded anew on the next run") == 1, result.stderr
-    echoed = [m["state"]["streams"][0] for m in messages(result.stdout)]
+    echoed = [m["state"]["streams"][0] for m in messages(result.stdout) if m["type"] == "STATE"]
     saved = json.loads(state.read_text())["streams"][0]
     for entry in [*echoed, saved]:  # every STATE, as committed, asks for a new load
         assert entry["sync_type"] == "full-load" and entry["stream_state"] == {
