@@ -13,6 +13,7 @@ from olake_cli.core.faults import crash_point
 from olake_cli.core.record_block import BlockDecoder
 from olake_cli.core.record_lines import record_prefix
 from olake_cli.core.schema_change import SchemaDiff, compare_columns, olake_type_of
+from olake_cli.core.schema_drift import apply_recorded, changed_columns, column_type, explained
 from olake_cli.core.state import FileStateStore, parse_state
 from olake_cli.core.validation import validate_message
 
@@ -144,14 +145,19 @@ class WritePipeline:
                 raise CatalogError(f"catalog: stream '{stream.namespace}.{stream.name}' from the reader "
                                    f"is not in --catalog")
             diff = compare_columns(mine.json_schema.get("properties", {}), _olake_types(stream))
+            drift = explained(mine, stream)  # columns the reader's source widened (core/schema_drift)
+            diff.added = [c for c in diff.added if c not in drift]
+            diff.incompatible = {c: t for c, t in diff.incompatible.items() if c not in drift}
             if diff.added or diff.dropped or diff.incompatible:
                 raise CatalogError(f"catalog: the reader's schema of '{stream.namespace}.{stream.name}' "
                                    f"differs from the one in use: {_describe(diff)} (run discover again)")
-            if diff.widened:
+            changed = list(diff.widened) + [c for c in changed_columns(mine, stream) if c in drift
+                                            and c not in diff.widened]
+            if changed:
                 self.destination.widen(stream)
                 self.catalog.streams[self.catalog.streams.index(mine)] = stream
                 self._add_prefix(stream)
-                changes = ", ".join(f"'{c}' {old} -> {new}" for c, (old, new) in diff.widened.items())
+                changes = ", ".join(f"'{c}' {column_type(mine, c)} -> {column_type(stream, c)}" for c in changed)
                 self.log(f"{stream.label}: column(s) widened: {changes}; later files use the wider type")
 
     def _add_prefix(self, stream) -> None:
@@ -159,6 +165,8 @@ class WritePipeline:
             stream.key, BlockDecoder(stream.json_schema, stream.namespace))
 
     def _adopt(self, catalog: Catalog) -> None:
+        if self.known_state is not None:  # columns the source widened in earlier runs (core/schema_drift)
+            catalog.streams = [apply_recorded(s, self.known_state.find(s.namespace, s.name)) for s in catalog.streams]
         self.catalog = catalog
         self.destination.open(catalog)
         self.keys = {s.key for s in catalog.streams}

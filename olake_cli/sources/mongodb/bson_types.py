@@ -205,9 +205,16 @@ def _source_error(stream_label: str, document: Mapping, bad: FieldMisfit) -> Sou
                        bad.detail)
 
 
-def _is_nullable(prop: dict) -> bool:
+def is_nullable(prop: dict) -> bool:
+    """Whether a property's JSON type allows null."""
     json_type = prop.get("type", [])
     return json_type == "null" or (isinstance(json_type, list) and "null" in json_type)
+
+
+def scalar_fits(olake_type: str, value: Any) -> bool | None:
+    """Whether ``value`` fits a scalar x-olake-type (None: not a MongoDB scalar type)."""
+    spec = _SCALARS.get(olake_type)
+    return None if spec is None else spec.fits(value)
 
 
 def _scalar(olake_type: str, path: str) -> _Scalar:
@@ -367,7 +374,7 @@ def document_to_wire(document: Mapping, json_schema: dict, stream_label: str) ->
     try:
         if not known.issuperset(doc):
             raise _unknown(0, "", doc, known)
-        return {name: _wire_value(doc.get(name), prop, name, _is_nullable(prop))
+        return {name: _wire_value(doc.get(name), prop, name, is_nullable(prop))
                 for name, prop in properties.items()}
     except FieldMisfit as bad:
         raise _source_error(stream_label, doc, bad) from None
@@ -406,11 +413,11 @@ def _document_wire(value: Any, prop: dict, path: str) -> dict:
     wire = {}
     for name, sub in properties.items():
         sub_value = value.get(name)
-        if sub_value is None and not _is_nullable(sub):
+        if sub_value is None and not is_nullable(sub):
             raise _no_value(0, f"{path}.{name}")
         wire[name] = _wire_value(sub_value, sub, f"{path}.{name}", True)
     return wire
 
 
 __all__ = ["BSON_CODEC_OPTIONS", "EJSON_OPTIONS", "FieldMisfit", "bson_type_name", "document_to_wire",
-           "documents_to_batch", "infer_json_schema"]
+           "documents_to_batch", "infer_json_schema", "is_nullable", "scalar_fits"]

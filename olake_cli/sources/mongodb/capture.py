@@ -14,6 +14,11 @@ deleted before the lookup, or a server could not look it up), the document is lo
 key (majority read): found, the update carries that version. Gone, the update is skipped only because
 its delete follows: the run reads on, past its bound if need be, until it has read that delete, and
 sets no checkpoint in between; a delete that never comes fails the run.
+
+A change whose document does not fit the stream's types widens the stream (``drift``): in place (a new
+column, int32 to int64) it is announced with the batch and recorded in the stream's later positions;
+a column whose type is replaced ends the stream's capture, and the stream is loaded anew on the next
+run (whose full load widens it again).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from olake_cli.core.contracts import ChangeBatch
 from olake_cli.core.errors import ConfigError, SourceError
 from olake_cli.core.opid import OpId
 from olake_cli.core.position_lost import handle_lost_position
+from olake_cli.core.schema_drift import column_type, changed_columns, needs_reload, record_in_state, widened
 from olake_cli.core.state import State, StreamState
 
 HISTORY_LOST, INVALID_TOKEN = 286, 280
@@ -58,6 +64,7 @@ class MongoChangeCapture:
     def __init__(self, settings, streams: list[CatalogStream], log: Callable[[str], None]) -> None:
         self.settings, self.streams, self.log = settings, streams, log
         self._start: MongoPosition | None = None
+        self.widened: dict[tuple, CatalogStream] = {}  # streams widened in place by this run's changes
 
     # -- positions ---------------------------------------------------------------------------
 
@@ -71,7 +78,7 @@ class MongoChangeCapture:
 
     def with_position(self, ss: StreamState, position: MongoPosition) -> StreamState:
         """A copy of ``ss`` positioned at ``position``."""
-        new = ss.copy()
+        new = ss.copy() if ss.key not in self.widened else record_in_state(ss, self.widened[ss.key])
         new.cursor_field = position.token
         new.extra = {**(new.extra or {}), "op_id": position.op.to_json()}
         return new
@@ -231,8 +238,6 @@ class _EventReader:
                                   f"checkpoint is acknowledged; run again")
 
     def _change(self, event: dict, op_id: OpId, batch: ChangeBatch) -> Change | None:
-        from olake_cli.sources.mongodb.bson_types import document_to_wire
-
         kind = event["operationType"]
         name = (event.get("ns") or {}).get("coll")
         stream = self.streams.get(name)
@@ -249,7 +254,7 @@ class _EventReader:
             return None
         if kind == "delete":
             self.gone.pop((name, _key_bytes(event)), None)
-            data = document_to_wire({"_id": event["documentKey"]["_id"]}, _key_schema(stream), stream.label)
+            document = {"_id": event["documentKey"]["_id"]}
         else:
             document = event.get("fullDocument")
             if document is None:
@@ -257,12 +262,40 @@ class _EventReader:
             if document is None:  # deleted since: skipped, and the run reads on until that delete
                 self.gone[(name, _key_bytes(event))] = stream.label
                 return None
-            data = document_to_wire(document, stream.json_schema, stream.label)
+        data = self._wire(stream, document, kind == "delete", batch)
+        if data is None:
+            return None
         data["_olake_op"] = _OPS[kind]
         data["_olake_op_id"] = [op_id.commit, op_id.seq]
         wall = event.get("wallTime")
         data["_olake_commit_ts"] = _micros(wall) if wall is not None else event["clusterTime"].time * 1_000_000
         return Change(stream.key, op_id, data)
+
+    def _wire(self, stream: CatalogStream, document: dict, key_only: bool, batch: ChangeBatch) -> dict | None:
+        """The change's RECORD data; a document that does not fit widens the stream first (in place:
+        announced with ``batch``), or ends its capture for a reload (None)."""
+        from olake_cli.sources.mongodb.bson_types import document_to_wire
+        from olake_cli.sources.mongodb.drift import widened_schema
+
+        schema = _key_schema(stream) if key_only else stream.json_schema
+        try:
+            return document_to_wire(document, schema, stream.label)
+        except SourceError:
+            wider = widened_schema(stream.json_schema, [document])
+            if wider is stream.json_schema:
+                raise
+        after = widened(stream, wider)
+        changes = ", ".join(f"'{c}' {column_type(stream, c)} -> {column_type(after, c)}"
+                            for c in changed_columns(stream, after))
+        if needs_reload(stream, after):
+            batch.resync[stream.key] = (f"schema drift: {changes} (a column's type is replaced); the stream "
+                                        f"is loaded anew on the next run with the new type(s)")
+            del self.streams[stream.name]
+            return None
+        self.capture.log(f"{stream.label}: schema drift: {changes}; later changes carry the new column type(s)")
+        self.streams[stream.name] = self.capture.widened[stream.key] = after
+        batch.widened = [s for s in batch.widened if s.key != after.key] + [after]
+        return document_to_wire(document, _key_schema(after) if key_only else after.json_schema, after.label)
 
     def _look_up(self, collection: str, key: dict) -> dict | None:
         """The document of ``key`` (a documentKey) now, or None when it no longer exists."""
