@@ -15,9 +15,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from olake_cli.core.catalog import CatalogStream
+from olake_cli.core.catalog import Catalog, CatalogStream
 from olake_cli.core.schema_change import INCOMPATIBLE, olake_type_of, type_change
-from olake_cli.core.state import StreamState
+from olake_cli.core.state import State, StreamState
 
 DRIFT = "schema_drift"
 
@@ -85,6 +85,12 @@ def apply_recorded(stream: CatalogStream, stream_state: StreamState | None) -> C
     result = widened(stream, {"properties": {name: change["to"] for name, change in kept.items()}})
     result.x_olake[DRIFT] = {**drift_of(stream), **kept}
     return result
+
+
+def apply_to_catalog(catalog: Catalog, state: State | None) -> None:
+    """Apply each stream's recorded drift (``apply_recorded``) to ``catalog``, in place."""
+    if state is not None:
+        catalog.streams = [apply_recorded(s, state.find(s.namespace, s.name)) for s in catalog.streams]
 
 
 def explained(mine: CatalogStream, theirs: CatalogStream) -> set[str]:

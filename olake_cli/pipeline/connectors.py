@@ -10,6 +10,7 @@ from olake_cli.core.config import load_config
 from olake_cli.core.errors import ConfigError
 from olake_cli.core.messages import MessageWriter
 from olake_cli.core.registry import make_destination, make_source
+from olake_cli.core.schema_drift import apply_to_catalog
 from olake_cli.core.state import FileStateStore, State, load_state
 
 
@@ -85,6 +86,7 @@ def run_sync(source_path: str, dest_path: str, catalog_path: str, state_path: st
                           f"files on the executors' own disks; set \"shared_path\": true if every executor "
                           f"sees the same path (NFS, a mounted bucket), or use a local master")
     if sink is not None:
+        apply_to_catalog(catalog, state)  # the destination opens with the columns a source widened before
         destination.open(catalog)  # roll back/forward an interrupted run before any task stages files
     runner = _runner(master, max_parallel or source_config.get("max_parallel"), log)
     try:

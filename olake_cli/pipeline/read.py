@@ -18,7 +18,7 @@ from olake_cli.core.catalog import Catalog, CatalogStream
 from olake_cli.core.errors import OlakeError, SchemaDrift, SnapshotLostError, SourceChangedError
 from olake_cli.core.contracts import ChangeCapture, ReadSession, Source
 from olake_cli.core.schema_change import INCOMPATIBLE, olake_type_of, type_change
-from olake_cli.core.schema_drift import (apply_recorded, changed_columns, column_type, needs_reload,
+from olake_cli.core.schema_drift import (apply_to_catalog, changed_columns, column_type, needs_reload,
                                          record_in_state, widened)
 from olake_cli.core.state import Chunk, State, StreamState, finish_full_load_if_done
 from olake_cli.pipeline.chunk_job import ChunkJob, run_chunk_job
@@ -108,8 +108,7 @@ class ReadPipeline:
         self.rows_by_tasks = 0  # sync: rows the tasks wrote to the destination themselves
         self.progress = Progress(view or LineView(log))
         self.statuses: dict[tuple, str] = {}  # stream key -> the last STREAM_STATUS emitted
-        for index, stream in enumerate(catalog.streams):  # columns a source widened in earlier runs
-            catalog.streams[index] = apply_recorded(stream, state.find(stream.namespace, stream.name))
+        apply_to_catalog(catalog, state)  # columns a source widened in earlier runs
 
     def run(self) -> None:
         """Emit the CATALOG, every selected stream's records with a STATE after each chunk, a final STATE;

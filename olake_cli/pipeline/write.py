@@ -13,7 +13,7 @@ from olake_cli.core.faults import crash_point
 from olake_cli.core.record_block import BlockDecoder
 from olake_cli.core.record_lines import record_prefix
 from olake_cli.core.schema_change import SchemaDiff, compare_columns, olake_type_of
-from olake_cli.core.schema_drift import apply_recorded, changed_columns, column_type, explained
+from olake_cli.core.schema_drift import apply_to_catalog, changed_columns, column_type, explained
 from olake_cli.core.state import FileStateStore, parse_state
 from olake_cli.core.validation import validate_message
 
@@ -165,8 +165,7 @@ class WritePipeline:
             stream.key, BlockDecoder(stream.json_schema, stream.namespace))
 
     def _adopt(self, catalog: Catalog) -> None:
-        if self.known_state is not None:  # columns the source widened in earlier runs (core/schema_drift)
-            catalog.streams = [apply_recorded(s, self.known_state.find(s.namespace, s.name)) for s in catalog.streams]
+        apply_to_catalog(catalog, self.known_state)  # columns the source widened in earlier runs
         self.catalog = catalog
         self.destination.open(catalog)
         self.keys = {s.key for s in catalog.streams}

@@ -31,6 +31,7 @@ from olake_cli.destinations.iceberg.buffer import StreamBuffer
 from olake_cli.destinations.iceberg.files import data_file_of, write_position_deletes, write_rows
 from olake_cli.destinations.iceberg.maintenance import maintain
 from olake_cli.destinations.iceberg.merge import TOAST, plan_changes
+from olake_cli.destinations.iceberg.retype import make_current
 from olake_cli.destinations.iceberg.schema import table_arrow_schema
 from olake_cli.destinations.iceberg.snapshot import RowDelta
 from olake_cli.destinations.iceberg.tables import PROP_MAX_OP, PROP_STAGED, PROP_STATE, dumps, has_rows
@@ -70,6 +71,8 @@ def commit_stream(buf: StreamBuffer, ss: StreamState, options: CommitOptions) ->
         buf.table = txn.commit_transaction()
         crash_point("iceberg-committed")
         buf.committed, buf.watermark, buf.staged = merged, watermark, staged
+        if buf.replacement is not None and buf.table.metadata.current_schema_id == buf.replacement.current_schema_id:
+            buf.replacement = None
     buf.truncated, buf.replayed, buf.load_id = False, 0, load_id
     if had_changes and delta.has_changes:
         buf.table = maintain(buf.table, options.compression, options.log)
@@ -78,8 +81,13 @@ def commit_stream(buf: StreamBuffer, ss: StreamState, options: CommitOptions) ->
 def _add_load(buf: StreamBuffer, ss: StreamState, load_id: str, txn: Any, delta: RowDelta,
               options: CommitOptions) -> tuple[dict | None, str | None]:
     """Add (or stage) the full-load rows this STATE covers; returns (staged load, highest op id)."""
-    metadata, io = txn.table_metadata, buf.table.io
     new_load = _load_of(buf.committed) != load_id
+    swaps = new_load or (buf.staged or {}).get("load_id") == load_id
+    if buf.replacement is not None and swaps and load_complete(ss):  # its columns change type with it
+        make_current(txn, buf.replacement)
+    metadata, io = txn.table_metadata, buf.table.io
+    if buf.replacement is not None and metadata.current_schema_id != buf.replacement.current_schema_id:
+        metadata = buf.replacement  # rows of the coming load take the replacement schema until it swaps in
     newly = completed_chunks(buf.committed, ss, load_id)
     load_files = _load_files(buf, metadata, io, options)
     if not new_load and not newly and load_files:
