@@ -2,23 +2,30 @@
 discovery sample never saw) widen the stream instead of stopping it, in the full load (a chunk meets
 them) and in change capture (a change carries them), through ``read | write`` and ``sync``, into
 Parquet and Iceberg, compared value by value with the source documents.
+
+The first test runs the real commands; the others run the same use cases in this process on the
+session's Spark (``read`` into a buffer, ``write`` from it; ``sync``), which saves a JVM per run.
 """
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
-from bson import Decimal128, Int64, Timestamp, json_util
+from bson import Decimal128, Int64, json_util
 
+from olake_cli.core.messages import MessageWriter
+from olake_cli.pipeline.connectors import run_read, run_sync, run_write
 from olake_cli.sources.mongodb.bson_types import EJSON_OPTIONS
 from tests.support.cdc import discover_catalog
-from tests.support.cli import messages, read_into_write, run_olake, write_json
+from tests.support.cli import read_into_write, write_json
 from tests.support.current_view import iceberg_table
 from tests.support.mongo import connect
 from tests.support.verify import latest_versions, read_parquet
 
 DOCS = 900  # three chunks of 300
+COLUMNS = ("_id", "n", "x", "s", "extra", "note", "sub")
 
 
 def _config(tmp_path: Path, uri: str, database: str) -> str:
@@ -26,22 +33,10 @@ def _config(tmp_path: Path, uri: str, database: str) -> str:
                                               "chunk_documents": 300})
 
 
-def _seed(uri: str, database: str) -> None:
+def _seed(uri: str, database: str, count: int = DOCS) -> None:
     with connect(uri) as client:
         client[database].things.insert_many(
-            [{"_id": i, "n": i, "x": i * 2, "s": f"s{i}", "sub": {"a": i}} for i in range(1, DOCS + 1)])
-
-
-def _drift_in_place_and_retyped(uri: str, database: str) -> None:
-    """Values discovery never saw, in each chunk: a long in an int32 column (in place), a new field
-    (in place), a double in an int32 column, an int in a string column and a Decimal128 in a
-    document's int32 sub-field (types replaced)."""
-    with connect(uri) as client:
-        coll = client[database].things
-        coll.update_one({"_id": 10}, {"$set": {"n": Int64(2**40)}})
-        coll.update_one({"_id": 20}, {"$set": {"extra": "new field"}})
-        coll.update_one({"_id": 450}, {"$set": {"x": 2.5}})
-        coll.update_one({"_id": 880}, {"$set": {"s": 5, "sub": {"a": Decimal128("1.5")}}})
+            [{"_id": i, "n": i, "x": i * 2, "s": f"s{i}", "sub": {"a": i}} for i in range(1, count + 1)])
 
 
 def _source_rows(uri: str, database: str) -> dict:
@@ -49,20 +44,21 @@ def _source_rows(uri: str, database: str) -> dict:
         return {d["_id"]: d for d in client[database].things.find()}
 
 
-def _expected(doc: dict) -> dict:
-    """A source document as its destination row under the drifted types, computed independently."""
-    s = doc["s"]
-    return {"_id": doc["_id"], "n": int(doc["n"]), "x": float(doc["x"]),
-            "s": None if s is None else json_util.dumps(s, json_options=EJSON_OPTIONS),
-            "extra": doc.get("extra"),
-            "sub": {"a": str(doc["sub"]["a"])}}
+def _expected(doc: dict, drifted: set[str]) -> dict:
+    """A source document as its destination row, computed independently of the code under test:
+    ``drifted`` names the columns that became float64 (x), bson (s) or a decimal128 sub-field (sub)."""
+    s, sub = doc.get("s"), doc.get("sub")
+    return {"_id": doc["_id"], "n": int(doc["n"]), "extra": doc.get("extra"), "note": doc.get("note"),
+            "x": float(doc["x"]) if "x" in drifted else doc["x"],
+            "s": json_util.dumps(s, json_options=EJSON_OPTIONS) if "s" in drifted and s is not None else s,
+            "sub": {"a": str(sub["a"])} if "sub" in drifted else sub}
 
 
-def _assert_rows(rows: list[dict], source: dict) -> None:
-    got = {r["_id"]: {k: r[k] for k in ("_id", "n", "x", "s", "extra", "sub")} for r in rows}
+def _assert_rows(rows: list[dict], source: dict, drifted: set[str]) -> None:
+    got = {r["_id"]: {k: r.get(k) for k in COLUMNS} for r in rows}
     assert got.keys() == source.keys()
     for key, doc in source.items():
-        assert got[key] == _expected(doc), key
+        assert got[key] == _expected(doc, drifted), key
 
 
 def _parquet_rows(root: Path, database: str) -> list[dict]:
@@ -73,15 +69,43 @@ def _iceberg_rows(root: Path, database: str) -> list[dict]:
     return iceberg_table(root, database, "things").scan().to_arrow().to_pylist()
 
 
-def test_a_full_load_meeting_new_types_widens_instead_of_stopping(mongo_server, mongo_db, tmp_path):
+def _read_write(src: str, catalog: Path, dst: str, state: Path) -> str:
+    """``read | write`` in this process; returns both sides' log."""
+    logs: list[str] = []
+    lines = io.BytesIO()
+    run_read(src, str(catalog), str(state), "local[2]", None, MessageWriter(lines), logs.append)
+    run_write(dst, str(catalog), str(state), io.BytesIO(lines.getvalue()), MessageWriter(io.BytesIO()),
+              logs.append)
+    return "\n".join(logs)
+
+
+def _sync(src: str, catalog: Path, dst: str, state: Path) -> str:
+    """``sync`` in this process; returns its log."""
+    logs: list[str] = []
+    run_sync(src, dst, str(catalog), str(state), "local[2]", None, MessageWriter(io.BytesIO()), logs.append)
+    return "\n".join(logs)
+
+
+def _drift(state: Path) -> dict[str, str]:
+    """Column -> the x-olake-type the state records it drifted to."""
+    drift = json.loads(state.read_text())["streams"][0]["stream_state"].get("schema_drift") or {}
+    return {name: change["to"]["x-olake-type"] for name, change in drift.items()}
+
+
+def test_a_full_load_meeting_new_types_widens_instead_of_stopping(mongo_server, mongo_db, tmp_path, spark):
     _seed(mongo_server.uri, mongo_db)
     src = _config(tmp_path, mongo_server.uri, mongo_db)
     catalog = discover_catalog(src, tmp_path / "cat.json", {})
     props = catalog["streams"][0]["json_schema"]["properties"]
-    assert (props["n"]["x-olake-type"], props["x"]["x-olake-type"], props["s"]["x-olake-type"]) == \
-        ("int32", "int32", "string")
-    _drift_in_place_and_retyped(mongo_server.uri, mongo_db)
+    assert [props[c]["x-olake-type"] for c in ("n", "x", "s", "sub")] == ["int32", "int32", "string", "document"]
+    with connect(mongo_server.uri) as client:  # values the sample never saw, in every chunk
+        coll = client[mongo_db].things
+        coll.update_one({"_id": 10}, {"$set": {"n": Int64(2**40)}})  # int32 -> int64: in place
+        coll.update_one({"_id": 20}, {"$set": {"extra": "new field"}})  # a new column: in place
+        coll.update_one({"_id": 450}, {"$set": {"x": 2.5}})  # int32 -> float64: type replaced
+        coll.update_one({"_id": 880}, {"$set": {"s": 5, "sub": {"a": Decimal128("1.5")}}})  # -> bson, decimal128
     source = _source_rows(mongo_server.uri, mongo_db)
+    drifted = {"x", "s", "sub"}
 
     lake = write_json(tmp_path / "lake.json", {"type": "parquet", "path": str(tmp_path / "lake")})
     state = tmp_path / "st.json"
@@ -89,22 +113,51 @@ def test_a_full_load_meeting_new_types_widens_instead_of_stopping(mongo_server, 
                              ["--config", lake, "--catalog", str(tmp_path / "cat.json"), "--state", str(state)])
     assert (result.read_code, result.write_code) == (0, 0), result.read_stderr.decode()[-3000:] + \
         result.write_stderr.decode()[-3000:]
-    _assert_rows(_parquet_rows(tmp_path / "lake", mongo_db), source)
+    _assert_rows(_parquet_rows(tmp_path / "lake", mongo_db), source, drifted)
     log = result.read_stderr.decode()
     assert "schema drift" in log and "loaded anew" in log
-    drift = json.loads(state.read_text())["streams"][0]["stream_state"]["schema_drift"]
-    assert {name: change["to"]["x-olake-type"] for name, change in drift.items()} == {
-        "n": "int64", "extra": "string", "x": "float64", "s": "bson", "sub": "document"}
-    assert drift["sub"]["to"]["properties"]["a"]["x-olake-type"] == "decimal128"
+    assert _drift(state) == {"n": "int64", "extra": "string", "x": "float64", "s": "bson", "sub": "document"}
 
     iceberg = write_json(tmp_path / "ice.json", {"type": "iceberg", "path": str(tmp_path / "ice")})
-    synced = run_olake("sync", "--source", src, "--destination", iceberg, "--catalog", str(tmp_path / "cat.json"),
-                       "--state", str(tmp_path / "ice-st.json"))
-    assert synced.returncode == 0, synced.stderr.decode()[-3000:]
-    _assert_rows(_iceberg_rows(tmp_path / "ice", mongo_db), source)
+    ice_state = tmp_path / "ice-st.json"
+    _sync(src, tmp_path / "cat.json", iceberg, ice_state)
+    _assert_rows(_iceberg_rows(tmp_path / "ice", mongo_db), source, drifted)
+    log = _sync(src, tmp_path / "cat.json", iceberg, ice_state)  # the drift is kept: no drift, no reload
+    assert "schema drift" not in log
+    _assert_rows(_iceberg_rows(tmp_path / "ice", mongo_db), source, drifted)
 
-    again = run_olake("sync", "--source", src, "--destination", iceberg, "--catalog", str(tmp_path / "cat.json"),
-                      "--state", str(tmp_path / "ice-st.json"))  # the drift is kept: no drift, no reload
-    assert again.returncode == 0, again.stderr.decode()[-3000:]
-    assert "schema drift" not in again.stderr.decode()
-    _assert_rows(_iceberg_rows(tmp_path / "ice", mongo_db), source)
+
+def test_changes_with_new_types_widen_the_stream(mongo_server, mongo_db, tmp_path, spark):
+    """In place (a long, a new field): the changes go on under the wider type. A type replaced (a
+    double in an int32 column): the stream is loaded anew on the next run, whose load widens it."""
+    _seed(mongo_server.uri, mongo_db, 300)
+    src = _config(tmp_path, mongo_server.uri, mongo_db)
+    discover_catalog(src, tmp_path / "cat.json", {"things": "cdc"})
+    lake = write_json(tmp_path / "lake.json", {"type": "parquet", "path": str(tmp_path / "lake")})
+    iceberg = write_json(tmp_path / "ice.json", {"type": "iceberg", "path": str(tmp_path / "ice")})
+    paths = [(_read_write, lake, tmp_path / "st.json", lambda: _parquet_rows(tmp_path / "lake", mongo_db)),
+             (_sync, iceberg, tmp_path / "ice-st.json", lambda: _iceberg_rows(tmp_path / "ice", mongo_db))]
+    for run, dst, state, _ in paths:
+        run(src, tmp_path / "cat.json", dst, state)
+
+    with connect(mongo_server.uri) as client:
+        coll = client[mongo_db].things
+        coll.insert_one({"_id": 1001, "n": Int64(2**40), "x": 1, "s": "late", "sub": {"a": 1}})
+        coll.update_one({"_id": 5}, {"$set": {"extra": "new field", "n": Int64(-(2**40))}})
+        coll.delete_one({"_id": 6})
+    for run, dst, state, rows in paths:
+        log = run(src, tmp_path / "cat.json", dst, state)
+        assert "schema drift: 'n' int32 -> int64" in log and "'extra' absent -> string" in log
+        _assert_rows(rows(), _source_rows(mongo_server.uri, mongo_db), set())
+        assert _drift(state) == {"n": "int64", "extra": "string"}
+
+    with connect(mongo_server.uri) as client:
+        client[mongo_db].things.update_one({"_id": 7}, {"$set": {"x": 2.5}})
+        client[mongo_db].things.update_one({"_id": 8}, {"$set": {"note": "after the drift"}})
+    for run, dst, state, rows in paths:
+        log = run(src, tmp_path / "cat.json", dst, state)
+        assert "'x' int32 -> float64 (a column's type is replaced); the stream is loaded anew" in log
+        log = run(src, tmp_path / "cat.json", dst, state)
+        assert "'x' int32 -> float64" in log and "the stream is loaded anew with the new type(s)" in log
+        _assert_rows(rows(), _source_rows(mongo_server.uri, mongo_db), {"x"})
+        assert _drift(state) == {"n": "int64", "extra": "string", "x": "float64", "note": "string"}
