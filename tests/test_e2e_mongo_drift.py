@@ -9,18 +9,16 @@ session's Spark (``read`` into a buffer, ``write`` from it; ``sync``), which sav
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
 from bson import Decimal128, Int64, json_util
 
-from olake_cli.core.messages import MessageWriter
-from olake_cli.pipeline.connectors import run_read, run_sync, run_write
 from olake_cli.sources.mongodb.bson_types import EJSON_OPTIONS
 from tests.support.cdc import discover_catalog
 from tests.support.cli import read_into_write, write_json
 from tests.support.current_view import iceberg_table
+from tests.support.inprocess import read_write, sync
 from tests.support.mongo import connect
 from tests.support.verify import latest_versions, read_parquet
 
@@ -69,23 +67,6 @@ def _iceberg_rows(root: Path, database: str) -> list[dict]:
     return iceberg_table(root, database, "things").scan().to_arrow().to_pylist()
 
 
-def _read_write(src: str, catalog: Path, dst: str, state: Path) -> str:
-    """``read | write`` in this process; returns both sides' log."""
-    logs: list[str] = []
-    lines = io.BytesIO()
-    run_read(src, str(catalog), str(state), "local[2]", None, MessageWriter(lines), logs.append)
-    run_write(dst, str(catalog), str(state), io.BytesIO(lines.getvalue()), MessageWriter(io.BytesIO()),
-              logs.append)
-    return "\n".join(logs)
-
-
-def _sync(src: str, catalog: Path, dst: str, state: Path) -> str:
-    """``sync`` in this process; returns its log."""
-    logs: list[str] = []
-    run_sync(src, dst, str(catalog), str(state), "local[2]", None, MessageWriter(io.BytesIO()), logs.append)
-    return "\n".join(logs)
-
-
 def _drift(state: Path) -> dict[str, str]:
     """Column -> the x-olake-type the state records it drifted to."""
     drift = json.loads(state.read_text())["streams"][0]["stream_state"].get("schema_drift") or {}
@@ -120,9 +101,9 @@ def test_a_full_load_meeting_new_types_widens_instead_of_stopping(mongo_server, 
 
     iceberg = write_json(tmp_path / "ice.json", {"type": "iceberg", "path": str(tmp_path / "ice")})
     ice_state = tmp_path / "ice-st.json"
-    _sync(src, tmp_path / "cat.json", iceberg, ice_state)
+    sync(src, tmp_path / "cat.json", iceberg, ice_state)
     _assert_rows(_iceberg_rows(tmp_path / "ice", mongo_db), source, drifted)
-    log = _sync(src, tmp_path / "cat.json", iceberg, ice_state)  # the drift is kept: no drift, no reload
+    log = sync(src, tmp_path / "cat.json", iceberg, ice_state)  # the drift is kept: no drift, no reload
     assert "schema drift" not in log
     _assert_rows(_iceberg_rows(tmp_path / "ice", mongo_db), source, drifted)
 
@@ -135,8 +116,8 @@ def test_changes_with_new_types_widen_the_stream(mongo_server, mongo_db, tmp_pat
     discover_catalog(src, tmp_path / "cat.json", {"things": "cdc"})
     lake = write_json(tmp_path / "lake.json", {"type": "parquet", "path": str(tmp_path / "lake")})
     iceberg = write_json(tmp_path / "ice.json", {"type": "iceberg", "path": str(tmp_path / "ice")})
-    paths = [(_read_write, lake, tmp_path / "st.json", lambda: _parquet_rows(tmp_path / "lake", mongo_db)),
-             (_sync, iceberg, tmp_path / "ice-st.json", lambda: _iceberg_rows(tmp_path / "ice", mongo_db))]
+    paths = [(read_write, lake, tmp_path / "st.json", lambda: _parquet_rows(tmp_path / "lake", mongo_db)),
+             (sync, iceberg, tmp_path / "ice-st.json", lambda: _iceberg_rows(tmp_path / "ice", mongo_db))]
     for run, dst, state, _ in paths:
         run(src, tmp_path / "cat.json", dst, state)
 

@@ -14,7 +14,12 @@ from olake_cli.core.catalog import CatalogStream
 from olake_cli.core.state import State, StreamState
 from olake_cli.sources.mongodb.capture import _EventReader, cluster_op
 from olake_cli.sources.mongodb.source import MongoSource
+from tests.support.cdc import discover_catalog
+from tests.support.cli import write_json
+from tests.support.current_view import iceberg_table
+from tests.support.inprocess import read_write, sync
 from tests.support.mongo import connect
+from tests.support.verify import latest_versions, read_parquet
 
 
 def _capture(mongo_server, database: str, name: str):
@@ -80,3 +85,30 @@ def test_a_gone_document_makes_the_run_read_past_its_bound_to_the_delete(mongo_s
     assert [(op, _id) for op, _id, _ in _changes(batches)] == [("u", 3), ("d", 1)]
     assert batches[-1].position.op > bound
     assert all(batch.position is None for batch in batches[:-1])
+
+
+def test_updates_without_a_post_image_reach_both_destinations(mongo_server, mongo_db, tmp_path, spark):
+    """End to end (``read | write`` into Parquet, ``sync`` into Iceberg): the update of the document
+    whose ``_id`` is null arrives, and an update followed by the document's delete leaves no row."""
+    with connect(mongo_server.uri) as client:
+        client[mongo_db].things.insert_many([{"_id": None, "v": 1}, {"_id": 1, "v": 1}, {"_id": 2, "v": 1}])
+    src = write_json(tmp_path / "src.json", {"type": "mongodb", "uri": mongo_server.uri, "database": mongo_db})
+    discover_catalog(src, tmp_path / "cat.json", {"things": "cdc"})
+    lake = write_json(tmp_path / "lake.json", {"type": "parquet", "path": str(tmp_path / "lake")})
+    ice = write_json(tmp_path / "ice.json", {"type": "iceberg", "path": str(tmp_path / "ice")})
+    paths = [(read_write, lake, tmp_path / "st.json",
+              lambda: latest_versions(read_parquet(str(tmp_path / "lake" / mongo_db / "things")), ["_id"])),
+             (sync, ice, tmp_path / "ice-st.json",
+              lambda: iceberg_table(tmp_path / "ice", mongo_db, "things").scan().to_arrow())]
+    for run, dst, state, _ in paths:
+        run(src, tmp_path / "cat.json", dst, state)
+    with connect(mongo_server.uri) as client:
+        coll = client[mongo_db].things
+        coll.update_one({"_id": None}, {"$set": {"v": 2}})
+        coll.update_one({"_id": 1}, {"$set": {"v": 2}})
+        coll.update_one({"_id": 2}, {"$set": {"v": 2}})
+        coll.delete_one({"_id": 2})
+    for run, dst, state, rows in paths:
+        run(src, tmp_path / "cat.json", dst, state)
+        got = {r["_id"]: r["v"] for r in rows().select(["_id", "v"]).to_pylist()}
+        assert got == {"null": 2, '{"$numberInt": "1"}': 2}  # _id is bson (null, ints): canonical EJSON
