@@ -29,7 +29,9 @@ plain ``int`` built by hand is named as pymongo would store it (``int`` within 3
 
 Every field except ``_id`` is nullable: a sample cannot prove that later documents hold a field,
 and MongoDB has no NOT NULL. ``_id`` comes first and is never null (a sampled null ``_id`` makes it
-``bson``, where BSON null is the text ``null``). Field names are kept exactly (dots, dollars).
+``bson``, where BSON null is the text ``null``). Field names are kept exactly (dots, dollars). A
+change event carries the whole document, so the schema says its updates are complete
+(``x-olake-updates-complete``: no ``_olake_toast_unchanged`` column).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from bson.dbref import DBRef
 from bson.raw_bson import RawBSONDocument
 
 from olake_cli.core.codec import INT32_MAX, INT32_MIN
+from olake_cli.core.row_metadata import UPDATES_COMPLETE
 
 BSON_CODEC_OPTIONS: CodecOptions = CodecOptions(
     datetime_conversion=DatetimeConversion.DATETIME_MS, uuid_representation=UuidRepresentation.STANDARD)
@@ -157,7 +160,7 @@ def infer_json_schema(documents: Iterable[Mapping]) -> dict:
             stats.observe(value)
     properties = {"_id": _id_property(fields.pop("_id"))}
     properties.update((name, _property(stats, nullable=True)) for name, stats in fields.items())
-    return {"type": "object", "properties": properties}
+    return {"type": "object", "properties": properties, UPDATES_COMPLETE: True}
 
 
 def _id_property(stats: _FieldStats) -> dict:
