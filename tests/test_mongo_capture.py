@@ -28,7 +28,8 @@ def _capture(mongo_server, database: str, name: str):
     stream = CatalogStream.from_dict({**entry, "sync_mode": "cdc"})
     capture = source.change_capture([stream], lambda line: None)
     capture.preflight(State())
-    state = State(streams=[capture.with_position(StreamState("cdc", name, database, None), capture.start_position())])
+    position = capture.start_position()
+    state = State(streams=[capture.with_position(StreamState("cdc", name, database, None), position)])
     return capture, stream, state
 
 

@@ -98,7 +98,8 @@ def explained(mine: CatalogStream, theirs: CatalogStream) -> set[str]:
     ``theirs`` holds the drift's ``to`` where ``mine`` holds its ``from`` (or the ``to`` already)."""
     props, their_props = mine.json_schema.get("properties", {}), theirs.json_schema.get("properties", {})
     return {name for name, change in drift_of(theirs).items()
-            if their_props.get(name) == change.get("to") and props.get(name) in (change.get("from"), change.get("to"))}
+            if their_props.get(name) == change.get("to")
+            and props.get(name) in (change.get("from"), change.get("to"))}
 
 
 def record_in_state(stream_state: StreamState, stream: CatalogStream) -> StreamState:

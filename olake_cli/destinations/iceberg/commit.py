@@ -71,8 +71,8 @@ def commit_stream(buf: StreamBuffer, ss: StreamState, options: CommitOptions) ->
         buf.table = txn.commit_transaction()
         crash_point("iceberg-committed")
         buf.committed, buf.watermark, buf.staged = merged, watermark, staged
-        if buf.replacement is not None and buf.table.metadata.current_schema_id == buf.replacement.current_schema_id:
-            buf.replacement = None
+        if buf.replacement is not None and buf.table.schema().schema_id == buf.replacement.current_schema_id:
+            buf.replacement = None  # swapped in with the new load
     buf.truncated, buf.replayed, buf.load_id = False, 0, load_id
     if had_changes and delta.has_changes:
         buf.table = maintain(buf.table, options.compression, options.log)

@@ -117,8 +117,8 @@ class IcebergDestination:
 
     def _register_sink(self, buf: StreamBuffer) -> None:
         if self.sink is not None:
-            table = buf.table
-            self.sink.tables[buf.stream.key] = SinkTable(table.location(), buf.write_metadata.schema().model_dump_json(),
+            table, schema = buf.table, buf.write_metadata.schema()
+            self.sink.tables[buf.stream.key] = SinkTable(table.location(), schema.model_dump_json(),
                                                          table.spec().model_dump_json())
 
     def committed_state(self, stream: CatalogStream) -> dict | None:

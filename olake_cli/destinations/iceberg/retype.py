@@ -66,7 +66,8 @@ def replacement(table: Table, stream: CatalogStream, replaced: list[str]) -> Tab
 
 def make_current(txn: Transaction, metadata: TableMetadata) -> None:
     """Make the replacement schema of ``metadata`` current in ``txn`` (the commit swapping a load in)."""
-    txn._apply(_updates(metadata.schema()), (AssertCurrentSchemaId(current_schema_id=txn.table_metadata.current_schema_id),))
+    current = AssertCurrentSchemaId(current_schema_id=txn.table_metadata.current_schema_id)
+    txn._apply(_updates(metadata.schema()), (current,))
 
 
 def replace_now(table: Table, metadata: TableMetadata) -> Table:

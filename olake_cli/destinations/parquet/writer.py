@@ -132,7 +132,8 @@ class ParquetDestination:
         self._decode(buf)  # records added one by one before these keep their place
         self._warn(buf, warnings)
         metadata = row_metadata.of_block(table, self.snapshot_keys.get(buf.stream.key))
-        table = append_metadata(table.drop_columns(list(row_metadata.WIRE_NAMES)), metadata, buf.stream.json_schema)
+        table = append_metadata(table.drop_columns(list(row_metadata.WIRE_NAMES)), metadata,
+                                buf.stream.json_schema)
         buf.tables.append(conform(table, buf.schema, buf.stream.label))
         buf.table_rows += table.num_rows
         if buf.table_rows >= self.rows_per_file:
@@ -259,7 +260,8 @@ def destination_schema(stream: CatalogStream) -> pa.Schema:
 
 def file_schema(json_schema: dict, key_columns: tuple | list, with_changes: bool) -> pa.Schema:
     """The Arrow schema of the files of a stream with this schema and key (``destination_schema``)."""
-    return pa.schema(list(codec.stored_schema(json_schema, key_columns, with_changes)) + metadata_fields(json_schema))
+    columns = codec.stored_schema(json_schema, key_columns, with_changes)
+    return pa.schema(list(columns) + metadata_fields(json_schema))
 
 
 def metadata_fields(json_schema: dict) -> list[pa.Field]:
