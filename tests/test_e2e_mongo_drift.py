@@ -10,6 +10,7 @@ session's Spark (``read`` into a buffer, ``write`` from it; ``sync``), which sav
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from pathlib import Path
 
 from bson import Decimal128, Int64, json_util
@@ -42,21 +43,32 @@ def _source_rows(uri: str, database: str) -> dict:
         return {d["_id"]: d for d in client[database].things.find()}
 
 
-def _expected(doc: dict, drifted: set[str]) -> dict:
-    """A source document as its destination row, computed independently of the code under test:
-    ``drifted`` names the columns that became float64 (x), bson (s) or a decimal128 sub-field (sub)."""
-    s, sub = doc.get("s"), doc.get("sub")
-    return {"_id": doc["_id"], "n": int(doc["n"]), "extra": doc.get("extra"), "note": doc.get("note"),
-            "x": float(doc["x"]) if "x" in drifted else doc["x"],
-            "s": json_util.dumps(s, json_options=EJSON_OPTIONS) if "s" in drifted and s is not None else s,
-            "sub": {"a": str(sub["a"])} if "sub" in drifted else sub}
+def _value(value, olake_type: str):
+    """A source value as the destination holds it in a column of ``olake_type``, computed independently
+    of the code under test (a double in decimal128: the shortest text that reads back as it)."""
+    if value is None:
+        return None
+    if olake_type == "float64":
+        return float(value)
+    if olake_type == "decimal128":
+        return str(Decimal(repr(value))) if isinstance(value, float) else str(value)
+    if olake_type == "bson":
+        return json_util.dumps(value, json_options=EJSON_OPTIONS)
+    return int(value) if olake_type in ("int32", "int64") else value
 
 
-def _assert_rows(rows: list[dict], source: dict, drifted: set[str]) -> None:
+def _assert_rows(rows: list[dict], source: dict, types: dict[str, str]) -> None:
+    """The destination rows equal the source documents value by value; ``types`` gives the columns'
+    types after the drift (``sub.a`` the sub-field's), the others keep their discovered ones."""
+    types = {"n": "int64", "x": "int32", "s": "string", "extra": "string", "note": "string", "sub.a": "int32",
+             **types}
     got = {r["_id"]: {k: r.get(k) for k in COLUMNS} for r in rows}
     assert got.keys() == source.keys()
     for key, doc in source.items():
-        assert got[key] == _expected(doc, drifted), key
+        sub = doc.get("sub")
+        expected = {"_id": key, **{c: _value(doc.get(c), types[c]) for c in COLUMNS if c not in ("_id", "sub")},
+                    "sub": None if sub is None else {"a": _value(sub["a"], types["sub.a"])}}
+        assert got[key] == expected, key
 
 
 def _parquet_rows(root: Path, database: str) -> list[dict]:
@@ -84,9 +96,10 @@ def test_a_full_load_meeting_new_types_widens_instead_of_stopping(mongo_server, 
         coll.update_one({"_id": 10}, {"$set": {"n": Int64(2**40)}})  # int32 -> int64: in place
         coll.update_one({"_id": 20}, {"$set": {"extra": "new field"}})  # a new column: in place
         coll.update_one({"_id": 450}, {"$set": {"x": 2.5}})  # int32 -> float64: type replaced
+        coll.update_one({"_id": 451}, {"$set": {"x": Int64(2**53 + 1)}})  # not a double: decimal128
         coll.update_one({"_id": 880}, {"$set": {"s": 5, "sub": {"a": Decimal128("1.5")}}})  # -> bson, decimal128
     source = _source_rows(mongo_server.uri, mongo_db)
-    drifted = {"x", "s", "sub"}
+    drifted = {"x": "decimal128", "s": "bson", "sub.a": "decimal128"}
 
     lake = write_json(tmp_path / "lake.json", {"type": "parquet", "path": str(tmp_path / "lake")})
     state = tmp_path / "st.json"
@@ -99,7 +112,7 @@ def test_a_full_load_meeting_new_types_widens_instead_of_stopping(mongo_server, 
     assert "_olake_toast_unchanged" not in files.column_names  # PostgreSQL's alone
     log = result.read_stderr.decode()
     assert "schema drift" in log and "loaded anew" in log
-    assert _drift(state) == {"n": "int64", "extra": "string", "x": "float64", "s": "bson", "sub": "document"}
+    assert _drift(state) == {"n": "int64", "extra": "string", "x": "decimal128", "s": "bson", "sub": "document"}
 
     iceberg = write_json(tmp_path / "ice.json", {"type": "iceberg", "path": str(tmp_path / "ice")})
     ice_state = tmp_path / "ice-st.json"
@@ -131,7 +144,7 @@ def test_changes_with_new_types_widen_the_stream(mongo_server, mongo_db, tmp_pat
     for run, dst, state, rows in paths:
         log = run(src, tmp_path / "cat.json", dst, state)
         assert "schema drift: 'n' int32 -> int64" in log and "'extra' absent -> string" in log
-        _assert_rows(rows(), _source_rows(mongo_server.uri, mongo_db), set())
+        _assert_rows(rows(), _source_rows(mongo_server.uri, mongo_db), {})
         assert _drift(state) == {"n": "int64", "extra": "string"}
 
     with connect(mongo_server.uri) as client:
@@ -142,5 +155,5 @@ def test_changes_with_new_types_widen_the_stream(mongo_server, mongo_db, tmp_pat
         assert "'x' int32 -> float64 (a column's type is replaced); the stream is loaded anew" in log
         log = run(src, tmp_path / "cat.json", dst, state)
         assert "'x' int32 -> float64" in log and "the stream is loaded anew with the new type(s)" in log
-        _assert_rows(rows(), _source_rows(mongo_server.uri, mongo_db), {"x"})
+        _assert_rows(rows(), _source_rows(mongo_server.uri, mongo_db), {"x": "float64"})
         assert _drift(state) == {"n": "int64", "extra": "string", "x": "float64", "note": "string"}
