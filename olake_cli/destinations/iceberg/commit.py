@@ -31,7 +31,7 @@ from olake_cli.destinations.iceberg.buffer import StreamBuffer
 from olake_cli.destinations.iceberg.files import data_file_of, write_position_deletes, write_rows
 from olake_cli.destinations.iceberg.maintenance import maintain
 from olake_cli.destinations.iceberg.merge import TOAST, plan_changes
-from olake_cli.destinations.iceberg.retype import make_current
+from olake_cli.destinations.iceberg.retype import check_pending_rows, make_current
 from olake_cli.destinations.iceberg.schema import table_arrow_schema
 from olake_cli.destinations.iceberg.snapshot import RowDelta
 from olake_cli.destinations.iceberg.tables import PROP_MAX_OP, PROP_STAGED, PROP_STATE, dumps, has_rows
@@ -51,6 +51,8 @@ def commit_stream(buf: StreamBuffer, ss: StreamState, options: CommitOptions) ->
     """Commit the rows buffered for ``buf``'s stream together with its state ``ss``."""
     table, txn = buf.table, buf.table.transaction()
     load_id = (ss.extra or {}).get("load_id") or buf.load_id
+    if buf.replacement is not None:
+        check_pending_rows(buf, _load_of(buf.committed) != load_id or (buf.staged or {}).get("load_id") == load_id)
     delta = RowDelta(txn)
     staged, watermark = _add_load(buf, ss, load_id, txn, delta, options)
     if buf.truncated:

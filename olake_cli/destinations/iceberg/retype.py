@@ -13,6 +13,7 @@ schema at once. A replaced column cannot be a partition source.
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 from pyiceberg.schema import Schema, assign_fresh_schema_ids
 from pyiceberg.table import Table, Transaction
@@ -59,9 +60,24 @@ def replacement(table: Table, stream: CatalogStream, replaced: list[str]) -> Tab
                                    f"{wanted.find_field(field.name).field_type}")
         fresh = assign_fresh_schema_ids(Schema(wanted.find_field(field.name)), lambda: next(counter))
         fields.append(NestedField(fresh.fields[0].field_id, field.name, fresh.fields[0].field_type, required=False))
+    kept_ids = {field.field_id for field in fields}
     schema = Schema(*fields, schema_id=max(s.schema_id for s in metadata.schemas) + 1,
-                    identifier_field_ids=current.identifier_field_ids)
+                    identifier_field_ids=[i for i in current.identifier_field_ids if i in kept_ids])
     return update_table_metadata(metadata, _updates(schema))
+
+
+def check_pending_rows(buf: Any, new_load: bool) -> None:
+    """A DestinationError, before anything is committed, when rows other than a new load's arrive while
+    columns wait to change type (``buf``: a StreamBuffer with a pending ``replacement``)."""
+    if not (buf.change_rows or buf.change_tables or (not new_load and buf.has_rows())):
+        return
+    before = {f.name: f for f in buf.table.schema().fields}
+    changes = ", ".join(f"'{f.name}' {before[f.name].field_type} -> {f.field_type}"
+                        for f in buf.replacement.schema().fields
+                        if f.name in before and before[f.name].field_id != f.field_id)
+    raise DestinationError(f"iceberg: {buf.stream.label}: column type change(s) Iceberg cannot make in place: "
+                           f"{changes}; only a new load of the stream can bring rows of the new type (a "
+                           f"catalog whose column type changed loads the stream anew); nothing was committed")
 
 
 def make_current(txn: Transaction, metadata: TableMetadata) -> None:
