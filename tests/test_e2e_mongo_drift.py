@@ -157,3 +157,23 @@ def test_changes_with_new_types_widen_the_stream(mongo_server, mongo_db, tmp_pat
         assert "'x' int32 -> float64" in log and "the stream is loaded anew with the new type(s)" in log
         _assert_rows(rows(), _source_rows(mongo_server.uri, mongo_db), {"x": "float64"})
         assert _drift(state) == {"n": "int64", "extra": "string", "x": "float64", "note": "string"}
+
+
+def test_an_incremental_pass_meeting_new_types_reads_again_or_loads_anew(mongo_server, mongo_db, tmp_path, spark):
+    _seed(mongo_server.uri, mongo_db, 300)
+    src = _config(tmp_path, mongo_server.uri, mongo_db)
+    discover_catalog(src, tmp_path / "cat.json", {"things": "incremental"}, cursor={"things": "n"})
+    lake = write_json(tmp_path / "lake.json", {"type": "parquet", "path": str(tmp_path / "lake")})
+    state = tmp_path / "st.json"
+    read_write(src, tmp_path / "cat.json", lake, state)  # the first full load
+    with connect(mongo_server.uri) as client:
+        client[mongo_db].things.insert_one({"_id": 301, "n": 301, "x": 1, "s": "a", "sub": {"a": 1}, "extra": "e"})
+    log = read_write(src, tmp_path / "cat.json", lake, state)
+    assert "'extra' absent -> string; 1 chunk(s) are read again" in log
+    _assert_rows(_parquet_rows(tmp_path / "lake", mongo_db), _source_rows(mongo_server.uri, mongo_db), {})
+    with connect(mongo_server.uri) as client:
+        client[mongo_db].things.insert_one({"_id": 302, "n": 302, "x": 1, "s": 5, "sub": {"a": 1}})
+    log = read_write(src, tmp_path / "cat.json", lake, state)
+    assert "'s' string -> bson; the stream is loaded anew" in log
+    _assert_rows(_parquet_rows(tmp_path / "lake", mongo_db), _source_rows(mongo_server.uri, mongo_db), {"s": "bson"})
+    assert json.loads(state.read_text())["streams"][0]["sync_type"] == "incremental"
