@@ -8,6 +8,7 @@ from urllib.parse import quote
 
 from olake_cli.core.config import config_files
 from olake_cli.core.errors import ConfigError, ConnectionFailed
+from olake_cli.core.redact import remove_secrets
 
 DEFAULT_CHUNK_ROWS = 250_000
 DEFAULT_BATCH_ROWS = 10_000
@@ -80,6 +81,10 @@ class PostgresSettings:
         """host:port/database as users know it, without secrets."""
         return f"{self.username}@{self.host}:{self.port}/{self.database}"
 
+    def scrub(self, text: str) -> str:
+        """``text`` without the password (see core.redact; the user name stays readable)."""
+        return remove_secrets(text, [self.password], keep=[self.username])
+
 
 TLS_FILE_FIELDS = ("sslrootcert", "sslcert", "sslkey")
 
@@ -106,7 +111,7 @@ def connect(settings: PostgresSettings, autocommit: bool = True):
 
 def explain_connect_error(settings: PostgresSettings, raw: str) -> str:
     """Map a libpq error text to a one-line hint naming what to fix (never the password)."""
-    text = [line.strip() for line in scrub(raw, settings.password).strip().splitlines() if line.strip()]
+    text = [line.strip() for line in settings.scrub(raw).strip().splitlines() if line.strip()]
     failed = [line for line in text if "failed:" in line]  # libpq's cause, not its closing advice
     detail = (failed or text or ["unknown error"])[-1]
     lowered = raw.lower()
@@ -160,9 +165,3 @@ def _tls_hint(settings: PostgresSettings, lowered: str, where: str) -> str | Non
         return f"the TLS handshake with {where} failed; check 'sslmode', 'sslrootcert', 'sslcert' and 'sslkey'"
     return None
 
-
-def scrub(text: str, secret: str) -> str:
-    """Remove a secret from a text before it is shown anywhere."""
-    if secret:
-        text = text.replace(secret, "***").replace(quote(secret, safe=""), "***")
-    return text
