@@ -309,6 +309,8 @@ class ReadPipeline:
         if needs_reload(before, stream):
             self.log(f"{stream.label}: schema drift: {changes}; the stream is loaded anew with the new type(s)")
             ss, estimate = self._new_load(stream, session)
+            if "pass_op_id" in (run.state.extra or {}):
+                ss.extra["pass_op_id"] = run.state.extra["pass_op_id"]  # later passes still rank above
             again = StreamRun(stream, ss, row_estimate=estimate, drifted=True)
             indexes: list[int] = list(range(len(ss.chunks)))
         else:
