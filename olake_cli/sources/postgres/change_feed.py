@@ -365,14 +365,16 @@ def _flush_wal(conn: psycopg.Connection, upto_lsn: int) -> int:
 
     Decoding reads only flushed WAL. A commit can be visible before its WAL is flushed
     (``synchronous_commit = off``), and the walwriter leaves a last partial page of other records
-    (vacuum, page pruning) unflushed until something else flushes it. Committing a transactional
-    logical message with ``synchronous_commit = local`` flushes everything before it at once (no
-    privilege needed; pgoutput sends messages only to those who ask, olake does not). The clamp keeps
-    :attr:`ChangeStream.resume_lsn` honest should the commit not flush (a caller's open transaction).
+    (vacuum, page pruning) unflushed until something else flushes it. When WAL before ``upto_lsn`` is
+    not flushed yet, committing a transactional logical message with ``synchronous_commit = local``
+    flushes everything before it at once (no privilege needed; pgoutput sends messages only to those
+    who ask, olake does not). The clamp keeps :attr:`ChangeStream.resume_lsn` honest should the commit
+    not flush (a caller's open transaction).
     """
     with conn.transaction():
-        conn.execute("SET LOCAL synchronous_commit = local")
-        conn.execute("SELECT pg_logical_emit_message(true, 'olake', 'flush')")
+        if current_flush_lsn(conn) < upto_lsn:
+            conn.execute("SET LOCAL synchronous_commit = local")
+            conn.execute("SELECT pg_logical_emit_message(true, 'olake', 'flush')")
     return min(upto_lsn, current_flush_lsn(conn))
 
 
