@@ -48,6 +48,12 @@ class StreamBuffer:
     truncated: bool = False
     replayed: int = 0  # changes dropped as replays since the last commit
     warned: set[str] = field(default_factory=set)
+    replacement: Any = None  # TableMetadata whose schema the coming load's rows take (retype.py)
+
+    @property
+    def write_metadata(self) -> Any:
+        """The metadata full-load rows are written with: the replacement's while one is pending."""
+        return self.table.metadata if self.replacement is None else self.replacement
 
     @property
     def keyed(self) -> bool:

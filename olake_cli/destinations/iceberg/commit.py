@@ -34,6 +34,7 @@ from olake_cli.destinations.iceberg.buffer import StreamBuffer
 from olake_cli.destinations.iceberg.files import data_file_of, write_position_deletes, write_rows
 from olake_cli.destinations.iceberg.maintenance import maintain
 from olake_cli.destinations.iceberg.merge import TOAST, plan_changes
+from olake_cli.destinations.iceberg.retype import check_pending_rows, make_current
 from olake_cli.destinations.iceberg.schema import table_arrow_schema
 from olake_cli.destinations.iceberg.snapshot import RowDelta
 from olake_cli.destinations.iceberg.tables import PROP_MAX_OP, PROP_STAGED, PROP_STATE, dumps, has_rows
@@ -56,6 +57,8 @@ def commit_stream(buf: StreamBuffer, ss: StreamState, options: CommitOptions) ->
     ss = _marker_if_lost(buf, ss, options)
     table, txn = buf.table, buf.table.transaction()
     load_id = (ss.extra or {}).get("load_id") or buf.load_id
+    if buf.replacement is not None:
+        check_pending_rows(buf, _load_of(buf.committed) != load_id or (buf.staged or {}).get("load_id") == load_id)
     delta = RowDelta(txn)
     staged, watermark = _add_load(buf, ss, load_id, txn, delta, options)
     if buf.truncated:
@@ -76,6 +79,8 @@ def commit_stream(buf: StreamBuffer, ss: StreamState, options: CommitOptions) ->
         buf.table = txn.commit_transaction()
         crash_point("iceberg-committed")
         buf.committed, buf.watermark, buf.staged = merged, watermark, staged
+        if buf.replacement is not None and buf.table.schema().schema_id == buf.replacement.current_schema_id:
+            buf.replacement = None  # swapped in with the new load
     buf.truncated, buf.replayed, buf.load_id = False, 0, load_id
     if had_changes and delta.has_changes:
         buf.table = maintain(buf.table, options.compression, options.log)
@@ -102,8 +107,13 @@ def _add_load(buf: StreamBuffer, ss: StreamState, load_id: str, txn: Any, delta:
     next run's load replaces them."""
     if is_resync_marker(ss.to_dict()):
         return buf.staged, buf.watermark
-    metadata, io = txn.table_metadata, buf.table.io
     new_load = _load_of(buf.committed) != load_id
+    swaps = new_load or (buf.staged or {}).get("load_id") == load_id
+    if buf.replacement is not None and swaps and load_complete(ss):  # its columns change type with it
+        make_current(txn, buf.replacement)
+    metadata, io = txn.table_metadata, buf.table.io
+    if buf.replacement is not None and metadata.current_schema_id != buf.replacement.current_schema_id:
+        metadata = buf.replacement  # rows of the coming load take the replacement schema until it swaps in
     newly = completed_chunks(buf.committed, ss, load_id)
     load_files = _load_files(buf, metadata, io, options)
     if not new_load and not newly and load_files:

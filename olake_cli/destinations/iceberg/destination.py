@@ -24,7 +24,8 @@ from olake_cli.destinations.iceberg.commit import CommitOptions, commit_stream
 from olake_cli.destinations.iceberg.config import lock_path, open_catalog, parse_config, prepare_embedded, redact
 from olake_cli.destinations.iceberg.files import write_rows
 from olake_cli.destinations.iceberg.merge import TOAST
-from olake_cli.destinations.iceberg.tables import (check_table, create_table, evolve_table, load_table,
+from olake_cli.destinations.iceberg.retype import replace_now, replaced_columns, replacement
+from olake_cli.destinations.iceberg.tables import (check_table, create_table, evolve_table, has_rows, load_table,
                                                    olake_properties)
 
 
@@ -80,16 +81,33 @@ class IcebergDestination:
         for stream in streams:
             identifier = self.cfg.table_identifier(stream.namespace, stream.name)
             table = load_table(self.catalog, identifier)
-            found[stream.key] = (identifier, table, check_table(table, stream, stream.label))
+            replaced = [] if table is None else replaced_columns(table, stream)
+            found[stream.key] = (identifier, table, replaced, check_table(table, stream, replaced))
         for stream in streams:
-            identifier, table, needs_evolution = found[stream.key]
+            identifier, table, replaced, needs_evolution = found[stream.key]
             if table is None:
                 table = create_table(self.catalog, self.cfg, identifier, stream)
                 self.log(f"{stream.label}: created Iceberg table {'.'.join(identifier)}")
             elif needs_evolution:
-                table = evolve_table(table, stream)
+                table = evolve_table(table, stream, replaced)
                 self.log(f"{stream.label}: table {'.'.join(identifier)} gained or widened columns")
             self._adopt_table(stream, identifier, table)
+            self._replace_columns(self.buffers[stream.key], replaced)
+
+    def _replace_columns(self, buf: StreamBuffer, replaced: list[str]) -> None:
+        """Columns whose type Iceberg cannot promote take the stream's type: at once in an empty table,
+        else in the commit that swaps the stream's new load in (see retype.py)."""
+        if not replaced:
+            return
+        pending = replacement(buf.table, buf.stream, replaced)
+        if has_rows(buf.table):
+            buf.replacement = pending
+            self.log(f"{buf.stream.label}: column(s) {', '.join(replaced)} change type when the stream's new "
+                     f"load replaces the table's contents")
+        else:
+            buf.table = replace_now(buf.table, pending)
+            self.log(f"{buf.stream.label}: column(s) {', '.join(replaced)} changed type (the table is empty)")
+        self._register_sink(buf)
 
     def _adopt_table(self, stream: CatalogStream, identifier: tuple[str, str], table: Any) -> None:
         committed, watermark, staged = olake_properties(table)
@@ -103,8 +121,8 @@ class IcebergDestination:
 
     def _register_sink(self, buf: StreamBuffer) -> None:
         if self.sink is not None:
-            table = buf.table
-            self.sink.tables[buf.stream.key] = SinkTable(table.location(), table.schema().model_dump_json(),
+            table, schema = buf.table, buf.write_metadata.schema()
+            self.sink.tables[buf.stream.key] = SinkTable(table.location(), schema.model_dump_json(),
                                                          table.spec().model_dump_json())
 
     def committed_state(self, stream: CatalogStream) -> dict | None:
@@ -134,18 +152,20 @@ class IcebergDestination:
         """Write the decoded full-load rows as data files (referenced at the next commit)."""
         table = buf.take_load(self.log)
         if table is not None:
-            metadata = buf.table.metadata
-            buf.written += write_rows(metadata, buf.table.io, table.drop_columns([TOAST]), self.cfg.compression)
+            buf.written += write_rows(buf.write_metadata, buf.table.io, table.drop_columns([TOAST]),
+                                      self.cfg.compression)
 
     def widen(self, stream: CatalogStream) -> None:
         """Later records of ``stream`` use its new, wider schema: the table gains or widens columns."""
         buf = self.buffers[stream.key]
         buf.decode_load(self.log)
         buf.decode_changes(self.log)
-        if check_table(buf.table, stream, stream.label):
-            buf.table = evolve_table(buf.table, stream)
+        replaced = replaced_columns(buf.table, stream)
+        if check_table(buf.table, stream, replaced):
+            buf.table = evolve_table(buf.table, stream, replaced)
             self._register_sink(buf)
         buf.stream = stream
+        self._replace_columns(buf, replaced)
 
     def observe_state(self, state: State) -> None:
         """Learn which load the records that follow belong to (and the rank of its rows)."""

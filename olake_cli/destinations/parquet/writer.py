@@ -138,7 +138,8 @@ class ParquetDestination:
         self._decode(buf)  # records added one by one before these keep their place
         self._warn(buf, warnings)
         metadata = row_metadata.of_block(table, self.snapshot_keys.get(buf.stream.key))
-        table = append_metadata(table.drop_columns(list(row_metadata.WIRE_NAMES)), metadata)
+        table = append_metadata(table.drop_columns(list(row_metadata.WIRE_NAMES)), metadata,
+                                buf.stream.json_schema)
         buf.tables.append(conform(table, buf.schema, buf.stream.label))
         buf.table_rows += table.num_rows
         if buf.table_rows >= self.rows_per_file:
@@ -233,7 +234,8 @@ class ParquetDestination:
                                             stream=buf.stream.label,
                                             key_columns=tuple(buf.stream.primary_key_columns))
         self._warn(buf, warnings)
-        table = append_metadata(table, row_metadata.of_rows(buf.rows, self.snapshot_keys.get(buf.stream.key)))
+        table = append_metadata(table, row_metadata.of_rows(buf.rows, self.snapshot_keys.get(buf.stream.key)),
+                                buf.stream.json_schema)
         buf.tables.append(conform(table, buf.schema, buf.stream.label))
         buf.table_rows += table.num_rows
         buf.rows = []
@@ -282,7 +284,14 @@ def destination_schema(stream: CatalogStream) -> pa.Schema:
 
 def file_schema(json_schema: dict, key_columns: tuple | list, with_changes: bool) -> pa.Schema:
     """The Arrow schema of the files of a stream with this schema and key (``destination_schema``)."""
-    return pa.schema(list(codec.stored_schema(json_schema, key_columns, with_changes)) + METADATA_FIELDS)
+    columns = codec.stored_schema(json_schema, key_columns, with_changes)
+    return pa.schema(list(columns) + metadata_fields(json_schema))
+
+
+def metadata_fields(json_schema: dict) -> list[pa.Field]:
+    """The _olake_* columns of a stream's files (``_olake_toast_unchanged`` only where updates can
+    leave values out, see ``row_metadata.carries_unchanged``)."""
+    return METADATA_FIELDS if row_metadata.carries_unchanged(json_schema) else METADATA_FIELDS[:-1]
 
 
 def conform(table: pa.Table, schema: pa.Schema, label: str) -> pa.Table:
@@ -310,9 +319,10 @@ def check_root(root: str) -> None:
         raise ConfigError(f"parquet: cannot write into '{root}': Not a directory ('{existing}' is a file)")
 
 
-def append_metadata(table: pa.Table, metadata: row_metadata.RowMetadata) -> pa.Table:
-    """``table`` with the _olake_* columns appended (full-load rows rank at their snapshot's position)."""
-    for meta, column in zip(METADATA_FIELDS, metadata.columns(int(time.time() * 1_000_000))):
+def append_metadata(table: pa.Table, metadata: row_metadata.RowMetadata, json_schema: dict) -> pa.Table:
+    """``table`` with the stream's _olake_* columns appended (full-load rows rank at their snapshot's
+    position)."""
+    for meta, column in zip(metadata_fields(json_schema), metadata.columns(int(time.time() * 1_000_000))):
         table = table.append_column(meta, column)
     return table
 
