@@ -270,10 +270,13 @@ def test_a_state_continues_a_load_only_where_the_destination_holds_it() -> None:
         listed = None if chunks is None else [Chunk(s, str(i), str(i + 1)) for i, s in enumerate(chunks)]
         return StreamState(sync_type, "t", "ns", "0/1", listed, extra)
 
-    cdc, opened = entry("cdc", load_id="L1", sync_mode="cdc"), entry("full-load", ["pending"], load_id="L1")
+    drift = {"n": {"from": {"type": ["integer"]}, "to": {"type": ["number"]}}}
+    cdc = entry("cdc", load_id="L1", sync_mode="cdc", columns=["id", "n"], schema_drift=drift, op_seq=3)
+    opened = entry("full-load", ["pending"], load_id="L1")
     resumed, done = entry("full-load", ["succeed", "pending"], load_id="L1"), entry("full-load", load_id="L1")
     marker = marker_replacing(cdc)
-    assert is_resync_marker(marker.to_dict()) and marker.extra == {"sync_mode": "cdc"}
+    assert is_resync_marker(marker.to_dict())  # the catalog keys of the load it replaces, nothing else
+    assert marker.extra == {"sync_mode": "cdc", "columns": ["id", "n"], "schema_drift": drift}
     assert marker.sync_type == "full-load" and marker.cursor_field is None and marker.chunks == []
     assert not any(is_resync_marker(s.to_dict()) for s in (cdc, opened, resumed, done))
     for progressed in (cdc, entry("incremental", load_id="L1"), resumed):  # nothing, or only a marker, holds it

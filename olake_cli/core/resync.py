@@ -13,7 +13,10 @@ apply later changes to nothing, so the stream is loaded anew instead.
 
 from __future__ import annotations
 
+from olake_cli.core.schema_drift import DRIFT
 from olake_cli.core.state import StreamState
+
+_CATALOG_KEYS = ("sync_mode", "columns", DRIFT)
 
 
 def resync_marker(name: str, namespace: str | None, sync_mode: str | None, columns: list | None) -> StreamState:
@@ -24,9 +27,11 @@ def resync_marker(name: str, namespace: str | None, sync_mode: str | None, colum
 
 
 def marker_replacing(ss: StreamState) -> StreamState:
-    """The re-sync marker for the stream of ``ss`` (keeping the catalog keys ``ss`` was started with)."""
-    extra = ss.extra or {}
-    return resync_marker(ss.stream_name, ss.stream_namespace, extra.get("sync_mode"), extra.get("columns"))
+    """The re-sync marker for the stream of ``ss``, keeping the catalog keys ``ss`` was started with
+    (sync mode, columns, recorded schema drift)."""
+    marker = resync_marker(ss.stream_name, ss.stream_namespace, None, None)
+    marker.extra = {key: value for key, value in (ss.extra or {}).items() if key in _CATALOG_KEYS}
+    return marker
 
 
 def is_resync_marker(state: dict | None) -> bool:

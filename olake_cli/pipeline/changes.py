@@ -19,6 +19,7 @@ from olake_cli.core.catalog import CatalogStream
 from olake_cli.core.contracts import ChangeBatch, ChangeCapture
 from olake_cli.core.record_lines import encode_change_lines
 from olake_cli.core.resync import resync_marker
+from olake_cli.core.schema_drift import record_in_state
 from olake_cli.core.state import State, StreamState
 
 
@@ -94,7 +95,7 @@ class _ChangeEmitter:
         self.positions.pop(key, None)
         if stream is None:
             return
-        ss = resync_marker(stream.name, stream.namespace, stream.sync_mode, stream.columns)
+        ss = record_in_state(resync_marker(stream.name, stream.namespace, stream.sync_mode, stream.columns), stream)
         self.state.upsert(ss)
         self.out.write(messages.state_message(State(level="stream", streams=[ss])))
         self.log(f"{stream.label}: {reason}")
