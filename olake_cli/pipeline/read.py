@@ -183,6 +183,11 @@ class ReadPipeline:
             if previous is not None and "pass_op_id" in (previous.extra or {}):
                 ss.extra["pass_op_id"] = previous.extra["pass_op_id"]  # later passes still rank above
         self._publish(ss)
+        if ss.chunks == []:
+            # the source plans no load (DynamoDB's init_sync: skip): the destination first commits the
+            # empty load (else the next state would continue a load it never held), then the stream moves on
+            ss = finish_full_load_if_done(ss, NEXT_SYNC_TYPE[stream.sync_mode])
+            self._publish(ss)
         run = StreamRun(stream, ss, row_estimate=estimate if decision == "new" else None)
         for index, chunk in enumerate(ss.chunks or []):  # none when the load had nothing to do
             if chunk.status != "succeed":
@@ -224,8 +229,6 @@ class ReadPipeline:
                             load_op_key=self.capture.position_op(start).to_key())
         rows = "" if plan.row_estimate is None else f", about {plan.row_estimate} rows"
         self.log(f"{stream.label}: full load in {len(ss.chunks)} chunk(s){rows}")
-        if not ss.chunks:  # the source plans no load (DynamoDB's init_sync: skip): the stream moves on
-            ss = finish_full_load_if_done(ss, NEXT_SYNC_TYPE[stream.sync_mode])
         return ss, plan.row_estimate
 
     def _prepare_incremental(self, stream: CatalogStream, session: ReadSession, previous: StreamState) -> StreamRun:
