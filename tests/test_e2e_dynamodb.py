@@ -22,7 +22,7 @@ from pathlib import Path
 
 from olake_cli.sources.dynamodb.positions import time_ms, time_text
 from tests.support.cdc import sync_once
-from tests.support.cli import messages, run_olake, write_json
+from tests.support.cli import messages, run_olake, trace_errors, write_json
 from tests.support.current_view import iceberg_rows
 from tests.support.dynamo import actual_row, all_items, create_table, expected_row, put_items
 from tests.support.verify import latest_versions, read_parquet
@@ -58,10 +58,10 @@ def every_type_items(count: int) -> list[dict]:
     return items
 
 
-def _source(tmp_path: Path, moto_server, table: str, **extra) -> str:
+def _source(tmp_path: Path, moto_server, table: str, name: str = "src", **extra) -> str:
     config = moto_server.config(**{"tables": [table], "segments": 2, "checkpoint_items": 40, "page_items": 20,
                                    **extra})
-    return write_json(tmp_path / "src.json", config)
+    return write_json(tmp_path / f"{name}.json", config)
 
 
 def _catalog(tmp_path: Path, src: str, mode: str) -> Path:
@@ -216,6 +216,19 @@ def _seed_accounts(moto_server, table: str, count: int) -> None:
                                              "note": {"S": f"n{i}"}} for i in range(count)])
 
 
+def _assert_fails_unchanged(src_fail: str, catalog: Path, state: Path, reason: str) -> None:
+    """``read`` with on_position_lost = fail: non-zero exit, one config_error saying why, the state untouched."""
+    before = state.read_bytes()
+    result = run_olake("read", "--config", src_fail, "--catalog", str(catalog), "--state", str(state))
+    assert result.returncode != 0
+    errors = trace_errors(result.stdout)
+    assert len(errors) == 1 and errors[0]["trace"]["error"]["failure_type"] == "config_error", result.stdout
+    message = errors[0]["trace"]["error"]["message"]
+    assert "change position lost" in message and reason in message and "on_position_lost = fail" in message
+    assert not [m for m in messages(result.stdout) if m["type"] in ("RECORD", "STATE")]
+    assert state.read_bytes() == before
+
+
 def test_changes_during_and_after_init_sync_converge_with_sync_to_parquet(moto_server, dynamo_table, tmp_path):
     _seed_accounts(moto_server, dynamo_table, 150)
     src = _source(tmp_path, moto_server, dynamo_table)
@@ -246,8 +259,11 @@ def test_changes_during_and_after_init_sync_converge_with_sync_to_parquet(moto_s
     load_id = stream_state["load_id"]
     for _ in range(30):
         writer.change()
+    aged = "the stored position is 21.0 hours old, beyond safe_zone_hours = 20"
+    src_fail = _source(tmp_path, moto_server, dynamo_table, name="src-fail", on_position_lost="fail")
+    _assert_fails_unchanged(src_fail, catalog, state, aged)
     stderr = _sync(src, catalog, dst, state)
-    assert "change position lost: the stored position is 21.0 hours old, beyond safe_zone_hours = 20" in stderr
+    assert f"change position lost: {aged}" in stderr
     assert "re-syncing with a fresh full load" in stderr
     assert json.loads(state.read_text())["streams"][0]["stream_state"]["load_id"] != load_id  # a new INIT_SYNC
     assert_equals_table(parquet_current(root, dynamo_table), moto_server, dynamo_table, schema)
