@@ -1,6 +1,7 @@
 """DynamoDB ``check`` and ``discover`` against a real endpoint (moto's server): by allow-list and by tags,
 and bad configs failing with one clear line each (an unknown table, streams disabled or without images,
-a wrong endpoint, both or neither of ``tables`` and ``tags``)."""
+a wrong endpoint, both or neither of ``tables`` and ``tags``), and the tags checked again when a run
+opens its session."""
 
 from __future__ import annotations
 
@@ -126,3 +127,34 @@ def test_spec_prints_the_dynamodb_schema():
     spec = json.loads(result.stdout)["spec"]["connectionSpecification"]
     assert {"region", "endpoint_url", "tables", "tags", "segments", "safe_zone_hours", "init_sync"} <= \
         set(spec["properties"])
+
+
+def test_tags_are_checked_again_on_every_run(moto_server, dynamo_table):
+    """DISCOVERY re-checked when a run opens its session: a table tagged since discover is named (not
+    copied), a table of the catalog that lost its tags stops the run with one line."""
+    from olake_cli.core.catalog import parse_catalog
+    from olake_cli.core.errors import CatalogError
+    from olake_cli.sources.dynamodb.source import DynamoSource
+
+    client = moto_server.client()
+    env = f"env-{dynamo_table}"
+    tags = {"olake-ingest": "yes", "olake-env": env}
+    create_table(client, dynamo_table, tags=tags)
+    source = DynamoSource(moto_server.config(tags={"ingestion_key": "olake-ingest", "environment_key": "olake-env",
+                                                   "environment_value": env}))
+    streams = parse_catalog(source.discover()).streams
+    assert [s.name for s in streams] == [dynamo_table]
+    assert source.open_session(streams, print).warnings == []
+
+    create_table(client, f"{dynamo_table}_new", tags=tags)
+    assert source.open_session(streams, print).warnings == [
+        f"dynamodb: table '{dynamo_table}_new' now carries tag 'olake-ingest' and tag 'olake-env' = '{env}' but is "
+        "not in the catalog; run discover again to copy it"]
+
+    arn = client.describe_table(TableName=dynamo_table)["Table"]["TableArn"]
+    client.untag_resource(ResourceArn=arn, TagKeys=["olake-ingest"])
+    with pytest.raises(CatalogError) as raised:
+        source.open_session(streams, print)
+    assert str(raised.value) == (f"catalog: stream 'dynamodb.{dynamo_table}': table '{dynamo_table}' no longer "
+                                 f"carries tag 'olake-ingest' and tag 'olake-env' = '{env}'; fix the table or run "
+                                 "discover again")
