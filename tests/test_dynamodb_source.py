@@ -1,7 +1,7 @@
 """DynamoDB ``check`` and ``discover`` against a real endpoint (moto's server): by allow-list and by tags,
 and bad configs failing with one clear line each (an unknown table, streams disabled or without images,
-a wrong endpoint, both or neither of ``tables`` and ``tags``), and the tags checked again when a run
-opens its session."""
+a wrong endpoint, refused credentials, a denied permission, both or neither of ``tables`` and ``tags``),
+and the tags checked again when a run opens its session."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import messages, run_olake, write_json
-from tests.support.dynamo import CREDENTIALS, create_table, put_items
+from tests.support.dynamo import CREDENTIALS, create_table, iam_enforced, iam_user, put_items
 from tests.test_check_command import assert_check_failed, connection_statuses
 
 
@@ -110,6 +110,27 @@ def test_bad_configs_fail_with_one_clear_line(moto_server, dynamo_table, tmp_pat
     config = _config(tmp_path, moto_server, **changes)
     result = run_olake("check", "--config", config)
     assert_check_failed(result, *needles, secrets=(CREDENTIALS["secret_access_key"],))
+
+
+def test_check_names_refused_credentials_and_denied_permissions(moto_server, dynamo_table, tmp_path):
+    """An endpoint that checks signatures and IAM policies (moto's server with IAM enforced): wrong keys
+    and a user missing a permission each get one line naming what to fix, the secret never shown."""
+    create_table(moto_server.client(), dynamo_table)
+    describe = ["dynamodb:DescribeTable", "dynamodb:ListTables"]
+    reader = iam_user(moto_server, f"reader-{dynamo_table}", describe)
+    scanner = iam_user(moto_server, f"scanner-{dynamo_table}", [*describe, "dynamodb:Scan"])
+    wrong = {"access_key_id": reader["access_key_id"], "secret_access_key": "not-the-secret"}
+    with iam_enforced(moto_server):
+        results = [run_olake("check", "--config", _config(tmp_path, moto_server, tables=[dynamo_table], **user))
+                   for user in (wrong, reader, scanner)]
+    refused, no_scan, no_stream = results
+    assert_check_failed(refused, "refused the credentials while describing table", "SignatureDoesNotMatch",
+                        "check the access key and secret", secrets=("not-the-secret",))
+    assert_check_failed(no_scan, f"access denied while scanning table '{dynamo_table}'", "dynamodb:Scan",
+                        "grant the IAM permission it names", secrets=(reader["secret_access_key"],))
+    assert_check_failed(no_stream, f"access denied while reading the stream of table '{dynamo_table}'",
+                        "dynamodb:DescribeStream", "grant the IAM permission it names",
+                        secrets=(scanner["secret_access_key"],))
 
 
 def test_discover_of_an_unknown_table_fails_with_one_line(moto_server, dynamo_table, tmp_path):

@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -73,6 +74,30 @@ def start_moto_server() -> MotoServer:
             time.sleep(0.2)
     process.kill()
     raise RuntimeError("moto_server did not start within 60 s")
+
+
+@contextmanager
+def iam_enforced(server: MotoServer):
+    """While inside, the server checks every request's signature and IAM permissions (moto's
+    ``/moto-api/reset-auth``); the requests of other tests never see it."""
+    import requests
+
+    previous = requests.post(f"{server.endpoint}/moto-api/reset-auth", data=b"0").json()
+    try:
+        yield
+    finally:
+        requests.post(f"{server.endpoint}/moto-api/reset-auth",
+                      data=previous["PREVIOUS_INITIAL_NO_AUTH_ACTION_COUNT"].encode())
+
+
+def iam_user(server: MotoServer, name: str, actions: list[str]) -> dict[str, str]:
+    """An IAM user allowed ``actions`` on every resource; its credentials as config fields."""
+    iam = server.client("iam")
+    iam.create_user(UserName=name)
+    policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": actions, "Resource": "*"}]}
+    iam.put_user_policy(UserName=name, PolicyName="olake", PolicyDocument=json.dumps(policy))
+    key = iam.create_access_key(UserName=name)["AccessKey"]
+    return {"access_key_id": key["AccessKeyId"], "secret_access_key": key["SecretAccessKey"]}
 
 
 def create_table(client, name: str, sort_key: tuple[str, str] | None = ("sk", "N"),

@@ -7,6 +7,8 @@ Settings are a small frozen value (picklable: Spark tasks build their own client
 from __future__ import annotations
 
 import functools
+import html
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,10 +20,11 @@ _TRANSIENT_CODES = frozenset({
 })
 _CREDENTIAL_CODES = frozenset({
     "UnrecognizedClientException", "InvalidSignatureException", "ExpiredTokenException",
-    "InvalidClientTokenId", "MissingAuthenticationToken", "IncompleteSignature",
+    "InvalidClientTokenId", "MissingAuthenticationToken", "IncompleteSignature", "SignatureDoesNotMatch",
 })
 _DENIED_CODES = frozenset({"AccessDeniedException", "AccessDenied"})
 RETRY_ATTEMPTS = 4
+_XML_ERROR_FIELD = re.compile(r"<(Code|Message)>([^<]*)</\1>")
 
 
 @dataclass(frozen=True)
@@ -115,10 +118,25 @@ def _client(settings: DynamoSettings, service: str):
     return session.client(service, region_name=settings.region, endpoint_url=settings.endpoint_url, config=config)
 
 
+def error_fields(exc: BaseException) -> tuple[str | None, str]:
+    """The AWS error code (None for an error that is not a botocore ClientError) and message, on one line.
+
+    An error body botocore could not parse (an endpoint answering this JSON API in XML, as moto's
+    authentication does, or a proxy) gives the ``<Code>`` and ``<Message>`` it holds."""
+    response = getattr(exc, "response", None)
+    if not isinstance(response, dict):
+        return None, " ".join(str(exc).split())
+    error = response.get("Error") or {}
+    code, message = error.get("Code"), error.get("Message") or str(exc)
+    fields = dict(_XML_ERROR_FIELD.findall(message))
+    if "Code" in fields:
+        code, message = html.unescape(fields["Code"]), html.unescape(fields.get("Message", message))
+    return code, " ".join(message.split())
+
+
 def error_code(exc: BaseException) -> str | None:
     """The AWS error code of a botocore ClientError (None for other errors)."""
-    response = getattr(exc, "response", None)
-    return (response.get("Error") or {}).get("Code") if isinstance(response, dict) else None
+    return error_fields(exc)[0]
 
 
 def aws_error(settings: DynamoSettings, exc: BaseException, doing: str) -> OlakeError:
@@ -136,8 +154,7 @@ def aws_error(settings: DynamoSettings, exc: BaseException, doing: str) -> Olake
             f"dynamodb: no usable AWS credentials while {doing} ({exc}); set 'access_key_id' and "
             "'secret_access_key' (or 'profile'), or configure the default chain (AWS_ACCESS_KEY_ID, "
             "~/.aws/credentials, an instance role)"))
-    code = error_code(exc)
-    message = ((getattr(exc, "response", {}) or {}).get("Error") or {}).get("Message") or str(exc)
+    code, message = error_fields(exc)
     if code in _CREDENTIAL_CODES:
         return ConnectionFailed(settings.scrub(f"dynamodb: {where} refused the credentials while {doing} "
                                                f"({code}: {message}); check the access key and secret"))
