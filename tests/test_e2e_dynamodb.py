@@ -2,7 +2,8 @@
 
 A full load of every attribute type (``read | write`` to Parquet, ``sync`` to Iceberg); a killed INIT_SYNC
 resuming inside its segment with nothing lost or doubled; puts, updates and deletes during and after
-INIT_SYNC converging (``sync`` to Parquet, ``read | write`` to Iceberg); a position older than the safe
+INIT_SYNC converging (``sync`` to Parquet; ``read | write`` to Iceberg, between a killed INIT_SYNC and its
+resumption and while it resumes); a position older than the safe
 zone running INIT_SYNC again; ``init_sync: skip``; the seed's states in ``olake state show``.
 
 What moto does not emulate, and how the path is covered: it never trims stream records, so the
@@ -174,16 +175,16 @@ def test_killed_init_sync_resumes_inside_its_segment(moto_server, dynamo_table, 
 class ItemWriter(threading.Thread):
     """Puts, updates and deletes items of ``table(pk S, sk N, v N, note S)`` until stopped."""
 
-    def __init__(self, moto_server, table: str, first_new: int, seed: int = 3) -> None:
+    def __init__(self, moto_server, table: str, first_new: int, seed: int = 3, pause: float = 0.005) -> None:
         super().__init__(daemon=True)
-        self.client, self.table, self.next = moto_server.client(), table, first_new
+        self.client, self.table, self.next, self.pause = moto_server.client(), table, first_new, pause
         self.rng, self.stop_event, self.ops, self.error = random.Random(seed), threading.Event(), 0, None
 
     def run(self) -> None:
         try:
             while not self.stop_event.is_set():
                 self.change()
-                time.sleep(0.005)
+                time.sleep(self.pause)
         except BaseException as exc:  # surfaced by stop()
             self.error = exc
 
@@ -284,12 +285,16 @@ def test_changes_during_and_after_a_killed_init_sync_converge_with_read_write_to
     read_args = ["--config", src, "--catalog", str(catalog), "--state", str(state)]
     kill_read_after_chunks(read_args, ["--config", dst, "--state", str(state)], chunks=3)
     assert "INIT_SYNC" in run_olake("state", "show", str(state)).stdout.decode()
-    writer = ItemWriter(moto_server, dynamo_table, 150, seed=5)
+    writer = ItemWriter(moto_server, dynamo_table, 150, seed=5, pause=0.05)
     for _ in range(80):  # between the killed INIT_SYNC and its resumption
         writer.change()
-    sync_once(src, catalog, dst, state)
-    assert_equals_table(iceberg_rows(root, NAMESPACE, dynamo_table).to_pylist(), moto_server, dynamo_table, schema)
-    for _ in range(60):
+    writer.start()
+    try:
+        sync_once(src, catalog, dst, state)  # the rest of INIT_SYNC with changes under way, then SYNC
+    finally:
+        writer.stop()
+    assert writer.ops > 90  # 80 of them before the run
+    for _ in range(60):  # after INIT_SYNC
         writer.change()
     sync_once(src, catalog, dst, state)
     assert_equals_table(iceberg_rows(root, NAMESPACE, dynamo_table).to_pylist(), moto_server, dynamo_table, schema)
