@@ -70,7 +70,7 @@ class WritePipeline:
         uncommitted = self.opened and self.destination.has_uncommitted()  # never made live: the errors say so
         by_tasks = self.rows_by_tasks()
         tasks = f" (plus {by_tasks} row(s) written by the Spark tasks)" if by_tasks else ""
-        if runs.lineno:
+        if self.records or self.states or by_tasks:
             self.log(f"wrote {self.records} record(s){tasks}, committed {self.states} state(s) "
                      f"from {runs.lineno} line(s)")
         if self.upstream_error:  # the reader printed its error: this line points to it, once
