@@ -16,6 +16,7 @@ from olake_cli.core import messages
 from olake_cli.core.catalog import Catalog, CatalogStream
 from olake_cli.core.errors import OlakeError, SchemaDrift, SnapshotLostError, SourceChangedError
 from olake_cli.core.contracts import ChangeCapture, ReadSession, Source
+from olake_cli.core.resync import is_resync_marker
 from olake_cli.core.schema_change import INCOMPATIBLE, olake_type_of, type_change
 from olake_cli.core.schema_drift import (apply_to_catalog, changed_columns, column_type, needs_reload,
                                          record_in_state, widened)
@@ -177,10 +178,7 @@ class ReadPipeline:
             self.log(f"{stream.label}: resuming full load, "
                      f"{sum(c.status != 'succeed' for c in ss.chunks)} of {len(ss.chunks)} chunk(s) left")
         else:
-            reason = previous is not None and (reload_reason(stream, previous) or (
-                "sync mode or columns changed" if previous.sync_type != "full-load" else None))
-            if reason:
-                self.log(f"{stream.label}: {reason} since the last load; loading it anew")
+            self._log_reload(stream, previous)
             ss, estimate = self._new_load(stream, session)
             if previous is not None and "pass_op_id" in (previous.extra or {}):
                 ss.extra["pass_op_id"] = previous.extra["pass_op_id"]  # later passes still rank above
@@ -192,6 +190,17 @@ class ReadPipeline:
         self.progress.stream_started(stream.label, len(ss.chunks), run.row_estimate,
                                      done=len(ss.chunks) - len(run.jobs))
         return run
+
+    def _log_reload(self, stream: CatalogStream, previous: StreamState | None) -> None:
+        """Say why a stream that has a state is loaded anew (nothing for a ``full_refresh`` stream's next copy)."""
+        if previous is None:
+            return
+        reason = reload_reason(stream, previous) or (
+            "sync mode or columns changed" if previous.sync_type != "full-load" else None)
+        if reason:
+            self.log(f"{stream.label}: {reason} since the last load; loading it anew")
+        elif stream.sync_mode != "full_refresh" and is_resync_marker(previous.to_dict()):
+            self.log(f"{stream.label}: marked to load anew by an earlier run; loading it anew")
 
     def _new_load(self, stream: CatalogStream, session: ReadSession) -> tuple[StreamState, int | None]:
         """The state of a fresh full load (chunks planned in the session, the position before it) and

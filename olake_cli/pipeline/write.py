@@ -211,7 +211,9 @@ class WritePipeline:
     def _commit_state(self, msg: dict[str, Any]) -> None:
         state = parse_state(msg["state"], what="STATE message")
         self._open()
-        self.destination.commit(state)  # the rows before it become live with it (manifest)
+        committed = self.destination.commit(state)  # the rows before it become live with it (manifest)
+        if committed is not state:  # a stream whose data the destination lost is marked to load anew
+            state, msg = committed, messages.state_message(committed)
         if self.store is not None:
             self.store.merge_and_save(state)
             crash_point("state-saved")

@@ -141,6 +141,12 @@ class StreamBuffer:
         self._warn(warnings, log)
         return with_metadata(table, row_metadata.of_rows(rows, self.load_op_key))
 
+    def discard(self) -> list[DataFile]:
+        """Drop every row buffered since the last commit; returns the data files already written for them."""
+        self.load_rows, self.change_rows, self.load_tables, self.change_tables = [], [], [], []
+        written, self.written, self.load_table_rows, self.truncated = self.written, [], 0, False
+        return written
+
     def _warn(self, warnings: list[str], log: Callable[[str], None]) -> None:
         for warning in warnings:
             if warning not in self.warned:

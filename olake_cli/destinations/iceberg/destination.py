@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from olake_cli.core.catalog import Catalog, CatalogStream
 from olake_cli.core.errors import ConfigError, DestinationError, OlakeError
-from olake_cli.core.state import State
+from olake_cli.core.state import State, StreamState
 from olake_cli.destinations.iceberg.buffer import DECODE_EVERY, StreamBuffer
 from olake_cli.destinations.iceberg.chunk_sink import IcebergChunkSink, SinkTable
 from olake_cli.destinations.iceberg.commit import CommitOptions, commit_stream
@@ -178,22 +178,29 @@ class IcebergDestination:
             if buf is not None and extra.get("load_op_key"):
                 buf.load_op_key = extra["load_op_key"]
 
-    def commit(self, state: State) -> None:
-        """Commit every buffered record of the streams ``state`` names, with it, one table at a time."""
+    def commit(self, state: State) -> State:
+        """Commit every buffered record of the streams ``state`` names, with it, one table at a time;
+        returns ``state``, or a copy in which a stream whose table lost its load is a re-sync marker."""
+        streams = []
         for ss in state.streams:
             buf = self.buffers.get(ss.key)
-            if buf is None:
-                continue
-            try:
-                commit_stream(buf, ss, self.options)
-            except OlakeError:
-                raise
-            except OSError as exc:
-                raise DestinationError(f"iceberg: {buf.stream.label}: {exc.strerror or exc}") from None
-            except Exception as exc:  # pyiceberg and catalog errors come in many types
-                raise DestinationError(f"iceberg: {buf.stream.label}: commit failed: {type(exc).__name__}: "
-                                       f"{redact(str(exc), self.cfg)}") from None
+            streams.append(ss if buf is None else self._commit_stream(buf, ss))
+        if any(new is not old for new, old in zip(streams, state.streams)):
+            state = State(state.level, state.version, streams)
         self.observe_state(state)
+        return state
+
+    def _commit_stream(self, buf: StreamBuffer, ss: StreamState) -> StreamState:
+        """One table's commit (``commit.commit_stream``), its errors as one DestinationError line."""
+        try:
+            return commit_stream(buf, ss, self.options)
+        except OlakeError:
+            raise
+        except OSError as exc:
+            raise DestinationError(f"iceberg: {buf.stream.label}: {exc.strerror or exc}") from None
+        except Exception as exc:  # pyiceberg and catalog errors come in many types
+            raise DestinationError(f"iceberg: {buf.stream.label}: commit failed: {type(exc).__name__}: "
+                                   f"{redact(str(exc), self.cfg)}") from None
 
     def has_uncommitted(self) -> bool:
         """Whether records arrived that no STATE has covered yet (they are never committed)."""
