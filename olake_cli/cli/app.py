@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from enum import Enum
 from typing import Optional
@@ -12,10 +13,11 @@ from typer.exceptions import TyperException
 
 from olake_cli.core.config import load_config
 from olake_cli.cli.progress_view import progress_view
-from olake_cli.cli.report import (LOG_FORMATS, catch_signals, command_guard, fail, interrupted, log,
+from olake_cli.cli.report import (LOG_FORMATS, command_guard, fail, interrupted, log,
                                   protocol_writer, set_log_format, stdout_closed)
 from olake_cli.core import messages
 from olake_cli.core.errors import ConfigError, OlakeError
+from olake_cli.core.interrupts import signal_caught
 
 from olake_cli.core.registry import DESTINATIONS, SOURCES
 
@@ -202,15 +204,17 @@ def state_recover(config: str = CONFIG_OPT, catalog: str = CATALOG_OPT) -> None:
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Run the command line (signals are caught already: see ``olake_cli.__main__``); map how the
+    command ended to one line on stderr and an exit code."""
     from olake_cli.core.file_modes import apply_umask
 
-    catch_signals()
     if os.environ.get("OLAKE_LOG_FORMAT", "").lower() in LOG_FORMATS:  # also for errors before the options
         set_log_format(os.environ["OLAKE_LOG_FORMAT"].lower())
     try:
         apply_umask()  # what this process and its Spark workers create is private unless $OLAKE_UMASK
         result = app(standalone_mode=False)
+        if result == 130 and signal_caught() is not None:  # typer's own ending of an interrupt it caught
+            interrupted(signal_caught())
         if isinstance(result, int) and result:
             sys.exit(result)
     except typer.Exit as exc:
@@ -227,7 +231,7 @@ def main() -> None:
     except BrokenPipeError:
         stdout_closed()
     except KeyboardInterrupt as exc:
-        interrupted(getattr(exc, "signum", 2))
+        interrupted(getattr(exc, "signum", signal.SIGINT))
     except Exception as exc:  # anything unexpected is a system error with its stack in the TRACE
         err = OlakeError(f"internal error: {type(exc).__name__}: {exc}")
         err.__traceback__ = exc.__traceback__

@@ -124,7 +124,8 @@ class SparkChunkRunner:
             if in_flight:
                 self._cancelled.set()
                 self.sc.cancelJobGroup(self._group)
-            pool.shutdown(wait=True, cancel_futures=True)
+            # cancelled jobs are not waited for (an interrupted run ends at once); their results are dropped
+            pool.shutdown(wait=not in_flight, cancel_futures=True)
 
     def _top_up(self, pool, func, pending, in_flight: set[Future]) -> None:
         while len(in_flight) < self.max_parallel:

@@ -130,12 +130,17 @@ def _open_spark_log(path: str) -> int:
                           f"to a file olake may write") from None
 
 
-def stop_spark_session(quiet: bool = False) -> None:
-    """Stop the process-wide session if one was started (``quiet``: Spark logs nothing while it stops)."""
+def stop_spark_session() -> None:
+    """Stop the process-wide session if one was started."""
     global _SESSION
     if _SESSION is not None:
-        if quiet:
-            _SESSION.sparkContext.setLogLevel("OFF")
-            _SESSION.sparkContext.cancelAllJobs()
         _SESSION.stop()
         _SESSION = None
+
+
+def cancel_spark_jobs() -> None:
+    """Cancel every running Spark job, without waiting, and log nothing more: for a run that ends at
+    once. Its JVM then stops itself (Spark's own shutdown hooks) when this process is gone."""
+    if _SESSION is not None:
+        _SESSION.sparkContext.setLogLevel("OFF")
+        _SESSION.sparkContext.cancelAllJobs()

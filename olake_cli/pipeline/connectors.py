@@ -136,10 +136,10 @@ def _runner(master: str, max_parallel: int | None, log: Callable[[str], None]):
 
 
 def shutdown_engine() -> None:
-    """Stop Spark without its own error output (an interrupted run's cancelled tasks)."""
-    from olake_cli.engine.session import stop_spark_session
+    """An interrupted run's Spark: its jobs cancelled, without Spark's own error output."""
+    from olake_cli.engine.session import cancel_spark_jobs
 
-    stop_spark_session(quiet=True)
+    cancel_spark_jobs()
 
 
 def run_recover(config_path: str, catalog_path: str, out: MessageWriter, log: Callable[[str], None]) -> None:

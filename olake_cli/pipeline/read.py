@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import itertools
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from olake_cli.core import messages
 from olake_cli.core.catalog import Catalog, CatalogStream
@@ -82,6 +83,18 @@ def pass_op_id(previous: StreamState | None, now_ms: int) -> list[int]:
     rows below older ones."""
     last = (previous.extra or {}).get("pass_op_id") if previous is not None else None
     return [max(now_ms, last[0] + 1 if last else 0), 0]
+
+
+def _in_a_thread(func: Callable[[Any], Any], items: list) -> Iterator[Any]:
+    """``map(func, items)``, each call made by a helper thread while the main thread waits for it: a
+    driver's blocking call in the main thread may take SIGINT over (ADBC cancels its query, and Ctrl-C
+    would read as a failed scan), and the wait itself ends at once on an interrupt."""
+    pool = ThreadPoolExecutor(1, thread_name_prefix="olake-pass")
+    try:
+        for item in items:
+            yield pool.submit(func, item).result()
+    finally:
+        pool.shutdown(wait=False)
 
 
 def column_types(stream: CatalogStream) -> dict[str, str | None]:
@@ -272,7 +285,7 @@ class ReadPipeline:
         # Full-load chunks are Spark tasks; an incremental pass is one range read on the driver, so a
         # run with no full load never starts a JVM.
         scans = self.runner.run(run_chunk_job, jobs)
-        results = itertools.chain(scans, map(run_chunk_job, passes))
+        results = itertools.chain(scans, _in_a_thread(run_chunk_job, passes))
         for result in results:
             run = by_key[(result.namespace, result.stream)]
             pending[run.stream.key] -= 1
