@@ -61,3 +61,22 @@ def mongo_db(mongo_server: MongoServer) -> str:
     yield name
     with connect(mongo_server.uri) as client:
         client.drop_database(name)
+
+
+# ----------------------------------------------------------------------------- DynamoDB
+
+from tests.support.dynamo import MotoServer, start_moto_server  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> MotoServer:
+    """One moto server (DynamoDB and DynamoDB Streams over HTTP) for the run, started on first use."""
+    server = start_moto_server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture()
+def dynamo_table(moto_server: MotoServer) -> str:
+    """A fresh table name on the shared server (tables of other tests stay; names never repeat)."""
+    return f"t{next(_db_counter)}_{os.getpid()}"

@@ -149,16 +149,21 @@ def sync(source: str = typer.Option(..., "--source", metavar="FILE", help="Sourc
 
 @state_app.command("show")
 def state_show(path: str = typer.Argument(..., metavar="STATE_FILE", hidden=True),
-               as_json: bool = typer.Option(False, "--json", help="Print the state as a STATE message instead.")) -> None:
-    """Show STATE_FILE on stdout: per stream its sync type, position and chunks done (a table)."""
+               as_json: bool = typer.Option(False, "--json", help="Print the state as a STATE message instead."),
+               catalog: Optional[str] = typer.Option(None, "--catalog", help="Also list the catalog's selected "
+                                                     "streams STATE_FILE does not hold (phase DISCOVERY); "
+                                                     "STATE_FILE need not exist yet.")) -> None:
+    """Show STATE_FILE on stdout: per stream its sync type, position, chunks done and phase (a table)."""
     from olake_cli.cli.state_view import state_table
-    from olake_cli.core.state import load_state
+    from olake_cli.core.catalog import load_catalog
+    from olake_cli.core.state import State, load_state
 
-    state = load_state(_existing_state_file(path))
+    discovered = [s.key for s in load_catalog(catalog).selected_streams()] if catalog else []
+    state = State() if catalog and not os.path.exists(path) else load_state(_existing_state_file(path))
     if as_json:
         protocol_writer().write(messages.state_message(state))
         return
-    sys.stdout.write(state_table(state) + "\n")
+    sys.stdout.write(state_table(state, discovered) + "\n")
 
 
 @state_app.command("reset")

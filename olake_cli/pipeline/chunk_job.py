@@ -56,6 +56,7 @@ class ScanResult:
     seconds: float = 0.0
     spool_path: str | None = None
     warnings: list[str] = field(default_factory=list)
+    resume_point: Any = None  # the reader stopped before its chunk's end: where the rest begins
 
     def emit(self, write: Callable[[bytes], Any]) -> None:
         """Hand the chunk's lines to ``write`` (from memory or from the spool file, then delete it)."""
@@ -104,6 +105,8 @@ def _attempt(job: ChunkJob) -> ScanResult:
             result.spool_path = None
     if result.error is not None:
         result.blobs = []
+    else:
+        result.resume_point = getattr(job.reader, "resume_point", lambda: None)()
     return result
 
 
