@@ -96,3 +96,15 @@ def test_a_lost_position_runs_init_sync_again_or_fails(synced, moto_server, dyna
         failing.preflight(kept)
     assert reason in str(raised.value)
     assert kept.find(stream.namespace, stream.name) is not None
+
+
+def test_a_lost_position_under_init_sync_skip_fails_instead_of_emptying_the_table(synced, moto_server, dynamo_table):
+    """With init_sync: skip a re-sync would plan no INIT_SYNC: the table would start again empty. The run
+    stops instead (whatever on_position_lost says), saying how to copy the table, and the state is kept."""
+    _, stream, _, state = synced
+    _edit_cursor(state, stream, since_ms=int(time.time() * 1000) - 21 * 3_600_000)
+    skipping, _, logs = _capture(moto_server, dynamo_table, init_sync="skip")
+    with pytest.raises(PositionLostError, match="init_sync = skip") as raised:
+        skipping.preflight(state)
+    assert "hours old, beyond safe_zone_hours = 20" in str(raised.value) and "init_sync to run" in str(raised.value)
+    assert state.find(stream.namespace, stream.name) is not None and not logs

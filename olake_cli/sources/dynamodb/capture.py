@@ -107,12 +107,21 @@ class DynamoChangeCapture:
             if position is not None:
                 reason = self._position_problem(streams_client, position.tables[stream.name], info.stream_arn, now)
                 if reason is not None:
+                    self.refuse_empty_resync(stream.label, reason)
                     handle_lost_position(state, stream.key, stream.label, reason, self.settings.on_position_lost,
                                          self.log)
         floor = now - self.settings.replay_margin_minutes * 60_000 if self.settings.init_sync == "run" \
             else now // 1000 * 1000
         self._start = DynamoPosition(self.next_op(), {name: TableCursor(arn, {}, floor, floor)
                                                        for name, arn in self.stream_arns.items()})
+
+    def refuse_empty_resync(self, label: str, reason: str) -> None:
+        """With ``init_sync: skip`` a re-sync plans no INIT_SYNC, so the table would start again empty:
+        stop instead, whatever ``on_position_lost`` says."""
+        if self.settings.init_sync == "skip":
+            raise PositionLostError(f"{label}: change position lost: {reason}; with init_sync = skip a re-sync "
+                                    "would start the table again empty (its items lost): set init_sync to run "
+                                    "to copy the table again")
 
     def _position_problem(self, client, cursor: TableCursor, stream_arn: str, now: int) -> str | None:
         """Why the stream cannot be resumed at ``cursor`` (see the module), or None."""
@@ -205,6 +214,7 @@ class _TableReader:
     def _lost(self, reason: str) -> ChangeBatch:
         """The changes read so far, and the table marked for a new INIT_SYNC (or PositionLostError)."""
         label = self.stream.label
+        self.capture.refuse_empty_resync(label, reason)
         if self.capture.settings.on_position_lost == "fail":
             raise PositionLostError(f"{label}: change position lost: {reason} (on_position_lost = fail; set it "
                                     "to resync to re-copy the table)")
