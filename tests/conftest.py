@@ -61,3 +61,23 @@ def mongo_db(mongo_server: MongoServer) -> str:
     yield name
     with connect(mongo_server.uri) as client:
         client.drop_database(name)
+
+
+# ----------------------------------------------------------------------------- Spark beyond one machine
+
+from tests.support.spark_cluster import SparkCluster, start_spark_cluster  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def spark_cluster() -> SparkCluster:
+    """A standalone master and two workers, started once per run by the first test that needs them."""
+    cluster = start_spark_cluster(workers=2)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_connect(spark_cluster: SparkCluster) -> SparkCluster:
+    """A Spark Connect server on the standalone cluster (its URL is ``spark_connect.remote``)."""
+    spark_cluster.start_connect(python=sys.executable)
+    return spark_cluster

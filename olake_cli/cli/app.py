@@ -151,6 +151,16 @@ def sync(source: str = typer.Option(..., "--source", metavar="FILE", help="Sourc
                  protocol_writer(), log, view)
 
 
+@app.command()
+def pack(output: str = typer.Option(..., "--output", metavar="FILE.tar.gz",
+                                   help="Where to write the archive (name it in the source config's spark.archive).")) -> None:
+    """Build an archive of olake and its dependencies for Spark executors that have no olake installed."""
+    from olake_cli.engine.pack import build_pack
+
+    with command_guard():
+        build_pack(output, log)
+
+
 @state_app.command("show")
 def state_show(path: str = typer.Argument(..., metavar="STATE_FILE", hidden=True),
                as_json: bool = typer.Option(False, "--json", help="Print the state as a STATE message instead.")) -> None:

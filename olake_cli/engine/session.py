@@ -139,9 +139,14 @@ def connect_session(remote: str, conf: dict[str, str] | None = None):
     return _SESSION
 
 
+def is_connect(spark) -> bool:
+    """Whether ``spark`` is a Spark Connect client session (no SparkContext, no RDD)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
 def cluster_cores(spark) -> int:
     """How many tasks the cluster runs at once (Spark's default parallelism)."""
-    if not type(spark).__module__.startswith("pyspark.sql.connect"):
+    if not is_connect(spark):
         return spark.sparkContext.defaultParallelism
     # Spark Connect has no SparkContext: a range without a partition count is split that many ways
     from pyspark.sql import functions as F
@@ -245,7 +250,7 @@ def stop_spark_session(quiet: bool = False) -> None:
     """Stop the process-wide session if one was started (``quiet``: Spark logs nothing while it stops)."""
     global _SESSION
     if _SESSION is not None:
-        if quiet and not type(_SESSION).__module__.startswith("pyspark.sql.connect"):
+        if quiet and not is_connect(_SESSION):
             _SESSION.sparkContext.setLogLevel("OFF")
             _SESSION.sparkContext.cancelAllJobs()
         elif quiet:

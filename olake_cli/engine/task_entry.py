@@ -5,7 +5,7 @@ has no olake installed can run it: it first puts the shipped environment (``olak
 ``sys.path``, then unpickles the chunk's function and task, which do import olake. It may import
 nothing from olake at module level.
 
-The task sends back Arrow rows of ``(kind, data)``: the result pickled (``RESULT``, always last), and
+The task sends back rows of ``(kind, data)``: the result pickled (``RESULT``, always last), and
 before it, when the runner asked for it, the chunk's spool file in pieces of at most ``PIECE_BYTES``
 (``PIECE``), so a task whose disk the driver cannot see still returns its lines as a stream.
 """
@@ -23,37 +23,40 @@ SCHEMA = "kind int, data binary"
 
 def chunk_frame(spark, payload: bytes, ship_back: bool, archive_name: str | None):
     """The one-partition DataFrame whose only task runs the pickled ``(func, task)`` in ``payload``."""
-    from pyspark import cloudpickle
-
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    _pickle_by_value()
 
     def run(batches):
+        import pyarrow as pa
+
         for _ in batches:  # the one input row only starts the task
             pass
-        if archive_name:
-            _use_shipped_environment(archive_name)
-        func, task = pickle.loads(payload)
-        yield from _result_rows(func(task), ship_back)
+        schema = pa.schema([("kind", pa.int32()), ("data", pa.binary())])
+        for kind, data in task_rows(payload, ship_back, archive_name):
+            yield pa.RecordBatch.from_pydict({"kind": [kind], "data": [data]}, schema=schema)
 
     return spark.range(0, 1, 1, 1).mapInArrow(run, SCHEMA)
 
 
-def _result_rows(result, ship_back: bool):
-    """The Arrow batches a task returns: its spool file's pieces (when shipped back), then the result."""
-    import pyarrow as pa
+def _pickle_by_value() -> None:
+    from pyspark import cloudpickle
 
-    def row(kind: int, data: bytes):
-        return pa.RecordBatch.from_pydict({"kind": [kind], "data": [data]},
-                                          schema=pa.schema([("kind", pa.int32()), ("data", pa.binary())]))
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
+
+def task_rows(payload: bytes, ship_back: bool, archive_name: str | None):
+    """Run the task; ``(kind, data)`` rows: its spool file's pieces (when shipped back), then the result."""
+    if archive_name:
+        _use_shipped_environment(archive_name)
+    func, task = pickle.loads(payload)
+    result = func(task)
     path = getattr(result, "spool_path", None)
     if ship_back and path:
         with open(path, "rb") as spool:
             while piece := spool.read(PIECE_BYTES):
-                yield row(PIECE, piece)
+                yield PIECE, piece
         os.remove(path)
         result.spool_path = None
-    yield row(RESULT, pickle.dumps(result))
+    yield RESULT, pickle.dumps(result)
 
 
 def _use_shipped_environment(archive_name: str) -> None:

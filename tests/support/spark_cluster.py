@@ -1,0 +1,146 @@
+"""A real Spark standalone cluster (one master, two workers) and a Spark Connect server against it,
+started from the pyspark package's own scripts (``bin/spark-class``, ``bin/spark-submit``).
+
+The workers offer 2 cores each and the Connect server takes at most 2 (``spark.cores.max``), so a
+classic ``olake`` run (also capped at 2) gets executors while the server runs. Every process runs in
+its own process group and is stopped by :meth:`SparkCluster.stop`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import pyspark
+
+SPARK_HOME = os.path.dirname(os.path.abspath(pyspark.__file__))
+APP_CORES = 2  # spark.cores.max of every application on the cluster
+EXECUTOR_MEMORY = "512m"
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for_port(port: int, process: subprocess.Popen, log: str, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"process exited ({process.returncode}); see {log}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.3)
+    raise RuntimeError(f"nothing listens on {port} after {timeout_s} s; see {log}")
+
+
+@dataclass
+class SparkCluster:
+    """A running standalone master with its workers (and, once started, a Connect server)."""
+
+    folder: str
+    master_port: int
+    env: dict[str, str]
+    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    connect_port: int | None = None
+
+    @property
+    def master(self) -> str:
+        """The master URL (spark://127.0.0.1:PORT)."""
+        return f"spark://127.0.0.1:{self.master_port}"
+
+    @property
+    def remote(self) -> str:
+        """The Connect server URL (sc://127.0.0.1:PORT)."""
+        return f"sc://127.0.0.1:{self.connect_port}"
+
+    def _start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+        log = os.path.join(self.folder, f"{name}.log")
+        with open(log, "ab") as out:
+            process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                       env=env or self.env, cwd=self.folder, start_new_session=True)
+        self.processes[name] = process
+        return process, log
+
+    def start_master(self) -> None:
+        process, log = self._start("master", [f"{SPARK_HOME}/bin/spark-class", "org.apache.spark.deploy.master.Master",
+                                              "--host", "127.0.0.1", "--port", str(self.master_port),
+                                              "--webui-port", str(free_port())])
+        _wait_for_port(self.master_port, process, log)
+
+    def start_worker(self, index: int) -> None:
+        """Start (or start again) worker ``index``; it registers with the master by itself."""
+        work_dir = os.path.join(self.folder, f"worker{index}")
+        os.makedirs(work_dir, exist_ok=True)
+        port = free_port()
+        process, log = self._start(f"worker{index}", [
+            f"{SPARK_HOME}/bin/spark-class", "org.apache.spark.deploy.worker.Worker", self.master,
+            "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(free_port()),
+            "--cores", "2", "--memory", "1g", "--work-dir", work_dir])
+        _wait_for_port(port, process, log)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL a process of the cluster and everything it started (a worker's executors too)."""
+        process = self.processes.pop(name)
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait()
+
+    def start_connect(self, python: str) -> None:
+        """Start a Spark Connect server on this cluster whose Python workers run ``python``."""
+        self.connect_port = free_port()
+        env = dict(self.env, PYSPARK_PYTHON=python)
+        process, log = self._start("connect", [
+            f"{SPARK_HOME}/bin/spark-submit", "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+            "--master", self.master, "--conf", f"spark.connect.grpc.binding.port={self.connect_port}",
+            "--conf", f"spark.cores.max={APP_CORES}", "--conf", f"spark.executor.memory={EXECUTOR_MEMORY}",
+            "--conf", "spark.ui.enabled=false", "--conf", "spark.driver.memory=1g", "spark-internal"], env)
+        _wait_for_port(self.connect_port, process, log, timeout_s=180)
+
+    def stop(self) -> None:
+        """Stop every process (Connect server first, master last)."""
+        for name in sorted(self.processes, key=lambda n: (n == "master", n)):
+            process = self.processes[name]
+            try:
+                os.killpg(process.pid, signal.SIGTERM)
+                process.wait(timeout=30)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        self.processes.clear()
+
+
+def start_spark_cluster(workers: int = 2) -> SparkCluster:
+    """A master and ``workers`` workers on loopback, in a temporary folder."""
+    folder = tempfile.mkdtemp(prefix="olake-spark-cluster-")
+    env = dict(os.environ, SPARK_HOME=SPARK_HOME, SPARK_LOCAL_IP="127.0.0.1", SPARK_LOG_DIR=folder,
+               SPARK_WORKER_DIR=folder, PYSPARK_PYTHON=sys.executable,
+               SPARK_DAEMON_MEMORY="512m")
+    cluster = SparkCluster(folder, free_port(), env)
+    try:
+        cluster.start_master()
+        for index in range(workers):
+            cluster.start_worker(index)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+def cluster_spark_config(cluster: SparkCluster, **extra: object) -> dict:
+    """The ``spark`` section of a source config for a classic run on ``cluster``."""
+    return {"conf": {"spark.cores.max": APP_CORES, "spark.executor.memory": EXECUTOR_MEMORY, **extra}}
