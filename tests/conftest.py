@@ -65,7 +65,8 @@ def mongo_db(mongo_server: MongoServer) -> str:
 
 # ----------------------------------------------------------------------------- Spark beyond one machine
 
-from tests.support.spark_cluster import SparkCluster, start_spark_cluster  # noqa: E402
+from tests.support.spark_cluster import (SparkCluster, make_bare_python, python_imports,  # noqa: E402
+                                         start_spark_cluster)
 
 
 @pytest.fixture(scope="session")
@@ -77,7 +78,28 @@ def spark_cluster() -> SparkCluster:
 
 
 @pytest.fixture(scope="session")
-def spark_connect(spark_cluster: SparkCluster) -> SparkCluster:
-    """A Spark Connect server on the standalone cluster (its URL is ``spark_connect.remote``)."""
-    spark_cluster.start_connect(python=sys.executable)
+def bare_python(tmp_path_factory) -> str:
+    """A Python with PySpark's Arrow worker packages and no olake (nor its dependencies)."""
+    python = make_bare_python(str(tmp_path_factory.mktemp("bare") / "venv"))
+    assert python_imports(python, "pandas") and python_imports(python, "pyarrow")
+    assert not python_imports(python, "olake_cli") and not python_imports(python, "psycopg")
+    return python
+
+
+@pytest.fixture(scope="session")
+def olake_archive(tmp_path_factory) -> str:
+    """The archive ``olake pack`` builds (the real command, once per run)."""
+    from tests.support.cli import run_olake
+
+    path = str(tmp_path_factory.mktemp("pack") / "olake-env.tar.gz")
+    result = run_olake("pack", "--output", path)
+    assert result.returncode == 0, result.stderr.decode()
+    return path
+
+
+@pytest.fixture(scope="session")
+def spark_connect(spark_cluster: SparkCluster, bare_python: str) -> SparkCluster:
+    """A Spark Connect server on the standalone cluster (its URL is ``spark_connect.remote``), whose
+    Python workers run ``bare_python``: runs through it must ship olake (``spark.archive``)."""
+    spark_cluster.start_connect(python=bare_python)
     return spark_cluster

@@ -1,5 +1,6 @@
 """Full loads beyond one machine: a real standalone master with two workers, and a Spark Connect server
 on it (tests/support/spark_cluster.py, started once per run), compared value by value with the source.
+Every worker runs a Python without olake (``bare_python``): the runs ship it (``olake pack``).
 
 PostgreSQL and MongoDB multi-chunk loads go through ``read | write`` (the driver writes Iceberg) and
 ``sync`` (the executors write Parquet on a path every node sees, declared ``shared_path``), on the
@@ -32,9 +33,9 @@ FROM generate_series(1, {ROWS}) g;
 """
 
 
-def _source(pg_cluster, db: str, tmp_path: Path, cluster, **extra) -> str:
+def _source(pg_cluster, db: str, tmp_path: Path, archive: str | None, **extra) -> str:
     config = pg_cluster.source_config(db, chunk_strategy="primary_key", chunk_rows=1500, **extra)
-    config["spark"] = cluster_spark_config(cluster)
+    config["spark"] = cluster_spark_config(archive)
     return write_json(tmp_path / "src.json", config)
 
 
@@ -72,12 +73,21 @@ def items_db(pg_cluster, pg_db) -> str:
     return pg_db
 
 
+@pytest.fixture()
+def bare_workers(bare_python, monkeypatch) -> str:
+    """olake runs started by the test give their executors ``bare_python`` (classic Spark takes the
+    driver's PYSPARK_PYTHON; the Connect server was started with it)."""
+    monkeypatch.setenv("PYSPARK_PYTHON", bare_python)
+    return bare_python
+
+
 @pytest.mark.parametrize("via", ["master", "remote"])
-def test_postgres_full_loads_on_the_cluster(pg_cluster, items_db, spark_connect, tmp_path, via):
+def test_postgres_full_loads_on_the_cluster(pg_cluster, items_db, spark_connect, olake_archive, bare_workers,
+                                            tmp_path, via):
     """read | write into Iceberg and sync into Parquet, every chunk a task on the cluster's executors."""
     cluster = spark_connect
     spark_args = ["--spark-master", cluster.master] if via == "master" else ["--spark-remote", cluster.remote]
-    src = _source(pg_cluster, items_db, tmp_path, cluster)
+    src = _source(pg_cluster, items_db, tmp_path, olake_archive)
     cat, stream = _catalog(src, tmp_path)
     ice_root, lake = tmp_path / "ice", tmp_path / "lake"
     piped = _pipe(spark_args, src, cat, write_json(tmp_path / "ice.json", {"type": "iceberg", "path": str(ice_root)}),
@@ -94,7 +104,8 @@ def test_postgres_full_loads_on_the_cluster(pg_cluster, items_db, spark_connect,
                              read_parquet(str(lake / "public" / "items")))
 
 
-def test_mongodb_full_loads_on_the_cluster(mongo_server, mongo_db, spark_connect, tmp_path):
+def test_mongodb_full_loads_on_the_cluster(mongo_server, mongo_db, spark_connect, olake_archive, bare_workers,
+                                           tmp_path):
     """A multi-chunk MongoDB load: sync into Parquet on the cluster, read | write into Iceberg through Connect."""
     from olake_cli.sources.mongodb.bson_types import documents_to_batch
     from tests.test_iceberg_e2e import _canon, _mongo_docs
@@ -103,7 +114,7 @@ def test_mongodb_full_loads_on_the_cluster(mongo_server, mongo_db, spark_connect
     with connect(mongo_server.uri) as client:
         client[mongo_db].things.insert_many(_mongo_docs(2400))
     src = write_json(tmp_path / "src.json", {"type": "mongodb", "uri": mongo_server.uri, "database": mongo_db,
-                                             "chunk_documents": 600, "spark": cluster_spark_config(cluster)})
+                                             "chunk_documents": 600, "spark": cluster_spark_config(olake_archive)})
     found = run_olake("discover", "--config", src)
     assert found.returncode == 0, found.stderr.decode()
     (tmp_path / "cat.json").write_bytes(found.stdout)
@@ -124,3 +135,19 @@ def test_mongodb_full_loads_on_the_cluster(mongo_server, mongo_db, spark_connect
         got = table.select(columns).to_pylist()
         assert len(got) == len(source)
         assert {r["_id"]: _canon(r) for r in got} == want
+
+
+@pytest.mark.parametrize("via", ["master", "remote"])
+def test_workers_without_olake_and_no_archive_fail_with_one_line(pg_cluster, items_db, spark_connect, bare_workers,
+                                                                 tmp_path, via):
+    cluster = spark_connect
+    spark_args = ["--spark-master", cluster.master] if via == "master" else ["--spark-remote", cluster.remote]
+    src = _source(pg_cluster, items_db, tmp_path, None)
+    cat, _ = _catalog(src, tmp_path)
+    result = subprocess.run(olake_cmd("read", "--config", src, "--catalog", cat, *spark_args),
+                            capture_output=True, env=olake_env(), timeout=900)
+    assert result.returncode != 0
+    errors = [line for line in result.stderr.decode().splitlines() if line.startswith("olake: error")]
+    assert len(errors) == 1 and "cannot import olake" in errors[0] and "olake pack" in errors[0], \
+        result.stderr.decode()[-3000:]
+    assert "Traceback" not in result.stderr.decode() and "Spark task was lost" not in result.stderr.decode()

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
-from olake_cli.core.errors import OlakeError, TransientError
+from olake_cli.core.errors import ConfigError, OlakeError, TransientError
 from olake_cli.engine import task_entry
 from olake_cli.engine.session import cluster_cores, spark_log_path
 
@@ -110,6 +110,11 @@ class SparkChunkRunner:
                 raise
             except Exception as exc:  # pyspark raises many types (py4j, captured, Connect gRPC)
                 reason = _spark_reason(exc)
+                if "No module named 'olake_cli'" in reason:
+                    raise ConfigError("the executors' Python cannot import olake (No module named 'olake_cli'): "
+                                      "build an archive with 'olake pack --output FILE.tar.gz' and name it in "
+                                      "the source config as \"spark\": {\"archive\": FILE}, or install olake "
+                                      "on the workers") from None
                 if self._cancelled.is_set() or "cancel" in reason.lower() or "interrupt" in reason.lower():
                     raise
                 if attempt > TASK_RETRIES:

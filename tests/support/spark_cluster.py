@@ -141,6 +141,38 @@ def start_spark_cluster(workers: int = 2) -> SparkCluster:
     return cluster
 
 
-def cluster_spark_config(cluster: SparkCluster, **extra: object) -> dict:
-    """The ``spark`` section of a source config for a classic run on ``cluster``."""
-    return {"conf": {"spark.cores.max": APP_CORES, "spark.executor.memory": EXECUTOR_MEMORY, **extra}}
+def cluster_spark_config(archive: str | None = None, **extra: object) -> dict:
+    """The ``spark`` section of a source config for runs on the test cluster (``archive``: olake shipped)."""
+    section: dict = {"conf": {"spark.cores.max": APP_CORES, "spark.executor.memory": EXECUTOR_MEMORY, **extra}}
+    if archive:
+        section["archive"] = archive
+    return section
+
+
+ARROW_WORKER_PACKAGES = ("pyarrow", "numpy", "numpy.libs", "pandas", "dateutil", "tzdata")
+
+
+def make_bare_python(folder: str) -> str:
+    """A virtual environment with only what every PySpark Arrow worker has (pyarrow, pandas, numpy,
+    linked from this interpreter's site-packages) and no olake; returns its python."""
+    import site
+    import venv
+
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(folder)
+    python = os.path.join(folder, "bin", "python")
+    packages = os.path.join(folder, "arrow-packages")
+    os.makedirs(packages)
+    here = next(p for p in site.getsitepackages() if os.path.isdir(os.path.join(p, "pyarrow")))
+    for name in ARROW_WORKER_PACKAGES:
+        if os.path.exists(os.path.join(here, name)):
+            os.symlink(os.path.join(here, name), os.path.join(packages, name))
+    site_packages = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                   capture_output=True, text=True, check=True).stdout.strip()
+    with open(os.path.join(site_packages, "arrow-packages.pth"), "w") as pth:
+        pth.write(packages + "\n")
+    return python
+
+
+def python_imports(python: str, module: str) -> bool:
+    """Whether ``python`` can import ``module`` (outside this project's folder)."""
+    return subprocess.run([python, "-c", f"import {module}"], capture_output=True, cwd="/").returncode == 0
