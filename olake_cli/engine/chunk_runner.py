@@ -110,7 +110,7 @@ class SparkChunkRunner:
                 raise
             except Exception as exc:  # pyspark raises many types (py4j, captured, Connect gRPC)
                 reason = _spark_reason(exc)
-                if "No module named 'olake_cli'" in reason:
+                if "No module named 'olake_cli'" in f"{exc} {getattr(exc, 'java_exception', '')}":
                     raise ConfigError("the executors' Python cannot import olake (No module named 'olake_cli'): "
                                       "build an archive with 'olake pack --output FILE.tar.gz' and name it in "
                                       "the source config as \"spark\": {\"archive\": FILE}, or install olake "
