@@ -11,6 +11,8 @@ middle of a load loses its tasks; they run again elsewhere and nothing is lost o
 from __future__ import annotations
 
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import psycopg
@@ -23,6 +25,7 @@ from tests.support.spark_cluster import cluster_spark_config
 from tests.support.verify import assert_table_matches, read_parquet
 
 ROWS = 6000
+SCAN = "COPY (SELECT %FROM \"public\".\"big\"%"
 TABLE_SQL = f"""
 CREATE TABLE items (id bigint PRIMARY KEY, price numeric(12,3), name text, seen timestamptz, tags text[],
                     doc jsonb, uid uuid, raw bytea);
@@ -151,3 +154,57 @@ def test_workers_without_olake_and_no_archive_fail_with_one_line(pg_cluster, ite
     assert len(errors) == 1 and "cannot import olake" in errors[0] and "olake pack" in errors[0], \
         result.stderr.decode()[-3000:]
     assert "Traceback" not in result.stderr.decode() and "Spark task was lost" not in result.stderr.decode()
+
+
+def test_a_worker_killed_mid_load_loses_nothing_and_doubles_nothing(pg_cluster, pg_db, spark_cluster, olake_archive,
+                                                                   bare_workers, tmp_path, monkeypatch):
+    """SIGKILL a worker (and its executors) while chunks run on both: Spark runs the lost tasks on the
+    other worker; every row lands exactly once. The worker is started again for the tests after."""
+    with psycopg.connect(pg_cluster.dsn(pg_db), autocommit=True) as conn:
+        conn.execute("CREATE TABLE big (id int PRIMARY KEY, a text, b text)")
+        conn.execute("INSERT INTO big SELECT g, md5(g::text), repeat(md5(g::text), 8) FROM generate_series(1, 120000) g")
+    config = pg_cluster.source_config(pg_db, chunk_strategy="primary_key", chunk_rows=20_000)
+    config["spark"] = cluster_spark_config(olake_archive)
+    src = write_json(tmp_path / "src.json", config)
+    found = run_olake("discover", "--config", src)
+    (tmp_path / "cat.json").write_bytes(found.stdout)
+    import json
+
+    stream = json.loads(found.stdout)["catalog"]["streams"][0]
+    log = tmp_path / "spark.log"
+    monkeypatch.setenv("OLAKE_SPARK_LOG", str(log))
+    lake = tmp_path / "lake"
+    dst = write_json(tmp_path / "lake.json", {"type": "parquet", "path": str(lake), "shared_path": True})
+    killer = WhenBothExecutorsScan(pg_cluster.dsn(pg_db), lambda: spark_cluster.kill("worker1"))
+    killer.start()
+    try:
+        _sync(["--spark-master", spark_cluster.master], str(src), str(tmp_path / "cat.json"), dst,
+              tmp_path / "state.json")
+    finally:
+        killer.stop.set()
+        killer.join()
+        if "worker1" not in spark_cluster.processes:
+            spark_cluster.start_worker(1)
+    assert killer.done, "the worker was not killed while both executors scanned"
+    assert "Lost executor" in log.read_text()
+    with psycopg.connect(pg_cluster.dsn(pg_db)) as conn:
+        assert_table_matches(conn, "public", "big", stream["json_schema"], read_parquet(str(lake / "public" / "big")))
+
+
+class WhenBothExecutorsScan(threading.Thread):
+    """Runs ``action`` once two chunk scans of ``big`` run at the same time (one per worker)."""
+
+    def __init__(self, dsn: str, action) -> None:
+        super().__init__(daemon=True)
+        self.dsn, self.action, self.done, self.stop = dsn, action, False, threading.Event()
+
+    def run(self) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            while not self.stop.is_set():
+                scans = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND "
+                                     "application_name = 'olake' AND query LIKE %s", (SCAN,)).fetchone()[0]
+                if scans >= 2:
+                    self.action()
+                    self.done = True
+                    return
+                time.sleep(0.01)

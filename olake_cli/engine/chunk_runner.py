@@ -160,23 +160,24 @@ class SparkChunkRunner:
             return  # no work: Spark is never started
         pending = iter(tasks)
         in_flight: set[Future] = set()
-        pool = ThreadPoolExecutor(max_workers=self.max_parallel + 1, thread_name_prefix="olake-chunk")
+        limit = self.max_parallel
+        pool = ThreadPoolExecutor(max_workers=limit + 1, thread_name_prefix="olake-chunk")
         try:
-            self._top_up(pool, func, pending, in_flight)
+            self._top_up(pool, func, pending, in_flight, limit)
             while in_flight:
                 done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
                 for future in done:
                     in_flight.discard(future)
                     yield future.result()
-                    self._top_up(pool, func, pending, in_flight)
+                    self._top_up(pool, func, pending, in_flight, limit)
         finally:
             if in_flight:
                 self._cancelled.set()
                 self._jobs.cancel()
             pool.shutdown(wait=True, cancel_futures=True)
 
-    def _top_up(self, pool, func, pending, in_flight: set[Future]) -> None:
-        while len(in_flight) < self.max_parallel:
+    def _top_up(self, pool, func, pending, in_flight: set[Future], limit: int) -> None:
+        while len(in_flight) < limit:
             task = next(pending, None)
             if task is None:
                 return
