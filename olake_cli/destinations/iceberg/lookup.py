@@ -59,13 +59,15 @@ class DeleteCache:
         return pa.concat_arrays(arrays) if arrays else None
 
 
-def locate(metadata: TableMetadata, io: FileIO, key_columns: list[str], keys: pa.Table,
+def locate(metadata: TableMetadata, io: FileIO, key_columns: list[str], keys: pa.Table, target: pa.Schema,
            with_op_ids: bool, deletes: DeleteCache) -> LiveRows:
-    """The live rows of the table whose key is one of ``keys`` (distinct key rows)."""
+    """The live rows of the table whose key is one of ``keys`` (distinct key rows, as ``target``: the
+    table's current Arrow schema)."""
     schema = metadata.schema()
     tasks = list(DataScan(table_metadata=metadata, io=io).plan_files()) if metadata.current_snapshot() else []
     keep = _bounds_filter(schema, key_columns, keys)
     wanted = key_storage(keys.select(key_columns))
+    read_as = pa.schema([target.field(n) for n in key_columns + (["_olake_op_id"] if with_op_ids else [])])
     found, result = [], LiveRows(pa.table({}))
     for task in tasks:
         if not keep(task.file):
@@ -73,9 +75,7 @@ def locate(metadata: TableMetadata, io: FileIO, key_columns: list[str], keys: pa
             continue
         result.files_read += 1
         result.files[task.file.file_path] = task
-        rows = _read_keys(io, task, schema, key_columns, with_op_ids, deletes)
-        rows = rows.cast(pa.schema([wanted.schema.field(n) if n in key_columns else f
-                                    for n, f in zip(rows.column_names, rows.schema)]))
+        rows = _read_keys(io, task, schema, read_as, deletes)
         matched = rows.join(wanted, keys=key_columns, join_type="inner")
         if matched.num_rows:
             found.append(matched.append_column(PATH, pa.array([task.file.file_path] * matched.num_rows)))
@@ -90,21 +90,27 @@ def _empty(wanted: pa.Table, with_op_ids: bool) -> pa.Table:
     return table.append_column(PATH, pa.array([], pa.string()))
 
 
-def _read_keys(io: FileIO, task: FileScanTask, schema: Schema, key_columns: list[str], with_op_ids: bool,
-               deletes: DeleteCache) -> pa.Table:
-    """The key columns (and op ids) of one data file with a POS column, deleted rows removed."""
-    names = key_columns + (["_olake_op_id"] if with_op_ids else [])
-    with io.new_input(task.file.file_path).open() as stream:
-        parquet = pq.ParquetFile(stream)
-        by_id = file_columns(parquet.schema_arrow)
-        present = {n: by_id[schema.find_field(n).field_id] for n in names if schema.find_field(n).field_id in by_id}
-        table = parquet.read(columns=list(present.values()))
-    columns = {n: table.column(present[n]) if n in present else pa.nulls(table.num_rows) for n in names}
-    out = key_storage(pa.table(columns)).append_column(POS, pa.array(range(table.num_rows), pa.int64()))
+def _read_keys(io: FileIO, task: FileScanTask, schema: Schema, read_as: pa.Schema, deletes: DeleteCache) -> pa.Table:
+    """The ``read_as`` columns (keys, maybe op ids) of one data file, in the table's current types (a file
+    written before a column was widened holds the narrower type), with a POS column, deleted rows removed."""
+    table = _read_columns(io, task.file, schema, read_as.names)
+    out = key_storage(conform(table, read_as)).append_column(POS, pa.array(range(table.num_rows), pa.int64()))
     deleted = deletes.deleted(task)
     if deleted is not None and len(deleted):
         out = out.filter(pc.invert(pc.is_in(out.column(POS), value_set=deleted)))
     return out
+
+
+def _read_columns(io: FileIO, data_file: DataFile, schema: Schema, names: list[str]) -> pa.Table:
+    """The columns ``names`` (table column names) a data file holds, found by field id, named as the table
+    names them now (a column the file lacks is left out)."""
+    with io.new_input(data_file.file_path).open() as stream:
+        parquet = pq.ParquetFile(stream)
+        by_id = file_columns(parquet.schema_arrow)
+        present = {n: by_id[schema.find_field(n).field_id] for n in names if schema.find_field(n).field_id in by_id}
+        table = parquet.read(columns=list(present.values()))
+    by_file_name = {file_name: name for name, file_name in present.items()}
+    return table.rename_columns([by_file_name[c] for c in table.column_names])
 
 
 def file_columns(arrow_schema: pa.Schema) -> dict[int, str]:
@@ -120,29 +126,66 @@ def file_columns(arrow_schema: pa.Schema) -> dict[int, str]:
 def read_rows(io: FileIO, data_file: DataFile, schema: Schema, target: pa.Schema, positions: list[int],
               columns: list[str]) -> pa.Table:
     """The rows at ``positions`` of one data file, as ``target`` (the table's current Arrow schema)."""
-    with io.new_input(data_file.file_path).open() as stream:
-        parquet = pq.ParquetFile(stream)
-        by_id = file_columns(parquet.schema_arrow)
-        present = {n: by_id[schema.find_field(n).field_id] for n in columns if schema.find_field(n).field_id in by_id}
-        table = parquet.read(columns=list(present.values())).take(pa.array(positions, pa.int64()))
-    table = table.rename_columns([next(n for n, p in present.items() if p == c) for c in table.column_names])
+    table = _read_columns(io, data_file, schema, columns).take(pa.array(positions, pa.int64()))
     return conform(table, pa.schema([target.field(n) for n in columns]))
 
 
 def key_storage(table: pa.Table) -> pa.Table:
-    """Key columns as plain values that can be joined, grouped and turned into Python values:
-    extension types (uuid) as their storage, dates and times as their integer counts."""
+    """Key columns as plain values that can be joined, grouped and turned into Python values: extension
+    types (uuid, json) as their storage, dates and times as their integer counts, and nested keys
+    (MongoDB documents, PostgreSQL intervals and arrays), which Arrow cannot join or group on, as
+    bytes that are equal exactly when the values are (``_key_bytes``)."""
     columns = []
     for column in table.columns:
-        kind = column.type
-        if isinstance(kind, pa.BaseExtensionType):
-            column = column.cast(kind.storage_type)
-        elif pa.types.is_date32(kind):
-            column = column.cast(pa.int32())
-        elif pa.types.is_timestamp(kind) or pa.types.is_time64(kind):
-            column = column.cast(pa.int64())
+        plain = _plain_key_type(column.type)
+        if plain != column.type:
+            column = column.cast(plain)
+        if pa.types.is_nested(plain):
+            column = pa.chunked_array([_key_bytes(chunk) for chunk in column.chunks], pa.binary())
         columns.append(column)
     return pa.Table.from_arrays(columns, names=table.column_names)
+
+
+def _key_bytes(array: pa.Array) -> pa.Array:
+    """Each value of a (plain-typed) array as self-delimiting bytes, computed column-wise: ``N`` for
+    null, ``V<length>:<text or bytes>`` for a scalar, ``L<length>:<elements>`` for a list and ``S`` then
+    the fields for a struct."""
+    kind = array.type
+    if pa.types.is_struct(kind):
+        fields = [_key_bytes(array.field(i)) for i in range(kind.num_fields)]
+        encoded = pc.binary_join_element_wise(pa.scalar(b"S"), *fields, b"")
+    elif pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        first, last = array.offsets[0].as_py(), array.offsets[-1].as_py()
+        elements = _key_bytes(array.values.slice(first, last - first))
+        offsets = pc.subtract(array.offsets, first) if first else array.offsets
+        encoded = _length_prefixed(b"L", pc.binary_join(type(array).from_arrays(offsets, elements), b""))
+    else:
+        if not (pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_fixed_size_binary(kind)):
+            array = array.cast(pa.string())  # numbers, decimals, booleans and text by their exact text
+        encoded = _length_prefixed(b"V", array.cast(pa.binary()))
+    return pc.if_else(array.is_null(), pa.scalar(b"N"), encoded)
+
+
+def _length_prefixed(tag: bytes, values: pa.Array) -> pa.Array:
+    length = pc.binary_length(values).cast(pa.string()).cast(pa.binary())
+    return pc.binary_join_element_wise(pa.scalar(tag), length, pa.scalar(b":"), values, b"")
+
+
+def _plain_key_type(kind: pa.DataType) -> pa.DataType:
+    """``kind`` with extension types as their storage and temporal types as integers, at any depth."""
+    if isinstance(kind, pa.BaseExtensionType):
+        return _plain_key_type(kind.storage_type)
+    if pa.types.is_date32(kind):
+        return pa.int32()
+    if pa.types.is_timestamp(kind) or pa.types.is_time64(kind):
+        return pa.int64()
+    if pa.types.is_struct(kind):
+        return pa.struct([f.with_type(_plain_key_type(f.type)) for f in kind])
+    if pa.types.is_large_list(kind):
+        return pa.large_list(kind.value_field.with_type(_plain_key_type(kind.value_type)))
+    if pa.types.is_list(kind):
+        return pa.list_(kind.value_field.with_type(_plain_key_type(kind.value_type)))
+    return kind
 
 
 def _bounds_filter(schema: Schema, key_columns: list[str], keys: pa.Table):
