@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -55,7 +56,7 @@ class Bench:
 
     def sync(self, what: str, where: str, spark_args: str, src: str, dst: str, state: str) -> float:
         """One timed ``olake sync``; recorded under ``what`` and ``where``."""
-        log = f"{what}-{where}.log".replace(" ", "_")
+        log = re.sub(r"[^A-Za-z0-9.-]+", "_", f"{what}-{where}") + ".log"
         seconds = timed(f"{self.olake} sync --source {src} --destination {dst} --catalog {src}.cat --state {state} "
                         f"{spark_args} > /dev/null 2>{log}", self.work, self.env)
         print(f"[bench] {what} on {where}: {seconds:.2f} s", file=sys.stderr)
@@ -84,7 +85,7 @@ def full_loads(b: Bench, targets: dict[str, str]) -> None:
     b.discover(src, {"bench": "full_refresh"})
     for where, spark_args in targets.items():
         for attempt in (1, 2):
-            name = f"{where}-{attempt}"
+            name = re.sub(r"[^A-Za-z0-9]+", "_", f"{where}-{attempt}")
             dst = b.config(f"{name}.dst.json", {"type": "parquet", "path": str(b.work / name), "shared_path": True})
             b.sync("full load", f"{where} (run {attempt})", spark_args, src, dst, f"{name}.state")
             shutil.rmtree(b.work / name)
@@ -100,7 +101,7 @@ def cron_passes(b: Bench, targets: dict[str, str]) -> None:
         conn.execute("CREATE TABLE feed (id bigint PRIMARY KEY, v text)")
         conn.execute("INSERT INTO feed SELECT g, md5(g::text) FROM generate_series(1, 10000) g")
     for where, spark_args in targets.items():
-        slot = "bench_" + where.split()[0].replace("[", "").replace("]", "")
+        slot = "bench_" + re.sub(r"[^a-z0-9]+", "_", where.lower())
         src = b.config(f"cron-{slot}.json", {**b.pg.source_config("cron", replication_slot=slot,
                                                                   publication=f"{slot}_pub",
                                                                   create_slot_and_publication=True),
@@ -116,7 +117,7 @@ def cron_passes(b: Bench, targets: dict[str, str]) -> None:
         conn.execute("INSERT INTO events SELECT g, '2025-01-01'::timestamptz + g * interval '1 s', md5(g::text) "
                      "FROM generate_series(10001, 20000) g")
     for where, spark_args in targets.items():
-        slot = "bench_" + where.split()[0].replace("[", "").replace("]", "")
+        slot = "bench_" + re.sub(r"[^a-z0-9]+", "_", where.lower())
         src, dst, state = f"cron-{slot}.json", f"cron-{slot}.dst.json", f"cron-{slot}.state"
         b.sync("10k-row incremental + empty cdc pass", where, spark_args, src, dst, state)
 

@@ -87,18 +87,19 @@ def bare_workers(bare_python, monkeypatch) -> str:
 @pytest.mark.parametrize("via", ["master", "remote"])
 def test_postgres_full_loads_on_the_cluster(pg_cluster, items_db, spark_connect, olake_archive, bare_workers,
                                             tmp_path, via):
-    """read | write into Iceberg and sync into Parquet, every chunk a task on the cluster's executors."""
+    """read | write and sync (whose tasks write the files on the executors), into Parquet and Iceberg,
+    every chunk a task on the cluster's executors."""
     cluster = spark_connect
     spark_args = ["--spark-master", cluster.master] if via == "master" else ["--spark-remote", cluster.remote]
     src = _source(pg_cluster, items_db, tmp_path, olake_archive)
     cat, stream = _catalog(src, tmp_path)
     ice_root, lake = tmp_path / "ice", tmp_path / "lake"
-    piped = _pipe(spark_args, src, cat, write_json(tmp_path / "ice.json", {"type": "iceberg", "path": str(ice_root)}),
-                  tmp_path / "ice-state.json")
-    assert "chunk 4/4" in piped.read_stderr.decode()
-    _sync(spark_args, src, cat, write_json(tmp_path / "lake.json", {"type": "parquet", "path": str(lake),
-                                                                     "shared_path": True}),
-          tmp_path / "lake-state.json")
+    iceberg = write_json(tmp_path / "ice.json", {"type": "iceberg", "path": str(ice_root), "shared_path": True})
+    parquet = write_json(tmp_path / "lake.json", {"type": "parquet", "path": str(lake), "shared_path": True})
+    piped, synced = (parquet, iceberg) if via == "master" else (iceberg, parquet)
+    result = _pipe(spark_args, src, cat, piped, tmp_path / "pipe-state.json")
+    assert "chunk 4/4" in result.read_stderr.decode()
+    _sync(spark_args, src, cat, synced, tmp_path / "sync-state.json")
     columns = list(stream["json_schema"]["properties"])
     with psycopg.connect(pg_cluster.dsn(items_db)) as conn:
         assert_table_matches(conn, "public", "items", stream["json_schema"],
