@@ -10,6 +10,8 @@ middle of a load loses its tasks; they run again elsewhere and nothing is lost o
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import threading
 import time
@@ -159,8 +161,8 @@ def test_workers_without_olake_and_no_archive_fail_with_one_line(pg_cluster, ite
 
 def test_a_worker_killed_mid_load_loses_nothing_and_doubles_nothing(pg_cluster, pg_db, spark_cluster, olake_archive,
                                                                    bare_workers, tmp_path, monkeypatch):
-    """SIGKILL a worker (and its executors) while chunks run on both: Spark runs the lost tasks on the
-    other worker; every row lands exactly once. The worker is started again for the tests after."""
+    """SIGKILL the worker (and its executors) whose task is scanning a chunk: Spark runs the lost task
+    on the other worker; every row lands exactly once. The worker is started again for the tests after."""
     with psycopg.connect(pg_cluster.dsn(pg_db), autocommit=True) as conn:
         conn.execute("CREATE TABLE big (id int PRIMARY KEY, a text, b text)")
         conn.execute("INSERT INTO big SELECT g, md5(g::text), repeat(md5(g::text), 8) FROM generate_series(1, 120000) g")
@@ -176,7 +178,7 @@ def test_a_worker_killed_mid_load_loses_nothing_and_doubles_nothing(pg_cluster, 
     monkeypatch.setenv("OLAKE_SPARK_LOG", str(log))
     lake = tmp_path / "lake"
     dst = write_json(tmp_path / "lake.json", {"type": "parquet", "path": str(lake), "shared_path": True})
-    killer = WhenBothExecutorsScan(pg_cluster.dsn(pg_db), lambda: spark_cluster.kill("worker1"))
+    killer = WhenScanning(pg_cluster.dsn(pg_db), lambda port: _kill_worker_of(spark_cluster, port))
     killer.start()
     try:
         _sync(["--spark-master", spark_cluster.master], str(src), str(tmp_path / "cat.json"), dst,
@@ -184,16 +186,38 @@ def test_a_worker_killed_mid_load_loses_nothing_and_doubles_nothing(pg_cluster, 
     finally:
         killer.stop.set()
         killer.join()
-        if "worker1" not in spark_cluster.processes:
-            spark_cluster.start_worker(1)
-    assert killer.done, "the worker was not killed while both executors scanned"
+        for name in ("worker0", "worker1"):
+            if name not in spark_cluster.processes:
+                spark_cluster.start_worker(int(name[-1]))
+    assert killer.done, "no worker was killed while it scanned a chunk"
     assert "Lost executor" in log.read_text()
     with psycopg.connect(pg_cluster.dsn(pg_db)) as conn:
         assert_table_matches(conn, "public", "big", stream["json_schema"], read_parquet(str(lake / "public" / "big")))
 
 
-class WhenBothExecutorsScan(threading.Thread):
-    """Runs ``action`` once two chunk scans of ``big`` run at the same time (one per worker)."""
+def _kill_worker_of(cluster, client_port: int) -> bool:
+    """Kill the worker that started the process holding the connection from ``client_port``; False if none."""
+    listing = subprocess.run(["ss", "-Htnp", f"sport = :{client_port}"], capture_output=True, text=True).stdout
+    workers = {process.pid: name for name, process in cluster.processes.items() if name.startswith("worker")}
+    for pid in map(int, re.findall(r"pid=(\d+)", listing)):
+        while pid > 1 and pid not in workers:
+            pid = _parent(pid)
+        if pid in workers:
+            cluster.kill(workers[pid])
+            return True
+    return False
+
+
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+class WhenScanning(threading.Thread):
+    """Calls ``action(client_port)`` for a chunk scan of ``big`` seen running, until it returns True."""
 
     def __init__(self, dsn: str, action) -> None:
         super().__init__(daemon=True)
@@ -202,10 +226,9 @@ class WhenBothExecutorsScan(threading.Thread):
     def run(self) -> None:
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             while not self.stop.is_set():
-                scans = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND "
-                                     "application_name = 'olake' AND query LIKE %s", (SCAN,)).fetchone()[0]
-                if scans >= 2:
-                    self.action()
-                    self.done = True
-                    return
+                for (port,) in conn.execute("SELECT client_port FROM pg_stat_activity WHERE state = 'active' AND "
+                                            "application_name = 'olake' AND query LIKE %s", (SCAN,)).fetchall():
+                    if self.action(port):
+                        self.done = True
+                        return
                 time.sleep(0.01)
