@@ -12,6 +12,7 @@ from olake_cli.core.redact import remove_secrets
 
 DEFAULT_CHUNK_ROWS = 250_000
 DEFAULT_BATCH_ROWS = 10_000
+DEFAULT_DECODING_WORK_MEM_MB = 256  # the change feed session's logical_decoding_work_mem (server default 64)
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class PostgresSettings:
     publication: str | None = None
     create_slot_and_publication: bool = False
     on_position_lost: str = "resync"
+    logical_decoding_work_mem_mb: int = DEFAULT_DECODING_WORK_MEM_MB
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any]) -> "PostgresSettings":

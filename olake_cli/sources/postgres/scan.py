@@ -134,8 +134,8 @@ def is_transient(exc: BaseException) -> bool:
     if state:
         return state[:2] in _TRANSIENT_CLASSES or state in _TRANSIENT_CODES
     text = str(exc).lower()
-    if "connection refused" in text or "the database system is shutting down" in text \
-            or "the database system is starting up" in text:  # a server restarting: up again soon
+    if "failed to connect" in text or "could not connect" in text or "shutting down" in text \
+            or "starting up" in text:  # planning connected: a server restarting, not a wrong address
         return True
     return "terminating connection" in text or "connection" in text and ("closed" in text or "reset" in text)
 
