@@ -2,14 +2,18 @@
 on it (tests/support/spark_cluster.py, started once per run), compared value by value with the source.
 Every worker runs a Python without olake (``bare_python``): the runs ship it (``olake pack``).
 
-PostgreSQL and MongoDB multi-chunk loads go through ``read | write`` (the driver writes Iceberg) and
-``sync`` (the executors write Parquet on a path every node sees, declared ``shared_path``), on the
-cluster with ``--spark-master`` and through Connect with ``--spark-remote``. A worker killed in the
-middle of a load loses its tasks; they run again elsewhere and nothing is lost or doubled.
+Multi-chunk loads go through ``read | write`` (the driver writes; on the cluster the chunks' lines come
+back from the executors) and ``sync`` (the executors write Parquet or Iceberg files on a path every node
+sees, declared ``shared_path``), on the cluster with ``--spark-master`` and through Connect with
+``--spark-remote``. A worker killed in the middle of a load loses its tasks; they run again elsewhere and
+nothing is lost or doubled. Each way of running is covered once by default (PostgreSQL ``read | write``
+on the master and ``sync`` through Connect, MongoDB ``read | write`` through Connect, the kill test's
+``sync`` on the master); ``OLAKE_TEST_CLUSTER_ALL=1`` adds the other pairings (about a minute more).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -26,6 +30,8 @@ from tests.support.mongo import connect
 from tests.support.spark_cluster import cluster_spark_config
 from tests.support.verify import assert_table_matches, read_parquet
 
+EVERY_PAIRING = pytest.mark.skipif(os.environ.get("OLAKE_TEST_CLUSTER_ALL") != "1",
+                                   reason="set OLAKE_TEST_CLUSTER_ALL=1 for every pairing of command and Spark")
 ROWS = 6000
 SCAN = "COPY (SELECT %FROM \"public\".\"big\"%"
 TABLE_SQL = f"""
@@ -44,15 +50,14 @@ def _source(pg_cluster, db: str, tmp_path: Path, archive: str | None, **extra) -
     return write_json(tmp_path / "src.json", config)
 
 
-def _catalog(src: str, tmp_path: Path) -> tuple[str, dict]:
+def _catalog(src: str, tmp_path: Path, name: str = "items") -> tuple[str, dict]:
+    """Discover ``src``: the catalog's path and the stream ``name``."""
     found = run_olake("discover", "--config", src)
     assert found.returncode == 0, found.stderr.decode()
     path = tmp_path / "cat.json"
     path.write_bytes(found.stdout)
-    import json
-
     catalog = json.loads(found.stdout)["catalog"]
-    return str(path), next(s for s in catalog["streams"] if s["name"] == "items")
+    return str(path), next(s for s in catalog["streams"] if s["name"] == name)
 
 
 def _pipe(spark_args: list[str], src: str, cat: str, dst: str, state: Path):
@@ -86,22 +91,25 @@ def bare_workers(bare_python, monkeypatch) -> str:
     return bare_python
 
 
-@pytest.mark.parametrize("via", ["master", "remote"])
+def _spark_args(cluster, via: str) -> list[str]:
+    return ["--spark-master", cluster.master] if via == "master" else ["--spark-remote", cluster.remote]
+
+
+@pytest.mark.parametrize("pipe_via, sync_via", [
+    pytest.param("master", "remote", id="pipe-on-master-sync-through-connect"),
+    pytest.param("remote", "master", id="pipe-through-connect-sync-on-master", marks=EVERY_PAIRING)])
 def test_postgres_full_loads_on_the_cluster(pg_cluster, items_db, spark_connect, olake_archive, bare_workers,
-                                            tmp_path, via):
-    """read | write and sync (whose tasks write the files on the executors), into Parquet and Iceberg,
-    every chunk a task on the cluster's executors."""
-    cluster = spark_connect
-    spark_args = ["--spark-master", cluster.master] if via == "master" else ["--spark-remote", cluster.remote]
+                                            tmp_path, pipe_via, sync_via):
+    """read | write into Parquet and sync into Iceberg (whose tasks write the data files on the
+    executors), every chunk a task on the cluster's executors."""
     src = _source(pg_cluster, items_db, tmp_path, olake_archive)
     cat, stream = _catalog(src, tmp_path)
     ice_root, lake = tmp_path / "ice", tmp_path / "lake"
     iceberg = write_json(tmp_path / "ice.json", {"type": "iceberg", "path": str(ice_root), "shared_path": True})
     parquet = write_json(tmp_path / "lake.json", {"type": "parquet", "path": str(lake), "shared_path": True})
-    piped, synced = (parquet, iceberg) if via == "master" else (iceberg, parquet)
-    result = _pipe(spark_args, src, cat, piped, tmp_path / "pipe-state.json")
+    result = _pipe(_spark_args(spark_connect, pipe_via), src, cat, parquet, tmp_path / "pipe-state.json")
     assert "chunk 4/4" in result.read_stderr.decode()
-    _sync(spark_args, src, cat, synced, tmp_path / "sync-state.json")
+    _sync(_spark_args(spark_connect, sync_via), src, cat, iceberg, tmp_path / "sync-state.json")
     columns = list(stream["json_schema"]["properties"])
     with psycopg.connect(pg_cluster.dsn(items_db)) as conn:
         assert_table_matches(conn, "public", "items", stream["json_schema"],
@@ -110,47 +118,44 @@ def test_postgres_full_loads_on_the_cluster(pg_cluster, items_db, spark_connect,
                              read_parquet(str(lake / "public" / "items")))
 
 
+@pytest.mark.parametrize("command, via", [
+    pytest.param("pipe", "remote", id="pipe-through-connect"),
+    pytest.param("sync", "master", id="sync-on-master", marks=EVERY_PAIRING)])
 def test_mongodb_full_loads_on_the_cluster(mongo_server, mongo_db, spark_connect, olake_archive, bare_workers,
-                                           tmp_path):
-    """A multi-chunk MongoDB load: sync into Parquet on the cluster, read | write into Iceberg through Connect."""
+                                           tmp_path, command, via):
+    """A multi-chunk MongoDB load: read | write into Iceberg, or sync into Parquet."""
     from olake_cli.sources.mongodb.bson_types import documents_to_batch
     from tests.test_iceberg_e2e import _canon, _mongo_docs
 
-    cluster = spark_connect
     with connect(mongo_server.uri) as client:
         client[mongo_db].things.insert_many(_mongo_docs(2400))
     src = write_json(tmp_path / "src.json", {"type": "mongodb", "uri": mongo_server.uri, "database": mongo_db,
                                              "chunk_documents": 600, "spark": cluster_spark_config(olake_archive)})
-    found = run_olake("discover", "--config", src)
-    assert found.returncode == 0, found.stderr.decode()
-    (tmp_path / "cat.json").write_bytes(found.stdout)
-    import json
-
-    stream = next(s for s in json.loads(found.stdout)["catalog"]["streams"] if s["name"] == "things")
-    cat, ice_root, lake = str(tmp_path / "cat.json"), tmp_path / "ice", tmp_path / "lake"
-    _sync(["--spark-master", cluster.master], src, cat,
-          write_json(tmp_path / "lake.json", {"type": "parquet", "path": str(lake), "shared_path": True}),
-          tmp_path / "lake-state.json")
-    _pipe(["--spark-remote", cluster.remote], src, cat,
-          write_json(tmp_path / "ice.json", {"type": "iceberg", "path": str(ice_root)}), tmp_path / "ice-state.json")
+    cat, stream = _catalog(src, tmp_path, "things")
+    if command == "pipe":
+        _pipe(_spark_args(spark_connect, via), src, cat,
+              write_json(tmp_path / "ice.json", {"type": "iceberg", "path": str(tmp_path / "ice")}),
+              tmp_path / "state.json")
+        loaded = iceberg_rows(tmp_path / "ice", mongo_db, "things")
+    else:
+        _sync(_spark_args(spark_connect, via), src, cat,
+              write_json(tmp_path / "lake.json", {"type": "parquet", "path": str(tmp_path / "lake"),
+                                                  "shared_path": True}), tmp_path / "state.json")
+        loaded = read_parquet(str(tmp_path / "lake" / mongo_db / "things"))
     with connect(mongo_server.uri) as client:
         source = list(client[mongo_db].things.find())
-    columns = list(stream["json_schema"]["properties"])
     want = {r["_id"]: _canon(r) for r in documents_to_batch(source, stream["json_schema"], "things").to_pylist()}
-    for table in (read_parquet(str(lake / mongo_db / "things")), iceberg_rows(ice_root, mongo_db, "things")):
-        got = table.select(columns).to_pylist()
-        assert len(got) == len(source)
-        assert {r["_id"]: _canon(r) for r in got} == want
+    got = loaded.select(list(stream["json_schema"]["properties"])).to_pylist()
+    assert len(got) == len(source)
+    assert {r["_id"]: _canon(r) for r in got} == want
 
 
-@pytest.mark.parametrize("via", ["master", "remote"])
+@pytest.mark.parametrize("via", ["remote", pytest.param("master", marks=EVERY_PAIRING)])
 def test_workers_without_olake_and_no_archive_fail_with_one_line(pg_cluster, items_db, spark_connect, bare_workers,
                                                                  tmp_path, via):
-    cluster = spark_connect
-    spark_args = ["--spark-master", cluster.master] if via == "master" else ["--spark-remote", cluster.remote]
     src = _source(pg_cluster, items_db, tmp_path, None)
     cat, _ = _catalog(src, tmp_path)
-    result = subprocess.run(olake_cmd("read", "--config", src, "--catalog", cat, *spark_args),
+    result = subprocess.run(olake_cmd("read", "--config", src, "--catalog", cat, *_spark_args(spark_connect, via)),
                             capture_output=True, env=olake_env(), timeout=900)
     assert result.returncode != 0
     errors = [line for line in result.stderr.decode().splitlines() if line.startswith("olake: error")]
@@ -171,8 +176,6 @@ def test_a_worker_killed_mid_load_loses_nothing_and_doubles_nothing(pg_cluster, 
     src = write_json(tmp_path / "src.json", config)
     found = run_olake("discover", "--config", src)
     (tmp_path / "cat.json").write_bytes(found.stdout)
-    import json
-
     stream = json.loads(found.stdout)["catalog"]["streams"][0]
     log = tmp_path / "spark.log"
     monkeypatch.setenv("OLAKE_SPARK_LOG", str(log))

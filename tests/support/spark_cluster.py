@@ -1,14 +1,18 @@
 """A real Spark standalone cluster (one master, two workers) and a Spark Connect server against it,
 started from the pyspark package's own scripts (``bin/spark-class``, ``bin/spark-submit``).
 
-The workers offer 2 cores each and the Connect server takes at most 2 (``spark.cores.max``), so a
-classic ``olake`` run (also capped at 2) gets executors while the server runs. Every process runs in
-its own process group and is stopped by :meth:`SparkCluster.stop`.
+Every application (the Connect server, each classic ``olake`` run) gets one executor of 2 cores
+(``spark.cores.max`` = ``spark.executor.cores``): one executor JVM to start, one archive to unpack and
+one Python worker pool per run, which is what a 2-core machine can afford. The workers offer 4 cores
+each, so a classic run gets an executor while the server holds its own, and a run whose worker is
+killed gets a new executor on the other one. Every process runs in its own process group, keeps its
+files (logs, work and local folders) in the cluster's folder, and :meth:`SparkCluster.stop` removes both.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -22,6 +26,9 @@ import pyspark
 SPARK_HOME = os.path.dirname(os.path.abspath(pyspark.__file__))
 APP_CORES = 2  # spark.cores.max of every application on the cluster
 EXECUTOR_MEMORY = "512m"
+# Every JVM of the test cluster compiles with C1 only and one GC thread: on 2 cores, a JVM that starts,
+# runs a few small tasks and stops spends less CPU that way (the driver's JVM does the same).
+JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def free_port() -> int:
@@ -86,7 +93,7 @@ class SparkCluster:
         process, log = self._start(f"worker{index}", [
             f"{SPARK_HOME}/bin/spark-class", "org.apache.spark.deploy.worker.Worker", self.master,
             "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(free_port()),
-            "--cores", "2", "--memory", "1g", "--work-dir", work_dir])
+            "--cores", str(2 * APP_CORES), "--memory", "1g", "--work-dir", work_dir])
         _wait_for_port(port, process, log)
 
     def kill(self, name: str) -> None:
@@ -105,31 +112,25 @@ class SparkCluster:
         process, log = self._start("connect", [
             f"{SPARK_HOME}/bin/spark-submit", "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
             "--master", self.master, "--conf", f"spark.connect.grpc.binding.port={self.connect_port}",
-            "--conf", f"spark.cores.max={APP_CORES}", "--conf", f"spark.executor.memory={EXECUTOR_MEMORY}",
-            "--conf", "spark.ui.enabled=false", "--conf", "spark.driver.memory=1g", "spark-internal"], env)
+            "--conf", f"spark.cores.max={APP_CORES}", "--conf", f"spark.executor.cores={APP_CORES}",
+            "--conf", f"spark.executor.memory={EXECUTOR_MEMORY}", "--driver-java-options", JAVA_OPTIONS,
+            "--conf", f"spark.executor.extraJavaOptions={JAVA_OPTIONS}", "--conf", "spark.ui.enabled=false", "--conf", "spark.driver.memory=1g", "spark-internal"], env)
         _wait_for_port(self.connect_port, process, log, timeout_s=180)
 
     def stop(self) -> None:
-        """Stop every process (Connect server first, master last)."""
-        for name in sorted(self.processes, key=lambda n: (n == "master", n)):
-            process = self.processes[name]
-            try:
-                os.killpg(process.pid, signal.SIGTERM)
-                process.wait(timeout=30)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                try:
-                    os.killpg(process.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        self.processes.clear()
+        """Kill every process (the cluster keeps nothing worth a graceful stop) and remove its folder."""
+        for name in list(self.processes):
+            self.kill(name)
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def start_spark_cluster(workers: int = 2) -> SparkCluster:
     """A master and ``workers`` workers on loopback, in a temporary folder."""
     folder = tempfile.mkdtemp(prefix="olake-spark-cluster-")
     env = dict(os.environ, SPARK_HOME=SPARK_HOME, SPARK_LOCAL_IP="127.0.0.1", SPARK_LOG_DIR=folder,
-               SPARK_WORKER_DIR=folder, PYSPARK_PYTHON=sys.executable,
-               SPARK_DAEMON_MEMORY="512m")
+               SPARK_WORKER_DIR=folder, SPARK_LOCAL_DIRS=os.path.join(folder, "local"),
+               PYSPARK_PYTHON=sys.executable,
+               SPARK_DAEMON_MEMORY="512m", SPARK_DAEMON_JAVA_OPTS=JAVA_OPTIONS)
     cluster = SparkCluster(folder, free_port(), env)
     try:
         cluster.start_master()
@@ -143,7 +144,9 @@ def start_spark_cluster(workers: int = 2) -> SparkCluster:
 
 def cluster_spark_config(archive: str | None = None, **extra: object) -> dict:
     """The ``spark`` section of a source config for runs on the test cluster (``archive``: olake shipped)."""
-    section: dict = {"conf": {"spark.cores.max": APP_CORES, "spark.executor.memory": EXECUTOR_MEMORY, **extra}}
+    section: dict = {"conf": {"spark.cores.max": APP_CORES, "spark.executor.cores": APP_CORES,
+                              "spark.executor.memory": EXECUTOR_MEMORY, "spark.executor.extraJavaOptions": JAVA_OPTIONS,
+                              **extra}}
     if archive:
         section["archive"] = archive
     return section
