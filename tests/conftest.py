@@ -103,3 +103,16 @@ def spark_connect(spark_cluster: SparkCluster, bare_python: str) -> SparkCluster
     Python workers run ``bare_python``: runs through it must ship olake (``spark.archive``)."""
     spark_cluster.start_connect(python=bare_python)
     return spark_cluster
+
+
+# ----------------------------------------------------------------------------- object storage
+
+from tests.support.object_store import MotoServer, start_moto_server  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> MotoServer:
+    """One moto server (S3 over HTTP) for the run, started on first use."""
+    server = start_moto_server()
+    yield server
+    server.stop()
