@@ -77,3 +77,22 @@ def test_iceberg_warehouse_in_a_bucket_through_read_write_and_sync(pg_cluster, p
     with psycopg.connect(pg_cluster.dsn(pg_db)) as conn:
         assert_table_matches(conn, "public", "items", stream["json_schema"],
                              _rows(properties, "public", "items").select(columns))
+
+
+def test_check_writes_into_the_bucket_and_names_a_missing_one(moto_server, tmp_path):
+    """``check`` writes (and removes) a probe object in the warehouse: a bucket that does not exist
+    fails with one line naming the warehouse, the secret key in no output."""
+    bucket = moto_server.create_bucket(f"olake-{next(_buckets)}")
+    good = write_json(tmp_path / "good.json", {"type": "iceberg",
+                                               "catalog": _catalog_properties(moto_server, tmp_path, bucket)})
+    checked = run_olake("check", "--config", good)
+    assert checked.returncode == 0, checked.stderr.decode()
+    assert not [key for key in moto_server.keys(bucket) if ".olake-check-" in key]  # the probe is gone
+    missing = _catalog_properties(moto_server, tmp_path, bucket)
+    missing["warehouse"] = "s3://no-such-bucket/warehouse"
+    bad = write_json(tmp_path / "bad.json", {"type": "iceberg", "catalog": missing})
+    failed = run_olake("check", "--config", bad)
+    _no_secret(failed.stdout, failed.stderr)
+    errors = [line for line in failed.stderr.decode().splitlines() if line.startswith("olake: error")]
+    assert failed.returncode != 0 and len(errors) == 1, failed.stderr.decode()
+    assert "s3://no-such-bucket/warehouse" in errors[0] and "cannot write" in errors[0], errors
