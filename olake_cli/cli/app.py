@@ -35,6 +35,8 @@ CATALOG_OPT = typer.Option(..., "--catalog", metavar="FILE", help="Catalog JSON 
 STATE_OPT = typer.Option(None, "--state", metavar="FILE", help="State JSON file; read to resume, merged into by write.")
 MASTER_OPT = typer.Option(None, "--spark-master", metavar="URL",
                           help="Spark master URL (default local[*] or $OLAKE_SPARK_MASTER).")
+REMOTE_OPT = typer.Option(None, "--spark-remote", metavar="URL",
+                          help="Spark Connect server, sc://host:port (or $OLAKE_SPARK_REMOTE), instead of a master.")
 PARALLEL_OPT = typer.Option(None, "--max-parallel", min=1, metavar="N",
                             help="Chunks scanned at once (default: Spark's parallelism).")
 LogFormat = Enum("LogFormat", {name: name for name in LOG_FORMATS}, type=str)
@@ -113,13 +115,15 @@ def discover(config: str = CONFIG_OPT,
 def read(config: str = CONFIG_OPT, catalog: str = CATALOG_OPT, state: Optional[str] = STATE_OPT,
          state_from: Optional[str] = typer.Option(None, "--state-from", metavar="FILE", help="Destination config JSON: resume "
                                                   "from the state the destination committed (instead of --state)."),
-         spark_master: Optional[str] = MASTER_OPT, max_parallel: Optional[int] = PARALLEL_OPT) -> None:
+         spark_master: Optional[str] = MASTER_OPT, spark_remote: Optional[str] = REMOTE_OPT,
+         max_parallel: Optional[int] = PARALLEL_OPT) -> None:
     """Read the selected streams and print RECORD and STATE messages on stdout."""
-    from olake_cli.pipeline.connectors import run_read, shutdown_engine
+    from olake_cli.pipeline.connectors import SparkOptions, run_read, shutdown_engine
 
     # command_guard: click would turn these into a silent exit 1 or "Aborted!"
     with command_guard(shutdown_engine), progress_view() as view:
-        run_read(config, catalog, state, spark_master, max_parallel, protocol_writer(), log, state_from, view)
+        run_read(config, catalog, state, SparkOptions(spark_master, spark_remote), max_parallel, protocol_writer(),
+                 log, state_from, view)
 
 
 @app.command()
@@ -139,12 +143,24 @@ def write(config: str = CONFIG_OPT,
 def sync(source: str = typer.Option(..., "--source", metavar="FILE", help="Source config JSON file."),
          destination: str = typer.Option(..., "--destination", metavar="FILE", help="Destination config JSON file."),
          catalog: str = CATALOG_OPT, state: Optional[str] = STATE_OPT,
-         spark_master: Optional[str] = MASTER_OPT, max_parallel: Optional[int] = PARALLEL_OPT) -> None:
+         spark_master: Optional[str] = MASTER_OPT, spark_remote: Optional[str] = REMOTE_OPT,
+         max_parallel: Optional[int] = PARALLEL_OPT) -> None:
     """Read and write in one process (full-load chunks are written by the Spark tasks); prints STATEs."""
-    from olake_cli.pipeline.connectors import run_sync, shutdown_engine
+    from olake_cli.pipeline.connectors import SparkOptions, run_sync, shutdown_engine
 
     with command_guard(shutdown_engine), progress_view() as view:
-        run_sync(source, destination, catalog, state, spark_master, max_parallel, protocol_writer(), log, view)
+        run_sync(source, destination, catalog, state, SparkOptions(spark_master, spark_remote), max_parallel,
+                 protocol_writer(), log, view)
+
+
+@app.command()
+def pack(output: str = typer.Option(..., "--output", metavar="FILE.tar.gz",
+                                   help="Where to write the archive (name it in the source config's spark.archive).")) -> None:
+    """Build an archive of olake and its dependencies for Spark executors that have no olake installed."""
+    from olake_cli.engine.pack import build_pack
+
+    with command_guard():
+        build_pack(output, log)
 
 
 @state_app.command("show")

@@ -28,7 +28,8 @@ CREDENTIALS = {"access_key_id": "testing", "secret_access_key": "testing-secret"
 
 @dataclass
 class MotoServer:
-    """A running ``moto_server``: its endpoint, and the process to stop."""
+    """A running ``moto_server`` (DynamoDB, its Streams and S3 on one endpoint): its endpoint, and the
+    process to stop."""
 
     endpoint: str
     process: subprocess.Popen
