@@ -17,7 +17,7 @@ run stay in the test's tmp folder.
     bash scripts/test.sh tests/test_fault_harness.py -s            # the short schedule (the suite's)
     OLAKE_FAULT_SCHEDULE=long OLAKE_FAULT_SEED=7 bash scripts/test.sh -m fault_harness -s
 
-The short schedule makes at least 20 kills per path; the long one 60. The seed is printed, so a
+The short schedule makes at least 14 kills per path (two rounds); the long one 60. The seed is printed, so a
 failure can be replayed.
 """
 
@@ -46,7 +46,7 @@ from tests.support.verify import assert_table_matches, latest_versions, read_par
 pytestmark = pytest.mark.fault_harness
 
 LONG = os.environ.get("OLAKE_FAULT_SCHEDULE", "short") == "long"
-KILLS = 60 if LONG else 20
+KILLS = 60 if LONG else 14
 LOAD_KILLS, CHANGE_KILLS = 2, 5  # per round: kills aimed at one full load, then at change capture
 SEED = int(os.environ.get("OLAKE_FAULT_SEED", "20261124"))
 ROWS = 6_000
