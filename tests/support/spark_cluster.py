@@ -152,7 +152,7 @@ def cluster_spark_config(archive: str | None = None, **extra: object) -> dict:
     return section
 
 
-ARROW_WORKER_PACKAGES = ("pyarrow", "numpy", "numpy.libs", "pandas", "dateutil", "tzdata")
+ARROW_WORKER_PACKAGES = ("pyarrow", "numpy", "numpy.libs", "pandas", "dateutil", "six.py", "pytz", "tzdata")
 
 
 def make_bare_python(folder: str) -> str:
