@@ -17,8 +17,9 @@ _db_counter = itertools.count()
 
 @pytest.fixture(scope="session")
 def pg_cluster() -> PgCluster:
-    """A PostgreSQL cluster with wal_level=logical, shared by the whole run."""
-    cluster = start_cluster()
+    """A PostgreSQL cluster with wal_level=logical, shared by the whole run (track_commit_timestamp on:
+    it is one node of the two-way replication tests)."""
+    cluster = start_cluster({"track_commit_timestamp": "on"})
     yield cluster
     cluster.stop()
 
@@ -28,6 +29,23 @@ def pg_db(pg_cluster: PgCluster) -> str:
     """A fresh, empty database in the shared cluster; returns its name."""
     name = f"t{next(_db_counter)}_{os.getpid()}"
     create_database(pg_cluster, name)
+    return name
+
+
+@pytest.fixture(scope="session")
+def pg_target() -> PgCluster:
+    """A second cluster, the PostgreSQL destination's target (wal_level=logical, track_commit_timestamp
+    on); started only when a test asks for it."""
+    cluster = start_cluster({"track_commit_timestamp": "on"})
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture()
+def target_db(pg_target: PgCluster) -> str:
+    """A fresh, empty database in the target cluster; returns its name."""
+    name = f"d{next(_db_counter)}_{os.getpid()}"
+    create_database(pg_target, name)
     return name
 
 

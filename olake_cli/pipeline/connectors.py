@@ -80,7 +80,8 @@ def run_sync(source_path: str, dest_path: str, catalog_path: str, state_path: st
     destination = make_destination(dest_kind, dest_config, log)
     master = _master(spark_master)
     sink = destination.chunk_sink()
-    if sink is not None and not master.startswith("local") and not dest_config.get("shared_path"):
+    if sink is not None and getattr(sink, "writes_local_files", True) and not master.startswith("local") \
+            and not dest_config.get("shared_path"):
         raise ConfigError(f"{dest_path}: with the Spark master '{master}' the tasks write the destination's "
                           f"files on the executors' own disks; set \"shared_path\": true if every executor "
                           f"sees the same path (NFS, a mounted bucket), or use a local master")

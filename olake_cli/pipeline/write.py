@@ -52,6 +52,8 @@ class WritePipeline:
         by_tasks = self.rows_by_tasks()
         tasks = f" (plus {by_tasks} row(s) written by the Spark tasks)" if by_tasks else ""
         self.log(f"wrote {self.records} record(s){tasks}, committed {self.states} state(s) from {lineno} line(s)")
+        if hasattr(self.destination, "summary"):
+            self.log(self.destination.summary())
         if self.upstream_error:
             message, failure_type = self.upstream_error
             raise UpstreamError(f"the reading side failed: {message}", failure_type)

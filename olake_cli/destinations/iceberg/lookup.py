@@ -24,6 +24,7 @@ from pyiceberg.table import DataScan, FileScanTask
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.types import DateType, IntegerType, LongType, StringType
 
+from olake_cli.core.key_columns import key_storage
 from olake_cli.destinations.iceberg.schema import conform
 
 POS, PATH = "__olake_pos", "__olake_path"
@@ -127,22 +128,6 @@ def read_rows(io: FileIO, data_file: DataFile, schema: Schema, target: pa.Schema
         table = parquet.read(columns=list(present.values())).take(pa.array(positions, pa.int64()))
     table = table.rename_columns([next(n for n, p in present.items() if p == c) for c in table.column_names])
     return conform(table, pa.schema([target.field(n) for n in columns]))
-
-
-def key_storage(table: pa.Table) -> pa.Table:
-    """Key columns as plain values that can be joined, grouped and turned into Python values:
-    extension types (uuid) as their storage, dates and times as their integer counts."""
-    columns = []
-    for column in table.columns:
-        kind = column.type
-        if isinstance(kind, pa.BaseExtensionType):
-            column = column.cast(kind.storage_type)
-        elif pa.types.is_date32(kind):
-            column = column.cast(pa.int32())
-        elif pa.types.is_timestamp(kind) or pa.types.is_time64(kind):
-            column = column.cast(pa.int64())
-        columns.append(column)
-    return pa.Table.from_arrays(columns, names=table.column_names)
 
 
 def _bounds_filter(schema: Schema, key_columns: list[str], keys: pa.Table):

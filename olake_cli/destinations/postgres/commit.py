@@ -1,0 +1,120 @@
+"""One stream's commit: the rows a STATE covers and that STATE go into one target transaction.
+
+Inside it: full-load rows by COPY (into the table, or into the staging table of a load that replaces
+the table's rows), a source TRUNCATE, the changes (``apply``), the swap of a completed staged load,
+and the stream's row in ``_olake.streams`` (state and highest applied operation id); then one commit
+under the replication origin. A process killed before that commit leaves nothing; killed after it,
+the next run starts from an older state file and replays, and the target skips what it holds:
+full-load rows of chunks its committed state marks done, changes at or below its operation id.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from psycopg import sql
+
+from olake_cli.core.load_progress import load_complete, load_id_of, merged_stream_state, newly_done_chunks
+from olake_cli.core.row_metadata import OP_ID
+from olake_cli.core.state import StreamState
+from olake_cli.destinations.postgres import bookkeeping
+from olake_cli.destinations.postgres.apply import Applied, ChangeApplier
+from olake_cli.destinations.postgres.buffer import StreamBuffer
+from olake_cli.destinations.postgres.change_plan import COMMIT_TS, reduce_changes
+from olake_cli.destinations.postgres.copy_text import copy_text
+from olake_cli.destinations.postgres.session import commit_under_origin
+from olake_cli.destinations.postgres.tables import TargetTable
+
+COPY_BATCH_ROWS = 50_000  # rows encoded per COPY text block
+
+
+@dataclass
+class CommitContext:
+    """Destination-wide things a commit needs."""
+
+    conn: object
+    origin: str | None
+    applier: ChangeApplier
+    log: Callable[[str], None]
+
+
+def commit_stream(buf: StreamBuffer, ss: StreamState, ctx: CommitContext) -> Applied | None:
+    """Commit the rows buffered for ``buf``'s stream together with its state ``ss``; what the changes did."""
+    conn, table = ctx.conn, buf.table
+    load_id = (ss.extra or {}).get("load_id") or buf.load_id
+    new_load = load_id_of(buf.committed) != load_id
+    watermark = _load_rows(buf, ss, load_id, new_load, ctx)
+    if buf.truncated:
+        conn.execute(sql.SQL("TRUNCATE {}").format(table.qualified))
+        ctx.log(f"{buf.stream.label}: truncated at the source; the table is emptied")
+    applied, source_commit = None, None
+    changes = buf.take_changes(ctx.log)
+    if buf.replayed:
+        ctx.log(f"{buf.stream.label}: skipped {buf.replayed} change(s) the target already holds (a replay)")
+    if changes is not None:
+        applied = ctx.applier.apply(table, reduce_changes(changes, list(table.key)))
+        top = pc.max(changes.column(OP_ID)).as_py()
+        watermark = top if watermark is None or top > watermark else watermark
+        source_commit = (int(top[:16], 16), pc.max(changes.column(COMMIT_TS)).as_py() or 0)
+    if load_complete(ss) and bookkeeping.finish_load(conn, table.ident, load_id, table.column_list()):
+        ctx.log(f"{buf.stream.label}: the new load replaced the table's rows")
+    merged = merged_stream_state(buf.committed, ss)
+    bookkeeping.save_state(conn, table.ident, buf.stream.key, merged, watermark)
+    commit_under_origin(conn, ctx.origin, source_commit)
+    buf.committed, buf.max_op_id, buf.load_id = merged, watermark, load_id
+    buf.truncated, buf.replayed = False, 0
+    return applied
+
+
+def _load_rows(buf: StreamBuffer, ss: StreamState, load_id: str, new_load: bool, ctx: CommitContext) -> str | None:
+    """COPY the full-load rows this STATE covers (or skip a replay); the operation id watermark after them."""
+    table = buf.table
+    rows = buf.take_load(ctx.log)
+    newly = newly_done_chunks(buf.committed, ss, load_id)
+    if rows is not None and not new_load and not newly:
+        ctx.log(f"{buf.stream.label}: skipped {rows.num_rows} full-load row(s) of a chunk the target already "
+                f"holds (a replay)")
+        rows = None
+    op_key = (ss.extra or {}).get("load_op_key") or buf.load_op_key
+    if rows is not None or (new_load and ss.sync_type == "full-load"):
+        staged = bookkeeping.register_load(ctx.conn, table.ident, load_id, table.column_list())
+        if rows is not None:
+            copy_load(ctx.conn, bookkeeping.load_rows_target(table.ident, staged), table, rows, op_key)
+    if new_load and (rows is not None or ss.sync_type == "full-load"):
+        return op_key  # a new load: its rows rank at its position, whatever the table held before
+    watermark = buf.max_op_id
+    return op_key if op_key and (watermark is None or op_key > watermark) else watermark
+
+
+def copy_load(conn, target: sql.Composable, table: TargetTable, rows: pa.Table | pa.RecordBatch,
+              op_key: str | None) -> None:
+    """COPY full-load rows (the stream's columns, destination types) into ``target``."""
+    with conn.cursor().copy(copy_statement(target, table)) as copy:
+        for start in range(0, rows.num_rows, COPY_BATCH_ROWS):
+            copy.write(load_text(table, rows.slice(start, COPY_BATCH_ROWS), op_key))
+
+
+def copy_statement(target: sql.Composable, table: TargetTable) -> sql.Composable:
+    """``COPY target (columns) FROM STDIN`` for full-load rows of ``table``."""
+    return sql.SQL("COPY {} ({}) FROM STDIN").format(target, table.column_list())
+
+
+def load_text(table: TargetTable, rows: pa.Table | pa.RecordBatch, op_key: str | None) -> bytes:
+    """COPY text of full-load rows, with the ``_olake_*`` values of a load when the table has them."""
+    columns = [rows.column(c.name) for c in table.columns]
+    types, names, props = [c.olake_type for c in table.columns], [c.name for c in table.columns], \
+        [c.prop for c in table.columns]
+    if table.metadata:
+        count = rows.num_rows
+        now = int(time.time() * 1_000_000)
+        columns += [pa.array(["r"] * count), pa.array([op_key] * count, pa.string()),
+                    pa.nulls(count, pa.timestamp("us", tz="UTC")),
+                    pa.array([now] * count, pa.int64()).view(pa.timestamp("us", tz="UTC"))]
+        types += ["string", "string", "timestamptz", "timestamptz"]
+        names += ["_olake_op", "_olake_op_id", "_olake_commit_ts", "_olake_synced_at"]
+        props += [None] * 4
+    return copy_text(columns, types, names, props)

@@ -1,0 +1,348 @@
+"""PostgreSQL destination end to end: real commands, a real source cluster and a second target cluster.
+
+Every type the PostgreSQL source carries (the demo's all_types, test_types_codec's ``everything``, and the
+calendar edges of test_e2e_edge_values) is copied by ``read | write`` and by ``sync``, then changed
+(inserts, updates, a key update, deletes, TRUNCATE, a 1 MB TOASTed value an update leaves alone), and
+each target table is compared with its source table value by value (PostgreSQL's text of every column).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.support.cdc import discover_catalog, sync_once
+from tests.support.cli import messages, read_into_write, run_olake, trace_errors, write_json
+from tests.support.pg_compare import assert_same_rows, columns_of
+from tests.test_e2e_edge_values import EDGE_DDL, EDGE_VALUES, GRID_VALUES
+from tests.test_types_codec import BIG_NUMERIC, DDL as EVERYTHING_DDL, ROWS as EVERYTHING_ROWS, TEXT_1
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "postgres" / "demo.sql"
+TABLES = [("shop", "all_types"), ("shop", "products"), ("public", "everything"), ("public", "edge"),
+          ("public", "grid"), ("public", "docs")]
+CDC = {"all_types", "everything", "edge", "grid", "docs"}
+BIG = "x" * 1_000_000
+
+
+def make_source(dsn: str) -> None:
+    """The demo schema plus every type, the calendar edges and a table with a 1 MB TOASTed value."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(FIXTURE.read_text())
+        conn.execute(EVERYTHING_DDL)
+        params = {"t1": TEXT_1, "tarr": ["", "a,b", 'q"uote', "back\\slash", None, "NULL", " sp "],
+                  "big": BIG_NUMERIC, "long": "x" * 100_000}
+        for statement in EVERYTHING_ROWS:
+            conn.execute(statement, {k: v for k, v in params.items() if f"%({k})s" in statement})
+        conn.execute(EDGE_DDL)
+        conn.execute(f"INSERT INTO edge VALUES {EDGE_VALUES}")
+        conn.execute(f"INSERT INTO grid VALUES {GRID_VALUES}")
+        conn.execute("CREATE TABLE docs (id int PRIMARY KEY, title text, body text)")
+        conn.execute("INSERT INTO docs SELECT g, 'doc ' || g, %s FROM generate_series(1, 3) g", (BIG,))
+
+
+def change_source(dsn: str) -> None:
+    """Inserts, updates (one leaves the 1 MB body unsent), key updates, deletes and a TRUNCATE."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE shop.all_types SET c_integer = 7, c_text = 'changed' WHERE id = 1")
+        conn.execute("UPDATE shop.all_types SET c_integer = 8 WHERE id = 9223372036854775807")  # c_text TOASTed
+        conn.execute("UPDATE shop.all_types SET id = 42 WHERE id = 3")
+        conn.execute("DELETE FROM shop.all_types WHERE id = 2")
+        conn.execute("INSERT INTO everything SELECT id + 100, c_bool, c_int2, c_int4, c_int8, c_oid, c_float4, "
+                     "c_float8, c_dec38, c_dec, c_num, c_num50, c_text, c_varchar, c_char, c_name, c_citext, "
+                     "c_enum, c_inet, c_cidr, c_macaddr, c_money, c_timetz, c_xml, c_bit, c_tsvector, c_hstore, "
+                     "c_uuid, c_json, c_jsonb, c_bytea, c_date, c_time, c_ts, c_ts3, c_tstz, c_interval, a_int, "
+                     "a_text, a_dec, a_tstz, a_enum, a_interval, a_uuid, a_bytea, a_float8, a_date, a_bool, "
+                     "a_char, a_jsonb, c_domain, c_money2, c_notnull, c_negscale, c_bigscale, a_domain "
+                     "FROM everything WHERE c_dec IS DISTINCT FROM 'NaN'")
+        conn.execute("UPDATE everything SET c_text = 'updated', c_int4 = c_int4 + 1 WHERE id = 4")
+        conn.execute("DELETE FROM everything WHERE id = 5")
+        conn.execute(f"INSERT INTO edge VALUES {EDGE_VALUES.replace(chr(10) + '(', chr(10) + '(10')}")
+        conn.execute("UPDATE edge SET id = 77 WHERE id = 7")
+        conn.execute("UPDATE grid SET m_int = '{{5,6},{7,8}}' WHERE id = 2")
+        conn.execute("TRUNCATE grid")
+        conn.execute("INSERT INTO grid VALUES (9, '{{9}}', '{{{z}}}', NULL)")
+        conn.execute("UPDATE docs SET title = 'kept body' WHERE id = 1")  # body (1 MB, TOASTed) is not sent
+        conn.execute("UPDATE docs SET id = 30, title = 'moved' WHERE id = 3")  # a key update leaving body alone
+        conn.execute("INSERT INTO docs VALUES (4, 'new', 'small'), (5, 'gone', 'soon')")
+        conn.execute("DELETE FROM docs WHERE id = 5")
+
+
+def assert_copied(source_dsn: str, target_dsn: str) -> None:
+    """Every source table equals its target table, value by value."""
+    for schema, table in TABLES:
+        assert_same_rows(source_dsn, (schema, table), target_dsn, (schema, table), columns_of(source_dsn, schema, table))
+
+
+def catalog_for(src: str, path: Path) -> dict:
+    return discover_catalog(src, path, {name: "cdc" for name in CDC}, only={t for _, t in TABLES})
+
+
+def cdc_source(pg_cluster, db: str, slot: str) -> dict:
+    return pg_cluster.source_config(db, schemas=["shop", "public"], replication_slot=slot, publication="pub_all",
+                                    create_slot_and_publication=True)
+
+
+def without_nan_decimal(dsn: str) -> None:
+    """numeric(p,s) NaN cannot be carried (it becomes NULL with a warning, as in every destination)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE everything SET c_dec = NULL WHERE c_dec = 'NaN'")
+
+
+def test_every_type_and_every_change_by_read_write_and_sync(pg_cluster, pg_db, pg_target, target_db, tmp_path):
+    source = pg_cluster.dsn(pg_db)
+    make_source(source)
+    src_pipe = write_json(tmp_path / "src_pipe.json", cdc_source(pg_cluster, pg_db, "slot_pipe"))
+    src_sync = write_json(tmp_path / "src_sync.json", cdc_source(pg_cluster, pg_db, "slot_sync"))
+    catalog = tmp_path / "cat.json"
+    catalog_for(src_pipe, catalog)
+    with psycopg.connect(pg_target.dsn(), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{target_db}_sync"')
+    piped = pg_target.dsn(target_db)
+    synced = pg_target.dsn(f"{target_db}_sync")
+    dst_pipe = write_json(tmp_path / "dst_pipe.json", pg_target.destination_config(target_db))
+    dst_sync = write_json(tmp_path / "dst_sync.json", pg_target.destination_config(f"{target_db}_sync"))
+    state_pipe, state_sync = tmp_path / "pipe.json", tmp_path / "sync.json"
+    sync_args = ["sync", "--source", src_sync, "--destination", dst_sync, "--catalog", str(catalog),
+                 "--state", str(state_sync)]
+
+    first = sync_once(src_pipe, catalog, dst_pipe, state_pipe)  # full loads: read | write
+    assert b"NaN" in first.write_stderr and b"c_dec" in first.write_stderr, "the NaN decimal is named"
+    loaded = run_olake(*sync_args)  # full loads: the Spark tasks COPY their chunks
+    assert loaded.returncode == 0, loaded.stderr.decode()[-3000:]
+    without_nan_decimal(source)
+    assert_copied(source, piped)
+    assert_copied(source, synced)
+    with psycopg.connect(piped, autocommit=True) as conn:
+        types = dict(conn.execute("SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute WHERE "
+                                  "attrelid = 'shop.all_types'::regclass AND attnum > 0").fetchall())
+    assert types["c_numeric_12_2"] == "numeric(12,2)" and types["c_timestamptz"] == "timestamp with time zone"
+    assert types["c_status"] == "text", "an enum the target lacks becomes text"
+    assert types["c_jsonb"] == "jsonb" and types["c_int_array"] == "integer[]"
+
+    change_source(source)
+    changes = sync_once(src_pipe, catalog, dst_pipe, state_pipe)
+    assert b"truncated at the source" in changes.write_stderr
+    assert_copied(source, piped)
+    applied = run_olake(*sync_args)
+    assert applied.returncode == 0, applied.stderr.decode()[-3000:]
+    assert_copied(source, synced)
+    with psycopg.connect(synced, autocommit=True) as conn:
+        bodies = conn.execute("SELECT id, length(body) FROM docs ORDER BY id").fetchall()
+    assert bodies == [(1, 1_000_000), (2, 1_000_000), (4, 5), (30, 1_000_000)], "unsent TOAST values are kept"
+    with psycopg.connect(source, autocommit=True) as conn:
+        for slot in ("slot_pipe", "slot_sync"):
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+
+
+def test_replay_recover_and_state_from(pg_cluster, pg_db, pg_target, target_db, tmp_path):
+    """A batch written twice changes nothing; ``state recover`` and ``read --state-from`` read the
+    state the target committed with its rows (``_olake.streams``)."""
+    source = pg_cluster.dsn(pg_db)
+    with psycopg.connect(source, autocommit=True) as conn:
+        conn.execute("CREATE TABLE acct (id int PRIMARY KEY, v int, note text)")
+        conn.execute("INSERT INTO acct SELECT g, 0, 'n' || g FROM generate_series(1, 2000) g")
+        conn.execute("CREATE TABLE tags (name text PRIMARY KEY)")
+        conn.execute("INSERT INTO tags VALUES ('a'), ('b')")
+    src = write_json(tmp_path / "src.json", pg_cluster.source_config(
+        pg_db, replication_slot="slot_rr", publication="pub_rr", create_slot_and_publication=True, chunk_rows=500))
+    dst = write_json(tmp_path / "dst.json", pg_target.destination_config(target_db, schema="copy"))
+    catalog = tmp_path / "cat.json"
+    discover_catalog(src, catalog, {"acct": "cdc"})
+    target = pg_target.dsn(target_db)
+    state = tmp_path / "state.json"
+    sync_once(src, catalog, dst, state)
+    with psycopg.connect(source, autocommit=True) as conn:
+        conn.execute("UPDATE acct SET v = v + 1 WHERE id % 3 = 0")
+        conn.execute("DELETE FROM acct WHERE id > 1990")
+    lines = run_olake("read", "--config", src, "--catalog", str(catalog), "--state", str(state))
+    assert lines.returncode == 0, lines.stderr.decode()[-3000:]
+    written = run_olake("write", "--config", dst, "--state", str(state), stdin=lines.stdout)
+    assert written.returncode == 0, written.stderr.decode()[-3000:]
+    assert_same_rows(source, ("public", "acct"), target, ("copy", "acct"), ["id", "v", "note"])
+    replay = run_olake("write", "--config", dst, stdin=lines.stdout)  # the same batch again
+    assert replay.returncode == 0, replay.stderr.decode()[-3000:]
+    assert b"already holds (a replay)" in replay.stderr
+    assert_same_rows(source, ("public", "acct"), target, ("copy", "acct"), ["id", "v", "note"])
+    assert_same_rows(source, ("public", "tags"), target, ("copy", "tags"), ["name"])
+
+    state.unlink()
+    recovered = run_olake("state", "recover", "--config", dst, "--catalog", str(catalog))
+    assert recovered.returncode == 0, recovered.stderr.decode()
+    [message] = messages(recovered.stdout)
+    kinds = {s["stream_name"]: s["sync_type"] for s in message["state"]["streams"]}
+    assert kinds == {"acct": "cdc", "tags": "full-load"}
+    with psycopg.connect(source, autocommit=True) as conn:
+        conn.execute("UPDATE acct SET v = v + 10 WHERE id < 5")
+    direct = read_into_write(["--config", src, "--catalog", str(catalog), "--state-from", dst], ["--config", dst])
+    assert direct.read_code == 0 and direct.write_code == 0, direct.write_stderr.decode()[-3000:]
+    assert b"acct: full load" not in direct.read_stderr, "a recovered cdc stream is not copied again"
+    assert_same_rows(source, ("public", "acct"), target, ("copy", "acct"), ["id", "v", "note"])
+    with psycopg.connect(source, autocommit=True) as conn:
+        conn.execute("SELECT pg_drop_replication_slot('slot_rr')")
+
+
+def test_a_reload_replaces_the_rows_in_one_step(pg_cluster, pg_db, pg_target, target_db, tmp_path):
+    """A second full load is staged: killed after its first chunk's commit, the target still holds the
+    old rows exactly; the rerun swaps the new ones in."""
+    source = pg_cluster.dsn(pg_db)
+    with psycopg.connect(source, autocommit=True) as conn:
+        conn.execute("CREATE TABLE items (id int PRIMARY KEY, label text)")
+        conn.execute("INSERT INTO items SELECT g, 'old ' || g FROM generate_series(1, 3000) g")
+    src = write_json(tmp_path / "src.json", pg_cluster.source_config(pg_db, chunk_rows=500, chunk_strategy="primary_key"))
+    dst = write_json(tmp_path / "dst.json", pg_target.destination_config(target_db))
+    catalog = tmp_path / "cat.json"
+    discover_catalog(src, catalog, {})
+    target = pg_target.dsn(target_db)
+    state = tmp_path / "state.json"
+    sync_once(src, catalog, dst, state)
+    old = [(f"{i}", f"old {i}") for i in range(1, 3001)]
+    with psycopg.connect(source, autocommit=True) as conn:
+        conn.execute("UPDATE items SET label = 'new ' || id")
+        conn.execute("INSERT INTO items SELECT g, 'new ' || g FROM generate_series(3001, 3500) g")
+    result = run_olake("sync", "--source", src, "--destination", dst, "--catalog", str(catalog), "--state",
+                       str(state), env={"OLAKE_TEST_CRASH_AT": "postgres-committed", "OLAKE_TEST_CRASH_AFTER": "2"})
+    assert result.returncode != 0, "the run was killed in the middle of the load"
+    with psycopg.connect(target, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM _olake.chunks").fetchone()[0] >= 1, "a chunk was committed"
+        staged = conn.execute("SELECT staged_table FROM _olake.loads").fetchone()[0]
+        assert staged is not None
+        assert conn.execute(f'SELECT count(*) FROM _olake."{staged}"').fetchone()[0] >= 500
+        rows = conn.execute("SELECT id::text, label FROM items ORDER BY id").fetchall()
+    assert rows == old, "readers see the complete old rows while the new load is staged"
+    finished = run_olake("sync", "--source", src, "--destination", dst, "--catalog", str(catalog), "--state",
+                         str(state))
+    assert finished.returncode == 0, finished.stderr.decode()[-3000:]
+    assert b"the new load replaced the table's rows" in finished.stderr
+    assert_same_rows(source, ("public", "items"), target, ("public", "items"), ["id", "label"])
+    with psycopg.connect(target, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM _olake.loads").fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = '_olake' AND tablename LIKE "
+                            "'load_%'").fetchone()[0] == 0, "the staging table is dropped"
+
+
+def test_an_existing_table_is_checked_before_anything_is_written(pg_cluster, pg_db, pg_target, target_db, tmp_path):
+    source = pg_cluster.dsn(pg_db)
+    with psycopg.connect(source, autocommit=True) as conn:
+        conn.execute("CREATE TABLE a (id bigint PRIMARY KEY, amount numeric(12,2), note text)")
+        conn.execute("INSERT INTO a VALUES (1, 1.5, 'x')")
+    src = write_json(tmp_path / "src.json", pg_cluster.source_config(pg_db))
+    dst = write_json(tmp_path / "dst.json", pg_target.destination_config(target_db))
+    catalog = tmp_path / "cat.json"
+    discover_catalog(src, catalog, {})
+    target = pg_target.dsn(target_db)
+    cases = [("CREATE TABLE a (id bigint PRIMARY KEY, amount integer, note text)",
+              b"column 'amount' is integer, which cannot hold the source's numeric(12,2)"),
+             ("CREATE TABLE a (id bigint, amount numeric(12,2), note text)",
+              b"has no primary key or unique index on (id)"),
+             ("CREATE TABLE a (id bigint PRIMARY KEY, amount numeric(12,2))", b"has no column 'note' (text)")]
+    for ddl, wanted in cases:
+        with psycopg.connect(target, autocommit=True) as conn:
+            conn.execute("DROP TABLE IF EXISTS a")
+            conn.execute(ddl)
+        result = read_into_write(["--config", src, "--catalog", str(catalog)], ["--config", dst])
+        assert result.write_code != 0
+        lines = [line for line in result.write_stderr.decode().splitlines() if "error" in line]
+        assert len(lines) == 1 and wanted.decode() in lines[0] and "public.a" in lines[0], lines
+        assert trace_errors(result.write_stdout)[0]["trace"]["error"]["failure_type"] == "config_error"
+        with psycopg.connect(target, autocommit=True) as conn:
+            assert conn.execute("SELECT count(*) FROM a").fetchone()[0] == 0, "nothing is written"
+
+
+def test_a_wrong_password_is_one_line_without_the_password(pg_target, target_db, tmp_path):
+    dst = write_json(tmp_path / "dst.json", pg_target.destination_config(target_db, password="not-the-secret-xyz"))
+    result = run_olake("check", "--config", dst)
+    assert result.returncode != 0
+    errors = [line for line in result.stderr.decode().splitlines() if "error" in line]
+    assert len(errors) == 1 and "wrong username or password for user 'olake'" in errors[0], errors
+    assert b"not-the-secret-xyz" not in result.stdout + result.stderr
+    ok = run_olake("check", "--config", write_json(tmp_path / "ok.json", pg_target.destination_config(target_db)))
+    assert ok.returncode == 0, ok.stderr.decode()
+    status = messages(ok.stdout)[0]["connectionStatus"]
+    assert status["status"] == "SUCCEEDED" and "track_commit_timestamp is on" in status["message"]
+
+
+def test_soft_delete_and_metadata_columns(pg_cluster, pg_db, pg_target, target_db, tmp_path):
+    source = pg_cluster.dsn(pg_db)
+    with psycopg.connect(source, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO t VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+    src = write_json(tmp_path / "src.json", pg_cluster.source_config(
+        pg_db, replication_slot="slot_soft", publication="pub_soft", create_slot_and_publication=True))
+    bad = write_json(tmp_path / "bad.json", pg_target.destination_config(target_db, soft_delete=True))
+    refused = run_olake("check", "--config", bad)
+    assert refused.returncode != 0 and b"set \"metadata_columns\": true" in refused.stderr
+    dst = write_json(tmp_path / "dst.json", pg_target.destination_config(target_db, soft_delete=True,
+                                                                         metadata_columns=True))
+    catalog = tmp_path / "cat.json"
+    discover_catalog(src, catalog, {"t": "cdc"})
+    state = tmp_path / "state.json"
+    sync_once(src, catalog, dst, state)
+    with psycopg.connect(source, autocommit=True) as conn:
+        conn.execute("DELETE FROM t WHERE id = 2")
+        conn.execute("UPDATE t SET v = 'cc' WHERE id = 3")
+    sync_once(src, catalog, dst, state)
+    with psycopg.connect(pg_target.dsn(target_db), autocommit=True) as conn:
+        rows = conn.execute("SELECT id, v, _olake_op, _olake_op_id IS NOT NULL, _olake_commit_ts IS NOT NULL, "
+                            "_olake_synced_at IS NOT NULL FROM t ORDER BY id").fetchall()
+    assert rows == [(1, "a", "r", True, False, True), (2, "b", "d", True, True, True),
+                    (3, "cc", "u", True, True, True)]
+    with psycopg.connect(source, autocommit=True) as conn:
+        conn.execute("SELECT pg_drop_replication_slot('slot_soft')")
+
+
+@pytest.fixture()
+def spare_target():
+    """A throwaway target cluster of its own (a test stops and restarts it)."""
+    from tests.support.pgcluster import start_cluster
+
+    cluster = start_cluster()
+    yield cluster
+    cluster.stop()
+
+
+def test_a_target_that_goes_down_fails_transiently_and_the_rerun_completes(pg_cluster, pg_db, spare_target, tmp_path):
+    """The target stops after the first commits: one transient_error line, nothing half-applied; the
+    rerun (the same input, from the state file) completes."""
+    import subprocess
+
+    from tests.support.cli import olake_cmd, olake_env
+
+    source = pg_cluster.dsn(pg_db)
+    with psycopg.connect(source, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 4000) g")
+    src = write_json(tmp_path / "src.json", pg_cluster.source_config(pg_db, chunk_rows=1000,
+                                                                     chunk_strategy="primary_key"))
+    dst = write_json(tmp_path / "dst.json", spare_target.destination_config("postgres"))
+    catalog = tmp_path / "cat.json"
+    discover_catalog(src, catalog, {})
+    lines = run_olake("read", "--config", src, "--catalog", str(catalog))
+    assert lines.returncode == 0, lines.stderr.decode()
+    cut = lines.stdout.index(b'"status":"succeed"')  # the first chunk's STATE
+    first, rest = lines.stdout[:lines.stdout.index(b"\n", cut) + 1], lines.stdout[lines.stdout.index(b"\n", cut) + 1:]
+    state = tmp_path / "state.json"
+    writer = subprocess.Popen(olake_cmd("write", "--config", dst, "--state", str(state)), stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=olake_env())
+    writer.stdin.write(first)
+    writer.stdin.flush()
+    while b'"succeed"' not in writer.stdout.readline():  # the first chunk's STATE, echoed once committed
+        assert writer.poll() is None, writer.stderr.read().decode()[-2000:]
+    spare_target._run([f"{spare_target.bin_dir}/pg_ctl", "-D", spare_target.datadir, "-m", "fast", "stop"])
+    out, err = writer.communicate(rest, timeout=300)
+    assert writer.returncode != 0
+    errors = [line for line in err.decode().splitlines() if "error:" in line]
+    assert len(errors) == 1 and "run again" in errors[0], errors
+    assert [m["trace"]["error"]["failure_type"] for m in messages(out) if m.get("type") == "TRACE"] \
+        == ["transient_error"], err.decode()[-2000:]
+    spare_target._run([f"{spare_target.bin_dir}/pg_ctl", "-D", spare_target.datadir, "-l",
+                       f"{spare_target.datadir}/../log", "-w", "start"])
+    with psycopg.connect(spare_target.dsn(), autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 1000, "only the committed chunk"
+    again = run_olake("read", "--config", src, "--catalog", str(catalog), "--state", str(state))
+    rerun = run_olake("write", "--config", dst, "--state", str(state), stdin=again.stdout)
+    assert rerun.returncode == 0, rerun.stderr.decode()[-2000:]
+    assert_same_rows(source, ("public", "t"), spare_target.dsn(), ("public", "t"), ["id", "v"])
+    assert json.loads(state.read_text())["streams"][0]["sync_type"] == "full-load"
