@@ -210,7 +210,7 @@ def test_a_reload_replaces_the_rows_in_one_step(pg_cluster, pg_db, pg_target, ta
         staged = conn.execute("SELECT staged_table FROM _olake.loads").fetchone()[0]
         assert staged is not None
         assert conn.execute(f'SELECT count(*) FROM _olake."{staged}"').fetchone()[0] >= 500
-        rows = conn.execute("SELECT id::text, label FROM items ORDER BY id").fetchall()
+        rows = conn.execute("SELECT id::text, label FROM items ORDER BY items.id").fetchall()
     assert rows == old, "readers see the complete old rows while the new load is staged"
     finished = run_olake("sync", "--source", src, "--destination", dst, "--catalog", str(catalog), "--state",
                          str(state))
@@ -219,8 +219,8 @@ def test_a_reload_replaces_the_rows_in_one_step(pg_cluster, pg_db, pg_target, ta
     assert_same_rows(source, ("public", "items"), target, ("public", "items"), ["id", "label"])
     with psycopg.connect(target, autocommit=True) as conn:
         assert conn.execute("SELECT count(*) FROM _olake.loads").fetchone()[0] == 0
-        assert conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = '_olake' AND tablename LIKE "
-                            "'load_%'").fetchone()[0] == 0, "the staging table is dropped"
+        assert conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = '_olake' AND tablename "
+                            "NOT IN ('streams', 'loads', 'chunks')").fetchone()[0] == 0, "the staging table is dropped"
 
 
 def test_an_existing_table_is_checked_before_anything_is_written(pg_cluster, pg_db, pg_target, target_db, tmp_path):
@@ -252,13 +252,16 @@ def test_an_existing_table_is_checked_before_anything_is_written(pg_cluster, pg_
 
 
 def test_a_wrong_password_is_one_line_without_the_password(pg_target, target_db, tmp_path):
-    dst = write_json(tmp_path / "dst.json", pg_target.destination_config(target_db, password="not-the-secret-xyz"))
+    dst = write_json(tmp_path / "dst.json", pg_target.destination_config(target_db, password="not-the-secret-xyz",
+                                                                         origin="olake"))
     result = run_olake("check", "--config", dst)
     assert result.returncode != 0
     errors = [line for line in result.stderr.decode().splitlines() if "error" in line]
     assert len(errors) == 1 and "wrong username or password for user 'olake'" in errors[0], errors
     assert b"not-the-secret-xyz" not in result.stdout + result.stderr
-    ok = run_olake("check", "--config", write_json(tmp_path / "ok.json", pg_target.destination_config(target_db)))
+    # a destination field (here "schema") tells check that this postgres config is a destination
+    ok = run_olake("check", "--config", write_json(tmp_path / "ok.json",
+                                                   pg_target.destination_config(target_db, schema="public")))
     assert ok.returncode == 0, ok.stderr.decode()
     status = messages(ok.stdout)[0]["connectionStatus"]
     assert status["status"] == "SUCCEEDED" and "track_commit_timestamp is on" in status["message"]

@@ -97,7 +97,7 @@ def register_load(conn, table: tuple[str, str], load_id: str, columns: sql.Compo
     ``columns`` lists the table's columns for the staging table. Concurrent callers (Spark tasks)
     serialise on an advisory lock, so every one of them agrees on the decision.
     """
-    conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_LOCK_CLASS, f"{table[0]}.{table[1]}"))
+    _lock_loads(conn, table)
     found = current_load(conn, table)
     if found is not None and found[0] == load_id:
         return found[1]
@@ -114,6 +114,32 @@ def register_load(conn, table: tuple[str, str], load_id: str, columns: sql.Compo
                  "ON CONFLICT (table_schema, table_name) DO UPDATE SET load_id = EXCLUDED.load_id, "
                  "staged_table = EXCLUDED.staged_table", (*table, load_id, staged))
     return staged
+
+
+def load_finished(conn, table: tuple[str, str], load_id: str) -> bool:
+    """Whether ``load_id`` is already complete in ``table`` (a task of a run that died after its load
+    was finished by the next run must not start it again). Serialised with registration and finish."""
+    _lock_loads(conn, table)
+    row = conn.execute("SELECT state FROM _olake.streams WHERE table_schema = %s AND table_name = %s",
+                       table).fetchone()
+    if row is None or (row[0].get("stream_state") or {}).get("load_id") != load_id:
+        return False
+    state = row[0]
+    chunks = (state.get("stream_state") or {}).get("chunks") or []
+    return state.get("sync_type") != "full-load" or all(c.get("status") == "succeed" for c in chunks)
+
+
+def still_current(conn, table: tuple[str, str], load_id: str) -> bool:
+    """Whether ``load_id`` is still the load ``table`` receives, holding that until the caller commits
+    (a chunk commits only into its own load, never after the load was finished)."""
+    row = conn.execute("SELECT load_id FROM _olake.loads WHERE table_schema = %s AND table_name = %s FOR SHARE",
+                       table).fetchone()
+    return row is not None and row[0] == load_id
+
+
+def _lock_loads(conn, table: tuple[str, str]) -> None:
+    """The transaction-long advisory lock serialising a table's load registration and finish."""
+    conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_LOCK_CLASS, f"{table[0]}.{table[1]}"))
 
 
 def staging_name(table: tuple[str, str], load_id: str) -> str:
@@ -138,6 +164,7 @@ def finish_load(conn, table: tuple[str, str], load_id: str, columns: sql.Composa
     """End load ``load_id`` of ``table``: a staged one replaces the table's rows in this transaction
     (readers, whatever their isolation, see the old rows until it commits, then the new ones; nobody
     waits); returns whether it was staged. A leftover of another load is dropped."""
+    _lock_loads(conn, table)
     found = current_load(conn, table)
     if found is None:
         return False

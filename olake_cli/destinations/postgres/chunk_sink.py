@@ -5,7 +5,8 @@ them as COPY text into the table (or into the staging table of a load that repla
 see ``bookkeeping.register_load``), then records the chunk in ``_olake.chunks``, all in one
 transaction committed under the replication origin. A chunk the target already holds (a task run again
 after a kill, or a retried attempt racing an earlier one) is skipped: its mark is there, or the second
-mark fails on its key and that attempt rolls back. No row crosses the pipe or the JVM.
+mark fails on its key and that attempt rolls back. A task outliving its run (a killed driver's Spark
+worker) writes nothing once its load is complete or replaced. No row crosses the pipe or the JVM.
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ class PostgresChunkSink:
 
     def _write(self, conn, table: TargetTable, load_id: str, chunk_index: int, load_op_key: str | None,
                json_schema: dict, batches: Iterable, key_columns: tuple[str, ...]) -> tuple[int, list[str]]:
+        if bookkeeping.load_finished(conn, table.ident, load_id):
+            conn.rollback()
+            return 0, [f"chunk {chunk_index}: its load is already complete in the target; skipped"]
         staged = bookkeeping.register_load(conn, table.ident, load_id, table.column_list())
         conn.commit()  # every task (and the driver) sees the decision
         if bookkeeping.chunk_committed(conn, table.ident, load_id, chunk_index):
@@ -65,6 +69,9 @@ class PostgresChunkSink:
                 warnings += [w for w in found if w not in warnings]
                 copy.write(load_text(table, converted, load_op_key))
                 rows += converted.num_rows
+        if not bookkeeping.still_current(conn, table.ident, load_id):
+            conn.rollback()
+            return 0, [f"chunk {chunk_index}: its load is no longer the one the target receives; dropped"]
         bookkeeping.mark_chunk(conn, table.ident, load_id, chunk_index, rows)
-        commit_under_origin(conn, self.settings.origin)
+        commit_under_origin(conn, self.settings.origin, step="postgres-chunk")
         return rows, warnings

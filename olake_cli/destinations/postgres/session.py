@@ -48,13 +48,15 @@ def ensure_origin(conn, origin: str | None) -> int | None:
     return int(found)
 
 
-def commit_under_origin(conn, origin: str | None, source_commit: tuple[int, int] | None = None) -> None:
+def commit_under_origin(conn, origin: str | None, source_commit: tuple[int, int] | None = None,
+                        step: str = "postgres") -> None:
     """Commit the open transaction under ``origin``; ``source_commit`` (LSN, commit time in Unix
-    microseconds) marks it as the apply of that source commit (its commit timestamp becomes that time)."""
+    microseconds) marks it as the apply of that source commit (its commit timestamp becomes that time).
+    ``step`` names the crash points around the commit (``<step>-before-commit``, ``<step>-committed``)."""
     if origin is None:
-        crash_point("postgres-before-commit")
+        crash_point(f"{step}-before-commit")
         conn.commit()
-        crash_point("postgres-committed")
+        crash_point(f"{step}-committed")
         return
     conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", (_ORIGIN_LOCK_CLASS, origin))
     set_up = False
@@ -65,9 +67,9 @@ def commit_under_origin(conn, origin: str | None, source_commit: tuple[int, int]
             lsn, commit_us = source_commit
             conn.execute("SELECT pg_replication_origin_xact_setup(%s::pg_lsn, %s)",
                          (_lsn_text(lsn), _EPOCH + timedelta(microseconds=commit_us)))
-        crash_point("postgres-before-commit")
+        crash_point(f"{step}-before-commit")
         conn.commit()
-        crash_point("postgres-committed")
+        crash_point(f"{step}-committed")
     finally:
         _release_origin(conn, origin, set_up)
 
