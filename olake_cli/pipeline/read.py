@@ -104,6 +104,7 @@ class ReadPipeline:
         self.rows_by_tasks = 0  # sync: rows the tasks wrote to the destination themselves
         self.progress = Progress(view or LineView(log))
         self.statuses: dict[tuple, str] = {}  # stream key -> the last STREAM_STATUS emitted
+        self.lost: set[tuple] = set()  # streams whose change position was lost this run
 
     def run(self) -> None:
         """Emit the CATALOG, every selected stream's records with a STATE after each chunk, a final STATE;
@@ -126,8 +127,11 @@ class ReadPipeline:
         cdc_streams = [s for s in streams if s.sync_mode == "cdc"]
         if cdc_streams:
             self.capture = self.source.change_capture(cdc_streams, self.log)
+            held = {ss.key for ss in self.state.streams}
             self.capture.preflight(self.state)  # may reset streams whose position is lost: before planning
-        if any(decide_work(s, self.state.find(s.namespace, s.name)) != "continue" for s in streams):
+            self.lost = held - {ss.key for ss in self.state.streams}
+        if any(decide_work(s, self.state.find(s.namespace, s.name)) != "continue" and not self._skips_load(s)
+               for s in streams):
             # a full load follows and every input has been checked: the JVM starts while the driver
             # exports the snapshot and plans the chunks
             getattr(self.runner, "prestart", lambda: None)()
@@ -153,6 +157,8 @@ class ReadPipeline:
             if stream.sync_mode == "cdc":
                 return StreamRun(stream, previous, kind="cdc")
             return self._prepare_incremental(stream, session, previous)
+        if decision == "new" and self._skips_load(stream):
+            return self._start_at_current_position(stream)
         if decision == "resume":
             blocker = session.resume_blocker(stream, previous)
             if blocker is not None:
@@ -175,6 +181,25 @@ class ReadPipeline:
                 run.jobs.append(self._job(stream, session, index, session.chunk_reader(stream, ss, index)))
         self.progress.stream_started(stream.label, len(run.jobs), run.row_estimate)
         return run
+
+    def _skips_load(self, stream: CatalogStream) -> bool:
+        """Whether a ``cdc`` stream starts at the current position: ``skip_initial_load``, no state at all,
+        and no position lost in this run (a lost position always loads the stream in full)."""
+        return (stream.skip_initial_load and self.capture is not None and stream.key not in self.lost
+                and self.state.find(stream.namespace, stream.name) is None)
+
+    def _start_at_current_position(self, stream: CatalogStream) -> StreamRun:
+        """A ``cdc`` stream with ``skip_initial_load`` and no state: change capture from the position
+        captured now, without a full load (the destination already holds a copy)."""
+        ss = StreamState(sync_type="cdc", stream_name=stream.name, stream_namespace=stream.namespace,
+                         cursor_field=None, chunks=[],
+                         extra={"sync_mode": stream.sync_mode, "columns": stream.columns,
+                                "column_types": column_types(stream)})
+        ss = self.capture.with_position(ss, self.capture.start_position())
+        self.log(f"{stream.label}: skip_initial_load: change capture starts at the current position, "
+                 f"without a full load")
+        self._publish(ss)
+        return StreamRun(stream, ss, kind="cdc")
 
     def _new_load(self, stream: CatalogStream, session: ReadSession) -> tuple[StreamState, int | None]:
         """The state of a fresh full load (chunks planned in the session, the position before it) and

@@ -6,17 +6,19 @@ target rows that hold them; conflicts are decided (with ``track_commit_timestamp
 ``DELETE ... USING`` removes deleted keys (or marks them, with ``soft_delete``); one
 ``INSERT ... ON CONFLICT (key) DO UPDATE`` writes the rest. Never a round trip per row.
 
-Conflicts: a change whose key's target row was last written by another origin (a local session, or
-another replication origin) is a conflict. The later source commit wins: the change's commit time
-against the row's (``pg_xact_commit_timestamp_origin(xmin)``); equal times go to the greater origin
-name (a local row counts as ``local_origin``). A losing change is dropped; every conflict is counted
-and logged with its key.
+Conflicts: when a change meets a target row last written by another origin (a local session, or
+another replication origin), the later source commit wins: the change's commit time against the
+row's (``pg_xact_commit_timestamp_origin(xmin)``); equal times go to the greater origin name (a local
+row counts as ``local_origin``). A losing change is dropped. It is a conflict, counted and logged with
+its key, when the key was changed on both sides since this direction's previous commit into the table
+(the row's write is newer than that commit), or when the change loses.
 """
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Callable
 
 import pyarrow as pa
@@ -60,15 +62,16 @@ class ChangeApplier:
         self.temp_tables: dict[tuple[str, str], str] = {}
         self._numbers = itertools.count()
 
-    def apply(self, table: TargetTable, changes: ReducedChanges) -> Applied:
-        """Apply the rows of ``changes`` to ``table``."""
+    def apply(self, table: TargetTable, changes: ReducedChanges, since: datetime | None = None) -> Applied:
+        """Apply the rows of ``changes`` to ``table``; ``since``: when this direction last committed into
+        it (a target row written after that by someone else is a conflict)."""
         temp = self._temp_table(table)
         self._copy(table, temp, changes)
         result = Applied()
         if changes.unresolved:
             self._read_unsent(table, temp, changes)
         if self.rule is not None and table.key:
-            self._decide_conflicts(table, temp, result)
+            self._decide_conflicts(table, temp, result, since)
         if table.key:
             result.deleted = self._deletes(table, temp)
         result.upserted = self._upserts(table, temp)
@@ -129,7 +132,8 @@ class ChangeApplier:
             self.log(f"{table.label}: {wanted - found} update(s) left large values unsent and the target has no "
                      f"row to take them from; those columns are NULL")
 
-    def _decide_conflicts(self, table: TargetTable, temp: sql.Identifier, result: Applied) -> None:
+    def _decide_conflicts(self, table: TargetTable, temp: sql.Identifier, result: Applied,
+                          since: datetime | None) -> None:
         """Lock the target rows the batch touches, drop the changes that lose, count and log conflicts."""
         match = _match(table)
         self.conn.execute(sql.SQL("SELECT count(*) FROM (SELECT FROM {target} t JOIN {temp} s ON {m} "
@@ -138,7 +142,7 @@ class ChangeApplier:
         query = sql.SQL(_CONFLICTS_SQL).format(target=table.qualified, temp=temp, m=match, keys=keys)
         rule = self.rule
         found = self.conn.execute(query, {"ours": rule.origin_id, "local": rule.local_origin,
-                                          "name": rule.origin}).fetchall()
+                                          "name": rule.origin, "since": since}).fetchall()
         for key_text, op, incoming_ts, row_ts, row_origin, lost in found:
             result.conflicts += 1
             result.kept_target += bool(lost)
@@ -190,8 +194,10 @@ WITH foreign_rows AS (
     WHERE s.ctid = f.row_id AND (f.row_ts > f.incoming_ts OR (f.row_ts = f.incoming_ts AND f.row_origin > %(name)s))
     RETURNING f.row_id
 )
-SELECT f.key_text, f.op, f.incoming_ts, f.row_ts, f.row_origin, f.row_id IN (SELECT row_id FROM lost)
-FROM foreign_rows f ORDER BY f.key_text
+SELECT f.key_text, f.op, f.incoming_ts, f.row_ts, f.row_origin, f.row_id IN (SELECT row_id FROM lost) AS lost
+FROM foreign_rows f
+WHERE f.row_id IN (SELECT row_id FROM lost) OR %(since)s::timestamptz IS NULL OR f.row_ts > %(since)s::timestamptz
+ORDER BY f.key_text
 """
 
 

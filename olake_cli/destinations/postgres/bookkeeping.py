@@ -10,6 +10,8 @@ the same transaction as its rows. Every write here shares its transaction with t
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -43,17 +45,26 @@ def ensure_bookkeeping(conn) -> None:
     conn.commit()
 
 
-def committed_state(conn, table: tuple[str, str]) -> tuple[dict | None, str | None]:
-    """(stream state, highest applied operation id) committed for ``table``; chunks that sync tasks
-    committed for the state's load count as done. (None, None) when nothing was committed."""
+@dataclass(frozen=True)
+class Committed:
+    """What ``_olake.streams`` holds for a table: the stream state committed with its rows (chunks sync
+    tasks committed for its load count as done), the highest applied operation id, and when."""
+
+    state: dict | None = None
+    max_op_id: str | None = None
+    at: datetime | None = None
+
+
+def committed_state(conn, table: tuple[str, str]) -> Committed:
+    """What was committed for ``table`` (all None when nothing was)."""
     if conn.execute("SELECT to_regclass('_olake.chunks')").fetchone()[0] is None:
-        return None, None
-    row = conn.execute("SELECT state, max_op_id FROM _olake.streams WHERE table_schema = %s AND table_name = %s",
-                       table).fetchone()
+        return Committed()
+    row = conn.execute("SELECT state, max_op_id, updated_at FROM _olake.streams WHERE table_schema = %s "
+                       "AND table_name = %s", table).fetchone()
     if row is None:
-        return None, None
-    state, max_op_id = row
-    return with_task_chunks(conn, table, state), max_op_id
+        return Committed()
+    state, max_op_id, at = row
+    return Committed(with_task_chunks(conn, table, state), max_op_id, at)
 
 
 def with_task_chunks(conn, table: tuple[str, str], state: dict) -> dict:
@@ -71,14 +82,15 @@ def with_task_chunks(conn, table: tuple[str, str], state: dict) -> dict:
 
 
 def save_state(conn, table: tuple[str, str], stream: tuple[str | None, str], state: dict,
-               max_op_id: str | None) -> None:
-    """Record the stream state (and highest operation id) committed with ``table``'s rows."""
-    conn.execute(
+               max_op_id: str | None) -> datetime:
+    """Record the stream state (and highest operation id) committed with ``table``'s rows; returns the
+    time recorded (the transaction's start)."""
+    return conn.execute(
         "INSERT INTO _olake.streams (table_schema, table_name, stream_namespace, stream_name, state, max_op_id) "
         "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (table_schema, table_name) DO UPDATE SET "
         "stream_namespace = EXCLUDED.stream_namespace, stream_name = EXCLUDED.stream_name, "
-        "state = EXCLUDED.state, max_op_id = EXCLUDED.max_op_id, updated_at = now()",
-        (*table, *stream, jsonb(state), max_op_id))
+        "state = EXCLUDED.state, max_op_id = EXCLUDED.max_op_id, updated_at = now() RETURNING updated_at",
+        (*table, *stream, jsonb(state), max_op_id)).fetchone()[0]
 
 
 def current_load(conn, table: tuple[str, str]) -> tuple[str, str | None] | None:

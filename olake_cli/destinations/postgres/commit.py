@@ -56,16 +56,16 @@ def commit_stream(buf: StreamBuffer, ss: StreamState, ctx: CommitContext) -> App
     if buf.replayed:
         ctx.log(f"{buf.stream.label}: skipped {buf.replayed} change(s) the target already holds (a replay)")
     if changes is not None:
-        applied = ctx.applier.apply(table, reduce_changes(changes, list(table.key)))
+        applied = ctx.applier.apply(table, reduce_changes(changes, list(table.key)), buf.committed_at)
         top = pc.max(changes.column(OP_ID)).as_py()
         watermark = top if watermark is None or top > watermark else watermark
         source_commit = (int(top[:16], 16), pc.max(changes.column(COMMIT_TS)).as_py() or 0)
     if load_complete(ss) and bookkeeping.finish_load(conn, table.ident, load_id, table.column_list()):
         ctx.log(f"{buf.stream.label}: the new load replaced the table's rows")
     merged = merged_stream_state(buf.committed, ss)
-    bookkeeping.save_state(conn, table.ident, buf.stream.key, merged, watermark)
+    committed_at = bookkeeping.save_state(conn, table.ident, buf.stream.key, merged, watermark)
     commit_under_origin(conn, ctx.origin, source_commit)
-    buf.committed, buf.max_op_id, buf.load_id = merged, watermark, load_id
+    buf.committed, buf.max_op_id, buf.load_id, buf.committed_at = merged, watermark, load_id, committed_at
     buf.truncated, buf.replayed = False, 0
     return applied
 

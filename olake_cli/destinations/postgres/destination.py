@@ -128,10 +128,10 @@ class PostgresDestination:
         elif missing_metadata(plan, existing):
             add_columns(conn, plan, missing_metadata(plan, existing))
             self.log(f"{stream.label}: added the _olake_* columns to table {plan.describe()}")
-        committed, max_op_id = bookkeeping.committed_state(conn, plan.ident)
+        committed = bookkeeping.committed_state(conn, plan.ident)
         conn.commit()
-        buf = StreamBuffer(stream, plan, committed, max_op_id)
-        inner = (committed or {}).get("stream_state") or {}
+        buf = StreamBuffer(stream, plan, committed.state, committed.max_op_id, committed.at)
+        inner = (committed.state or {}).get("stream_state") or {}
         buf.load_id = inner.get("load_id") or buf.load_id
         buf.load_op_key = inner.get("load_op_key")
         self.buffers[stream.key] = buf
@@ -228,7 +228,7 @@ class PostgresDestination:
         ident = self.settings.table_of(stream.namespace, stream.name)
         conn = open_connection(self.settings)
         try:
-            return bookkeeping.committed_state(conn, ident)[0]
+            return bookkeeping.committed_state(conn, ident).state
         except Exception as exc:
             raise classify(exc, self.settings, "reading the committed state") from None
         finally:

@@ -28,6 +28,12 @@ class PostgresSettings(ConnectionSettings):
     publication: str | None = None
     create_slot_and_publication: bool = False
     on_position_lost: str = "resync"
+    skip_origins: frozenset[str] | str = frozenset()  # "*": every origin
+
+    @property
+    def two_way(self) -> bool:
+        """Whether this database also receives replicated changes (``skip_origins`` is set)."""
+        return bool(self.skip_origins)
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any]) -> "PostgresSettings":
@@ -36,4 +42,6 @@ class PostgresSettings(ConnectionSettings):
         for name in ("schemas", "include", "exclude"):
             if name in values:
                 values[name] = tuple(values[name])
+        if isinstance(values.get("skip_origins"), list):
+            values["skip_origins"] = frozenset(values["skip_origins"])
         return super().from_config(values)
