@@ -16,7 +16,7 @@ import pytest
 
 from tests.support.cdc import discover_catalog, sync_once
 from tests.support.cli import messages, read_into_write, run_olake, trace_errors, write_json
-from tests.support.pg_compare import assert_same_rows, columns_of
+from tests.support.pg_compare import assert_same_rows, columns_of, table_texts
 from tests.test_e2e_edge_values import EDGE_DDL, EDGE_VALUES, GRID_VALUES
 from tests.test_types_codec import BIG_NUMERIC, DDL as EVERYTHING_DDL, ROWS as EVERYTHING_ROWS, TEXT_1
 
@@ -237,7 +237,8 @@ def test_an_existing_table_is_checked_before_anything_is_written(pg_cluster, pg_
               b"column 'amount' is integer, which cannot hold the source's numeric(12,2)"),
              ("CREATE TABLE a (id bigint, amount numeric(12,2), note text)",
               b"has no primary key or unique index on (id)"),
-             ("CREATE TABLE a (id bigint PRIMARY KEY, amount numeric(12,2))", b"has no column 'note' (text)")]
+             ("CREATE TABLE a (id bigint PRIMARY KEY, amount numeric(12,2), note text, extra int NOT NULL)",
+              b"column 'extra' is NOT NULL without a default")]
     for ddl, wanted in cases:
         with psycopg.connect(target, autocommit=True) as conn:
             conn.execute("DROP TABLE IF EXISTS a")
@@ -249,6 +250,40 @@ def test_an_existing_table_is_checked_before_anything_is_written(pg_cluster, pg_
         assert trace_errors(result.write_stdout)[0]["trace"]["error"]["failure_type"] == "config_error"
         with psycopg.connect(target, autocommit=True) as conn:
             assert conn.execute("SELECT count(*) FROM a").fetchone()[0] == 0, "nothing is written"
+    with psycopg.connect(target, autocommit=True) as conn:  # a table lacking a column, of a wider type
+        conn.execute("DROP TABLE a")
+        conn.execute("CREATE TABLE a (id numeric(20,0) PRIMARY KEY, amount numeric, other text DEFAULT 'd')")
+    result = read_into_write(["--config", src, "--catalog", str(catalog)], ["--config", dst])
+    assert result.write_code == 0, result.write_stderr.decode()[-2000:]
+    assert b"added or widened column(s) note of table public.a" in result.write_stderr
+    assert table_texts(target, "public", "a", ["id", "amount", "note", "other"]) == [("1", "1.50", "x", "d")]
+
+
+def test_a_column_widened_at_the_source_is_widened_in_the_target(pg_cluster, pg_db, pg_target, target_db, tmp_path):
+    source = pg_cluster.dsn(pg_db)
+    with psycopg.connect(source, autocommit=True) as conn:
+        conn.execute("CREATE TABLE w (id int PRIMARY KEY, n int, price numeric(8,2))")
+        conn.execute("INSERT INTO w VALUES (1, 1, 1.25)")
+    src = write_json(tmp_path / "src.json", pg_cluster.source_config(
+        pg_db, replication_slot="slot_w", publication="pub_w", create_slot_and_publication=True))
+    dst = write_json(tmp_path / "dst.json", pg_target.destination_config(target_db))
+    catalog = tmp_path / "cat.json"
+    discover_catalog(src, catalog, {"w": "cdc"})
+    state = tmp_path / "state.json"
+    sync_once(src, catalog, dst, state)
+    with psycopg.connect(source, autocommit=True) as conn:
+        conn.execute("ALTER TABLE w ALTER COLUMN n TYPE bigint, ALTER COLUMN price TYPE numeric(12,4)")
+        conn.execute("INSERT INTO w VALUES (2, 1099511627776, 12345678.1234)")
+    result = sync_once(src, catalog, dst, state)
+    assert b"added or widened column(s) n, price of table public.w" in result.write_stderr
+    target = pg_target.dsn(target_db)
+    with psycopg.connect(target, autocommit=True) as conn:
+        types = conn.execute("SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = 'w'::regclass "
+                             "AND attname IN ('n', 'price') ORDER BY attname").fetchall()
+    assert types == [("bigint",), ("numeric(12,4)",)]
+    assert_same_rows(source, ("public", "w"), target, ("public", "w"), ["id", "n", "price"])
+    with psycopg.connect(source, autocommit=True) as conn:
+        conn.execute("SELECT pg_drop_replication_slot('slot_w')")
 
 
 def test_a_wrong_password_is_one_line_without_the_password(pg_target, target_db, tmp_path):

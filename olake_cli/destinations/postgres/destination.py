@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import pyarrow as pa
-from psycopg import sql
 
 from olake_cli.core.catalog import Catalog, CatalogStream
 from olake_cli.core.errors import ConfigError
@@ -25,9 +24,8 @@ from olake_cli.destinations.postgres.chunk_sink import PostgresChunkSink
 from olake_cli.destinations.postgres.commit import CommitContext, commit_stream
 from olake_cli.destinations.postgres.config import TargetSettings
 from olake_cli.destinations.postgres.session import classify, ensure_origin, open_connection
-from olake_cli.destinations.postgres.tables import (TargetTable, add_columns, check_table, create_table,
-                                                    existing_columns, missing_metadata, plan_table, unique_keys)
-from olake_cli.destinations.postgres.types import holds
+from olake_cli.destinations.postgres.tables import (TargetTable, check_table, create_table, evolve,
+                                                    existing_columns, plan_table, unique_keys)
 
 _MIN_CONFLICT_VERSION = 140000  # pg_xact_commit_timestamp_origin
 
@@ -117,17 +115,20 @@ class PostgresDestination:
                               f"table {ident[0]}.{ident[1]}; set 'schema' and 'table_prefix' apart")
         plan = plan_table(conn, stream, ident, self.settings.metadata_columns, self.log)
         existing = existing_columns(conn, ident)
-        if existing is not None:
-            plan = check_table(plan, existing, unique_keys(conn, ident))
+        if existing is not None:  # a table olake writes already is widened with its source
+            managed = bookkeeping.committed_state(conn, ident).state is not None
+            plan = check_table(plan, existing, unique_keys(conn, ident), widen=managed)
         return plan, existing
 
     def _prepare(self, conn, stream: CatalogStream, plan: TargetTable, existing: dict | None) -> None:
         if existing is None:
             create_table(conn, plan)
             self.log(f"{stream.label}: created table {plan.describe()}")
-        elif missing_metadata(plan, existing):
-            add_columns(conn, plan, missing_metadata(plan, existing))
-            self.log(f"{stream.label}: added the _olake_* columns to table {plan.describe()}")
+        else:
+            changed = evolve(conn, plan, existing)
+            if changed:
+                self.log(f"{stream.label}: added or widened column(s) {', '.join(changed)} of table "
+                         f"{plan.describe()}")
         committed = bookkeeping.committed_state(conn, plan.ident)
         conn.commit()
         buf = StreamBuffer(stream, plan, committed.state, committed.max_op_id, committed.at)
@@ -145,15 +146,9 @@ class PostgresDestination:
         conn = self.context.conn
         try:
             plan = plan_table(conn, stream, buf.table.ident, self.settings.metadata_columns, self.log)
-            existing = existing_columns(conn, plan.ident) or {}
-            for column in plan.columns:
-                found = existing.get(column.name)
-                if found is None:
-                    add_columns(conn, plan, [(column.name, column.sql_type)])
-                elif not holds(found[0], column.sql_type):
-                    conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE {}").format(
-                        plan.qualified, sql.Identifier(column.name), sql.SQL(column.sql_type)))
-            plan = check_table(plan, existing_columns(conn, plan.ident) or {}, unique_keys(conn, plan.ident))
+            keys, existing = unique_keys(conn, plan.ident), existing_columns(conn, plan.ident) or {}
+            evolve(conn, check_table(plan, existing, keys, widen=True), existing)
+            plan = check_table(plan, existing_columns(conn, plan.ident) or {}, keys)
             self.context.applier.forget(plan.ident)
             conn.commit()
         except Exception as exc:

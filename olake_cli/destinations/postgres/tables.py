@@ -2,9 +2,10 @@
 
 A missing table is created with the stream's primary key and the exact type of each column
 (``types.wanted_type``), plus the ``_olake_*`` columns with ``metadata_columns``. An existing table is
-checked before anything is written: every stream column must exist with a type that holds the source
+checked before anything is written: a stream column it has must be of a type that holds the source
 type, the stream's key must be its primary key or a unique index, and a NOT NULL column the stream
-does not carry must have a default; otherwise a config error names the table and the column.
+does not carry must have a default; otherwise a config error names the table and the column. Stream
+columns it lacks are added.
 """
 
 from __future__ import annotations
@@ -106,15 +107,18 @@ def unique_keys(conn, ident: tuple[str, str]) -> list[set[str]]:
     return [set(names) for (names,) in rows]
 
 
-def check_table(plan: TargetTable, existing: dict[str, tuple[str, bool, bool]], keys: list[set[str]]) -> TargetTable:
-    """``plan`` with the existing table's column types; a ConfigError naming the table and column when
-    it cannot receive the stream."""
+def check_table(plan: TargetTable, existing: dict[str, tuple[str, bool, bool]], keys: list[set[str]],
+                widen: bool = False) -> TargetTable:
+    """``plan`` with the existing table's column types (columns it lacks, and with ``widen`` columns of a
+    narrower type that the planned one holds, keep the planned type: see :func:`evolve`); a
+    ConfigError naming the table and column when it cannot receive the stream."""
     where = f"postgres destination: table {plan.describe()} (stream {plan.label})"
     columns = []
     for column in plan.columns:
         found = existing.get(column.name)
-        if found is None:
-            raise ConfigError(f"{where} has no column '{column.name}' ({column.sql_type}); add it or drop the table")
+        if found is None or (widen and not holds(found[0], column.sql_type) and holds(column.sql_type, found[0])):
+            columns.append(column)
+            continue
         if not holds(found[0], column.sql_type):
             raise ConfigError(f"{where}: column '{column.name}' is {found[0]}, which cannot hold the source's "
                               f"{column.sql_type}; alter it or drop the table")
@@ -130,9 +134,25 @@ def check_table(plan: TargetTable, existing: dict[str, tuple[str, bool, bool]], 
     return replace(plan, columns=tuple(columns))
 
 
-def missing_metadata(plan: TargetTable, existing: dict) -> list[tuple[str, str]]:
-    """The ``_olake_*`` columns a table lacks while ``metadata_columns`` asks for them."""
-    return [(name, type_text) for name, type_text in METADATA_COLUMNS if plan.metadata and name not in existing]
+def evolve(conn, plan: TargetTable, existing: dict[str, tuple[str, bool, bool]]) -> list[str]:
+    """Add the columns ``plan`` has and the table lacks, and widen those ``check_table`` kept at the
+    planned type; the names of the columns changed."""
+    changed = [name for name, _ in missing_columns(plan, existing)]
+    add_columns(conn, plan, missing_columns(plan, existing))
+    for column in plan.columns:
+        found = existing.get(column.name)
+        if found is not None and found[0] != column.sql_type:
+            conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE {}").format(
+                plan.qualified, sql.Identifier(column.name), sql.SQL(column.sql_type)))
+            changed.append(column.name)
+    return changed
+
+
+def missing_columns(plan: TargetTable, existing: dict) -> list[tuple[str, str]]:
+    """(name, type) of the stream columns, and of the ``_olake_*`` columns ``metadata_columns`` asks for,
+    that an existing table lacks."""
+    wanted = [(c.name, c.sql_type) for c in plan.columns] + (list(METADATA_COLUMNS) if plan.metadata else [])
+    return [(name, type_text) for name, type_text in wanted if name not in existing]
 
 
 def create_table(conn, plan: TargetTable) -> None:
