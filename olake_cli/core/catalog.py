@@ -15,7 +15,7 @@ from olake_cli.core.validation import load_json_file, validate
 SYNC_MODES = ("full_refresh", "incremental", "cdc")
 _KNOWN_KEYS = ("name", "namespace", "json_schema", "supported_sync_modes", "source_defined_primary_key",
                "default_cursor_field", "cursor_candidates", "selected", "sync_mode", "cursor_field",
-               "cursor_lookback", "primary_key", "skip_initial_load", "x-olake")
+               "cursor_lookback", "primary_key", "skip_initial_load", "row_filter", "transform", "x-olake")
 # olake types whose values the source orders and that can serve as an incremental cursor
 TEMPORAL_CURSOR_TYPES = ("date", "timestamp", "timestamptz", "datetime_ms")
 NUMERIC_CURSOR_TYPES = ("int16", "int32", "int64", "float32", "float64", "numeric", "decimal128")
@@ -52,6 +52,8 @@ class CatalogStream:
     cursor_lookback: str | int | float | None = None  # incremental: each pass reads from saved - lookback
     primary_key: list[list[str]] | None = None
     skip_initial_load: bool = False  # cdc: start at the current position, no full load
+    row_filter: str | None = None  # "module:function" (core.row_hooks)
+    transform: str | None = None  # "module:function" (core.row_hooks)
     x_olake: dict = field(default_factory=dict)
     additional: dict = field(default_factory=dict)  # keys other tools added; written back unchanged
 
@@ -103,6 +105,7 @@ class CatalogStream:
             cursor_lookback=obj.get("cursor_lookback"),
             primary_key=obj.get("primary_key"),
             skip_initial_load=bool(obj.get("skip_initial_load", False)),
+            row_filter=obj.get("row_filter"), transform=obj.get("transform"),
             x_olake=dict(obj.get("x-olake", {})),
             additional={k: v for k, v in obj.items() if k not in _KNOWN_KEYS},
         )
@@ -127,6 +130,9 @@ class CatalogStream:
             out["primary_key"] = [list(p) for p in self.primary_key]
         if self.skip_initial_load:
             out["skip_initial_load"] = True
+        for name in ("row_filter", "transform"):
+            if getattr(self, name):
+                out[name] = getattr(self, name)
         if self.x_olake:
             out["x-olake"] = self.x_olake
         out.update(self.additional)

@@ -6,14 +6,15 @@ from typing import Any
 
 from olake_cli.core.catalog import Catalog, CatalogStream
 
-_EDITS = ("selected", "sync_mode", "cursor_field", "cursor_lookback", "primary_key", "skip_initial_load")
+_EDITS = ("selected", "sync_mode", "cursor_field", "cursor_lookback", "primary_key", "skip_initial_load",
+          "row_filter", "transform")
 
 
 def merge_edits(discovered: dict[str, Any], previous: Catalog) -> tuple[dict[str, Any], list[str]]:
     """The new catalog with each known stream's edits carried over, and what changed, one line each.
 
     Kept per stream: selected, sync_mode, cursor_field, cursor_lookback, primary_key, skip_initial_load
-    (for a stream still in cdc), and the columns
+    (for a stream still in cdc), row_filter, transform, and the columns
     the user removed from json_schema, as long as they still make sense for the new discovery (a mode
     still supported, a cursor still a column); anything dropped is said. New streams arrive with the
     discovered defaults; streams that vanished are listed.

@@ -304,8 +304,9 @@ class ReadPipeline:
             pass
 
     def _tasks_write(self, run: StreamRun) -> bool:
-        """Whether the stream's tasks write their rows to the destination themselves (sync, full load)."""
-        return self.sink is not None and run.kind == "full"
+        """Whether the stream's tasks write their rows to the destination themselves (sync, full load);
+        a stream with a row filter or transform goes through the writer, which applies them."""
+        return self.sink is not None and run.kind == "full" and not (run.stream.row_filter or run.stream.transform)
 
     def _with_sink(self, run: StreamRun, job: ChunkJob) -> ChunkJob:
         """For sync: full-load tasks write their own files under the stream's load id."""

@@ -12,6 +12,7 @@ from olake_cli.core.errors import CatalogError, OlakeError, ProtocolError, Upstr
 from olake_cli.core.faults import crash_point
 from olake_cli.core.record_block import BlockDecoder
 from olake_cli.core.record_lines import record_prefix
+from olake_cli.core.row_hooks import RowHooks, catalog_hooks
 from olake_cli.core.schema_change import SchemaDiff, compare_columns, olake_type_of
 from olake_cli.core.state import FileStateStore, parse_state
 from olake_cli.core.validation import validate_message
@@ -27,6 +28,7 @@ class WritePipeline:
         self.out, self.log = out, log
         self.keys: set[tuple] = set()
         self.prefixes: dict[bytes, tuple[tuple, BlockDecoder]] = {}  # record_prefix -> stream, decoder
+        self.hooks: dict[tuple, RowHooks] = {}  # streams with a row filter or transform
         self.upstream_error: tuple[str, str] | None = None
         self.records = 0
         self.states = 0
@@ -67,8 +69,11 @@ class WritePipeline:
             for offset, line in enumerate(lines.splitlines(keepends=True)):
                 self._line(line, first_lineno + offset)
             return
-        self.destination.add_table(key, table, warnings)
         self.records += table.num_rows
+        if key in self.hooks:
+            table = self.hooks[key].apply(table)
+        if table.num_rows:
+            self.destination.add_table(key, table, warnings)
 
     def _line(self, line: bytes, lineno: int) -> None:
         """One line: a well-formed RECORD of a known stream takes a short path, others full validation."""
@@ -80,8 +85,7 @@ class WritePipeline:
         if type(record) is dict:
             data, key = record.get("data"), (record.get("namespace"), record.get("stream"))
             if type(data) is dict and key in self.keys:
-                self.destination.add(key, data)
-                self.records += 1
+                self._add(key, data)
                 return
         if line.strip():
             self._handle(self._parse(line, lineno), lineno)
@@ -109,8 +113,7 @@ class WritePipeline:
             if key not in self.keys:
                 raise ProtocolError(f"stdin line {lineno}: record for unknown stream "
                                     f"'{key[0]}.{key[1]}' (not in the catalog)")
-            self.destination.add(key, record["data"])
-            self.records += 1
+            self._add(key, record["data"])
         elif kind == "STATE":
             self._commit_state(msg)
         elif kind == "CATALOG":
@@ -124,6 +127,17 @@ class WritePipeline:
             self.log(f"upstream error: {self.upstream_error[0]}")
         elif kind == "LOG":
             self.log(f"upstream {msg['log']['level']}: {msg['log']['message']}")
+
+    def _add(self, key: tuple, data: dict) -> None:
+        """One record to the destination (through the stream's row filter and transform, if any)."""
+        self.records += 1
+        hooks = self.hooks.get(key)
+        if hooks is None or data.get("_olake_op") == "t":
+            self.destination.add(key, data)
+        else:
+            table = hooks.apply(hooks.record_table(data))
+            if table.num_rows:
+                self.destination.add_table(key, table, [])
 
     def _commit_state(self, msg: dict[str, Any]) -> None:
         state = parse_state(msg["state"], what="STATE message")
@@ -153,6 +167,7 @@ class WritePipeline:
                 self.destination.widen(stream)
                 self.catalog.streams[self.catalog.streams.index(mine)] = stream
                 self._add_prefix(stream)
+                self.hooks.update(catalog_hooks(Catalog([stream])))
                 changes = ", ".join(f"'{c}' {old} -> {new}" for c, (old, new) in diff.widened.items())
                 self.log(f"{stream.label}: column(s) widened: {changes}; later files use the wider type")
 
@@ -164,6 +179,7 @@ class WritePipeline:
         self.catalog = catalog
         self.destination.open(catalog)
         self.keys = {s.key for s in catalog.streams}
+        self.hooks = catalog_hooks(catalog)
         self.prefixes.clear()
         for stream in catalog.streams:
             self._add_prefix(stream)
