@@ -20,11 +20,9 @@ from bson.dbref import DBRef
 from bson.raw_bson import RawBSONDocument
 from pymongo.errors import OperationFailure
 
-from olake_cli.core.codec import (
-    INT32_MAX, INT32_MIN, arrow_schema, arrow_type, decode_rows, encode_records, field_arrow_type,
-    to_destination,
-)
-from olake_cli.core.codec_decode import _already_exact
+from olake_cli.core.codec import INT32_MAX, INT32_MIN, arrow_schema, arrow_type, field_arrow_type
+from olake_cli.core.codec_decode import _already_exact, decode_rows, to_destination
+from olake_cli.core.record_lines import encode_records
 from olake_cli.core.errors import CatalogError, ProtocolError, SourceError
 from olake_cli.sources.mongodb.bson_types import (
     BSON_CODEC_OPTIONS, EJSON_OPTIONS, document_to_wire, documents_to_batch, infer_json_schema,

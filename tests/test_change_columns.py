@@ -129,7 +129,7 @@ def test_run_decoder_agrees_with_the_message_decoder_and_refuses_bad_data(pg_clu
         conn.execute("DELETE FROM odd WHERE id = 3")
         try:
             with pytest.raises(SourceError, match="stream 'public.odd', column 'a', row with key id='2': "
-                                                  r".*lower bounds \[0:2\]"):
+                                                  r".*dimensions \[0:2\] \(a lower bound other than 1\)"):
                 change_records(dsn, slot, PUBLICATION, "odd", ("id",))
             messages = [bytes(m) for (m,) in conn.execute(  # the feed waited for the WAL to be flushed
                 "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, 'proto_version', '1', "

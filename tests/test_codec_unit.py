@@ -9,10 +9,10 @@ import orjson
 import pyarrow as pa
 import pytest
 
-from olake_cli.core.codec import (
-    INT32_MAX, INT64_MAX, INT64_MIN, arrow_schema, arrow_type, decode_rows, encode_records,
-    to_destination, wire_values,
-)
+from olake_cli.core.codec import INT32_MAX, INT64_MAX, INT64_MIN, arrow_schema, arrow_type
+from olake_cli.core.codec_encode import wire_values
+from olake_cli.core.codec_decode import decode_rows, to_destination
+from olake_cli.core.record_lines import encode_records
 from olake_cli.core.errors import CatalogError, DestinationError, ProtocolError, SourceError
 from olake_cli.sources.postgres.scan import PostgresChunkReader
 
@@ -169,9 +169,9 @@ def test_nested_arrays_round_trip_and_bad_depth_names_the_row():
                              "m": {"type": ["null", "array"], "x-olake-type": "array<array<int32>>"}}}
     batch = pa.record_batch({"id": pa.array([1, 2, 3, 4], pa.int32()), "m": texts})
     reader = PostgresChunkReader("n.s", 0, "", "postgresql://", None, key_columns=("id",),
-                                 nested_arrays=(("m", "array<array<int32>>"),))
+                                 text_arrays=(("m", "array<array<int32>>", ","),))
     with pytest.raises(SourceError, match=r"stream 'n.s', column 'm', row with key id=4: .*"
-                                          "3-dimensional value in a column declared with 2"):
+                                          "3-dimensional value in a column of 2 dimensions; .*run discover again"):
         reader.wire_columns(batch)
     batch = batch.slice(0, 3)
     wire = reader.wire_columns(batch)
@@ -183,6 +183,34 @@ def test_nested_arrays_round_trip_and_bad_depth_names_the_row():
     assert table.schema.field("m").type == arrow_type("array<array<int32>>")
     direct, _ = to_destination(batch, schema, wire_columns=wire)
     assert direct.column("m").equals(table.column("m"))
+
+
+def test_ndarrays_keep_every_shape_and_bound_on_both_paths():
+    """An ndarray column's array text becomes lower bounds, lengths and elements, the same through
+    RECORD lines and straight to the destination; the wire value's shape must match its elements."""
+    texts = pa.array(["[0:2]={1,NULL,3}", "{{1,2},{3,4}}", "{}", None, "[-2:-1][5:5]={{7},{8}}"])
+    schema = {"properties": {"id": {"type": "integer", "x-olake-type": "int32"},
+                             "m": {"type": ["null", "object"], "x-olake-type": "ndarray<int32>"}}}
+    batch = pa.record_batch({"id": pa.array(range(5), pa.int32()), "m": texts})
+    reader = PostgresChunkReader("n.s", 0, "", "postgresql://", None, text_arrays=(("m", "ndarray<int32>", ","),))
+    wire = reader.wire_columns(batch)
+    lines = encode_records(batch, schema, "s", "n", 1, wire_columns=wire)
+    data = [orjson.loads(line)["record"]["data"]["m"] for line in lines.splitlines()]
+    assert data == [{"lower_bounds": [0], "lengths": [3], "elements": [1, None, 3]},
+                    {"lower_bounds": [1, 1], "lengths": [2, 2], "elements": [1, 2, 3, 4]},
+                    {"lower_bounds": [], "lengths": [], "elements": []}, None,
+                    {"lower_bounds": [-2, 5], "lengths": [2, 1], "elements": [7, 8]}]
+    table, _ = decode_rows([{"id": i, "m": m} for i, m in enumerate(data)], schema)
+    assert table.column("m").to_pylist() == data and table.schema.field("m").type == arrow_type("ndarray<int32>")
+    direct, _ = to_destination(batch, schema, wire_columns=wire)
+    assert direct.column("m").equals(table.column("m"))
+    assert wire_values(table.column("m"), "ndarray<int32>", "m") == data  # and back from Arrow
+    for bad in ({"lower_bounds": [0], "lengths": [2], "elements": [1]},
+                {"lower_bounds": [0], "lengths": [0], "elements": []},
+                {"lower_bounds": [0], "lengths": [1], "elements": [1], "extra": 1},
+                {"lower_bounds": [2147483647], "lengths": [2], "elements": [1, 2]}):
+        with pytest.raises(ProtocolError, match="column 'm"):
+            decode_rows([{"id": 1, "m": bad}], schema)
 
 
 @pytest.mark.parametrize("olake_type, value, type_name", [

@@ -3,8 +3,9 @@
 BC dates, years beyond 9999, +/-infinity, the ends of PostgreSQL's timestamp range that Arrow can hold,
 2-D and 3-D arrays (ints, text with NULLs and quotes, dates), through ``read | write`` and ``sync``
 full loads and through change capture (pgoutput text), compared value by value with the source.
-Values that cannot be carried (an instant after Arrow's last microsecond, an array whose lower bound
-is not 1) fail the run naming the stream, the column and the row, and acknowledge nothing.
+A value that cannot be carried (an instant after Arrow's last microsecond) fails the run naming the
+stream, the column and the row, and acknowledges nothing. (Arrays of every shape, lower bounds other
+than 1 included: tests/test_e2e_pg_arrays.py.)
 """
 
 from __future__ import annotations
@@ -105,23 +106,19 @@ def test_values_that_cannot_be_carried_fail_naming_stream_column_and_row(pg_clus
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE late (id int PRIMARY KEY, ts timestamp)")
         conn.execute("INSERT INTO late VALUES (1, '2000-01-01'), (42, '294276-12-31 23:59:59.999999')")
-        conn.execute("CREATE TABLE based (id int PRIMARY KEY, a int[])")
-        conn.execute("INSERT INTO based VALUES (1, '{1}'), (5, '[0:2]={7,8,9}')")
     src = write_json(tmp_path / "src.json", pg_cluster.source_config(pg_db))
     dst = write_json(tmp_path / "dst.json", {"type": "parquet", "path": str(tmp_path / "out")})
     state = tmp_path / "state.json"
-    for table, wanted in (("late", b"column 'ts', row with key id=42"),
-                          ("based", b"column 'a': array with dimensions [0:2]")):
-        catalog_path = tmp_path / f"{table}.json"
-        discover_catalog(src, catalog_path, {}, only={table})
-        result = read_into_write(["--config", src, "--catalog", str(catalog_path), "--state", str(state)],
-                                 ["--config", dst, "--state", str(state)])
-        stderr = result.read_stderr + result.write_stderr
-        assert result.write_code != 0, stderr.decode()[-2000:]
-        assert wanted in stderr, stderr.decode()[-2000:]
-        assert table.encode() in stderr
-        assert trace_errors(result.write_stdout), "a TRACE error on stdout"
-        saved = json.loads(state.read_text())["streams"] if state.exists() else []
-        chunks = [c for s in saved for c in s["stream_state"].get("chunks", [])]
-        assert all(s["sync_type"] == "full-load" for s in saved), "nothing acknowledged"
-        assert all(c["status"] != "succeed" for c in chunks), "nothing acknowledged"
+    catalog_path = tmp_path / "late.json"
+    discover_catalog(src, catalog_path, {}, only={"late"})
+    result = read_into_write(["--config", src, "--catalog", str(catalog_path), "--state", str(state)],
+                             ["--config", dst, "--state", str(state)])
+    stderr = result.read_stderr + result.write_stderr
+    assert result.write_code != 0, stderr.decode()[-2000:]
+    assert b"column 'ts', row with key id=42" in stderr, stderr.decode()[-2000:]
+    assert b"late" in stderr
+    assert trace_errors(result.write_stdout), "a TRACE error on stdout"
+    saved = json.loads(state.read_text())["streams"] if state.exists() else []
+    chunks = [c for s in saved for c in s["stream_state"].get("chunks", [])]
+    assert all(s["sync_type"] == "full-load" for s in saved), "nothing acknowledged"
+    assert all(c["status"] != "succeed" for c in chunks), "nothing acknowledged"

@@ -22,8 +22,8 @@ from tests.test_types_codec import BIG_NUMERIC, DDL as EVERYTHING_DDL, ROWS as E
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "postgres" / "demo.sql"
 TABLES = [("shop", "all_types"), ("shop", "products"), ("public", "everything"), ("public", "edge"),
-          ("public", "grid"), ("public", "docs")]
-CDC = {"all_types", "everything", "edge", "grid", "docs"}
+          ("public", "grid"), ("public", "docs"), ("public", "shapes")]
+CDC = {"all_types", "everything", "edge", "grid", "docs", "shapes"}
 BIG = "x" * 1_000_000
 
 
@@ -39,6 +39,9 @@ def make_source(dsn: str) -> None:
         conn.execute(EDGE_DDL)
         conn.execute(f"INSERT INTO edge VALUES {EDGE_VALUES}")
         conn.execute(f"INSERT INTO grid VALUES {GRID_VALUES}")
+        conn.execute("CREATE TABLE shapes (id int PRIMARY KEY, a int[], t text[])")  # ndarray<T>: any shape
+        conn.execute("INSERT INTO shapes VALUES (1, '{1,2}', '{x}'), (2, '[0:2]={7,8,9}', '[2:2]={\"y,z\"}'), "
+                     "(3, '{{1,2},{3,NULL}}', '{}'), (4, '{}', NULL)")
         conn.execute("CREATE TABLE docs (id int PRIMARY KEY, title text, body text)")
         conn.execute("INSERT INTO docs SELECT g, 'doc ' || g, %s FROM generate_series(1, 3) g", (BIG,))
 
@@ -64,6 +67,8 @@ def change_source(dsn: str) -> None:
         conn.execute("UPDATE grid SET m_int = '{{5,6},{7,8}}' WHERE id = 2")
         conn.execute("TRUNCATE grid")
         conn.execute("INSERT INTO grid VALUES (9, '{{9}}', '{{{z}}}', NULL)")
+        conn.execute("INSERT INTO shapes VALUES (5, '[-1:0][3:4]={{1,2},{3,4}}', '{{a,b}}')")
+        conn.execute("UPDATE shapes SET a = '[5:5]={5}' WHERE id = 1")
         conn.execute("UPDATE docs SET title = 'kept body' WHERE id = 1")  # body (1 MB, TOASTed) is not sent
         conn.execute("UPDATE docs SET id = 30, title = 'moved' WHERE id = 3")  # a key update leaving body alone
         conn.execute("INSERT INTO docs VALUES (4, 'new', 'small'), (5, 'gone', 'soon')")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import random
 import threading
-from pathlib import Path
 
 import psycopg
 import pytest

@@ -12,22 +12,24 @@ from __future__ import annotations
 import random
 import struct
 
-import adbc_driver_postgresql.dbapi as adbc
 import orjson
 import psycopg
 import pyarrow as pa
 import pytest
 from psycopg import sql
 
-from olake_cli.core.codec import decode_rows, encode_records
+from olake_cli.core.codec_decode import decode_rows
+from olake_cli.core.record_lines import encode_records
 from olake_cli.core.errors import CatalogError, DestinationError, ProtocolError, SourceError
+from olake_cli.sources.postgres.array_shapes import with_data_shapes
 from olake_cli.sources.postgres.scan import PostgresChunkReader
 from olake_cli.sources.postgres.pgtext import converter_for, parse_array_literal, text_to_wire
 from olake_cli.sources.postgres.change_feed import current_wal_lsn, read_changes
 from olake_cli.sources.postgres.pgoutput import UNCHANGED_TOAST
 from tests.support.row_texts import make_row_converter, row_to_wire
 from olake_cli.sources.postgres.types import (SCAN_SESSION_SETTINGS, fetch_columns,
-                                              json_schema_property, select_expression)
+                                              json_schema_property, select_expression, shape_checks,
+                                              text_arrays)
 
 DDL = """
 CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
@@ -119,22 +121,24 @@ def create_every(dsn: str, with_slot: str | None = None) -> None:
             conn.execute(statement, {k: v for k, v in params.items() if f"%({k})s" in statement})
 
 
-def table_schema(dsn: str, table: str = "every") -> tuple[list, dict]:
+def table_schema(dsn: str, table: str = "every", shaped: bool = False) -> tuple[list, dict]:
+    """The table's columns and json_schema; ``shaped``: array shapes read from the data, as discover does."""
     with psycopg.connect(dsn) as conn:
         columns = fetch_columns(conn, "public", table)
+        if shaped:
+            columns = with_data_shapes(conn, "public", table, columns)
     return columns, {"type": "object", "properties": {c.name: json_schema_property(c) for c in columns}}
 
 
-def full_load_rows(pg_cluster, db: str, table: str = "every") -> list[dict]:
+def full_load_rows(pg_cluster, db: str, table: str = "every", shaped: bool = False) -> list[dict]:
     """The full-load path: select_expression -> the chunk reader (ADBC) -> encode_records -> JSON."""
     dsn = pg_cluster.dsn(db)
-    columns, json_schema = table_schema(dsn, table)
+    columns, json_schema = table_schema(dsn, table, shaped)
     select = sql.SQL("SELECT {} FROM {} ORDER BY id").format(
         sql.SQL(", ").join(select_expression(c) for c in columns), sql.Identifier(table))
     with psycopg.connect(dsn) as conn:
         query = select.as_string(conn)
-    nested = tuple((c.name, c.olake_type) for c in columns if c.olake_type.startswith("array<array<"))
-    reader = PostgresChunkReader(table, 0, query, pg_cluster.uri(db), None, nested_arrays=nested)
+    reader = PostgresChunkReader(table, 0, query, pg_cluster.uri(db), None, text_arrays=text_arrays(columns))
     lines = b"".join(encode_records(batch, json_schema, table, "public", 1, wire_columns=reader.wire_columns(batch))
                      for batch in reader.read_batches())
     return [orjson.loads(line)["record"]["data"] for line in lines.splitlines()]
@@ -240,6 +244,55 @@ def test_pgoutput_changes_give_the_full_load_wire_values(pg_cluster, pg_db):
     assert_same_arrow(decode_rows(expected, json_schema)[0], decode_rows(actual, json_schema)[0])
 
 
+SHAPED_DDL = """
+CREATE TABLE shaped (id int PRIMARY KEY, n_int int[], n_text text[], n_date date[], n_tstz timestamptz[],
+                     n_bytea bytea[], n_float4 real[], n_interval interval[], n_box box[], n_char char(3)[],
+                     n_num numeric[], n_inet inet[], g_text text[], g_float8 float8[][]);
+INSERT INTO shaped VALUES
+ (1, '[0:2]={1,NULL,-2147483648}', '[-1:0]={"a,b",NULL}', '[2:3]={"0044-03-15 BC",infinity}',
+  '[0:0]={"2024-02-29 12:00:00.5+05:30"}', '[0:1]={"\\\\x00ff",NULL}', '[0:1]={0.1,NaN}', '[0:0]={"1 day -00:00:01"}',
+  '[0:0]={(1,1),(0,0)}', '[0:0]={ab}', '[0:1]={NaN,-0.000001}', '[0:0]={10.0.0.1/8}', '{{a,"q\\"r"},{"",NULL}}',
+  '{{1.5,-Infinity}}'),
+ (2, '{{1,2},{3,4}}', '{{{x}}}', '{{2024-01-01},{NULL}}', '{{infinity}}', '{{"\\\\x"}}', '{{1e-45}}',
+  '{{P1Y}}', '{{(2,2),(1,1);(3,3),(0,0)}}', '{{"x  "}}', '{{Infinity}}', '{{::1}}', '{}', '{}'),
+ (3, '{}', '{}', NULL, '{}', NULL, '{}', NULL, '{}', '{}', '{}', '{}', NULL, NULL);
+"""
+
+
+def test_ndarray_columns_give_the_same_wire_values_on_both_paths(pg_cluster, pg_db):
+    """Columns of varying shapes (ndarray) and a 2-D text[] column: the full-load scan's array text and
+    pgoutput's text give byte-identical wire values, the bounds and lengths exact."""
+    dsn = pg_cluster.dsn(pg_db)
+    slot = f"slot_{pg_db}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE PUBLICATION {PUBLICATION} FOR ALL TABLES")
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        conn.execute(SHAPED_DDL)
+        scan_session(conn)
+        try:
+            events = list(read_changes(conn, slot, PUBLICATION, current_wal_lsn(conn)))
+        finally:
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+    _, json_schema = table_schema(dsn, "shaped", shaped=True)
+    types = {n: p["x-olake-type"] for n, p in json_schema["properties"].items()}
+    assert all(t.startswith("ndarray<") for n, t in types.items() if n.startswith("n_"))
+    assert (types["g_text"], types["g_float8"]) == ("array<array<string>>", "array<array<float64>>")
+    expected = full_load_rows(pg_cluster, pg_db, "shaped", shaped=True)
+    for index, (want, row_texts, event) in enumerate(zip(expected, output_texts(dsn, "shaped"), events)):
+        assert_same_wire(want, row_to_wire(row_texts, json_schema)[0], f"row {index + 1}")
+        assert_same_wire(want, row_to_wire(event.new, json_schema)[0], f"change {index + 1}")
+    first = expected[0]
+    assert first["n_int"] == {"lower_bounds": [0], "lengths": [3], "elements": [1, None, -2147483648]}
+    assert first["n_text"] == {"lower_bounds": [-1], "lengths": [2], "elements": ["a,b", None]}
+    assert first["n_box"]["elements"] == ["(1,1),(0,0)"] and first["n_char"]["elements"] == ["ab "]
+    assert first["n_inet"]["elements"] == ["10.0.0.1/8"] and first["n_bytea"]["elements"] == ["AP8=", None]
+    assert expected[1]["n_int"] == {"lower_bounds": [1, 1], "lengths": [2, 2], "elements": [1, 2, 3, 4]}
+    assert expected[1]["n_box"]["elements"] == ["(2,2),(1,1)", "(3,3),(0,0)"]
+    assert expected[2]["n_int"] == {"lower_bounds": [], "lengths": [], "elements": []}
+    table, _ = decode_rows(expected, json_schema)
+    assert table.column("n_int").to_pylist()[0] == first["n_int"]
+
+
 def test_values_that_cannot_be_carried_fail_on_both_paths_naming_stream_column_and_key(pg_cluster, pg_db):
     dsn = pg_cluster.dsn(pg_db)
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -249,20 +302,22 @@ def test_values_that_cannot_be_carried_fail_on_both_paths_naming_stream_column_a
     columns, json_schema = table_schema(dsn, "odd")
     texts = output_texts(dsn, "odd")
     convert = make_row_converter(json_schema, "public.odd", ("id",))
-    for row, shape in ((texts[1], r"lower bounds \[0:2\]"), (texts[2], "2-dimensional value")):
+    for row, shape in ((texts[1], r"dimensions \[0:2\] \(a lower bound other than 1\)"),
+                       (texts[2], "2-dimensional value in a column of 1 dimension")):
         with pytest.raises(SourceError, match=f"stream 'public.odd', column 'a', row with key "
-                                              f"id='{row['id']}': .*{shape}"):
+                                              f"id='{row['id']}': .*{shape}.*; .*run discover again"):
             convert(row)
-    for wanted_id in (2, 3):  # the scan refuses them too, naming the column, its shape and the key
-        select = sql.SQL("SELECT {} FROM odd WHERE id = {}").format(
-            sql.SQL(", ").join(select_expression(c, ("id",)) for c in columns), wanted_id)
+    (_, check), = shape_checks(columns)
+    for wanted_id, dims in ((2, r"\[0:2\]"), (3, r"\[1:2\]\[1:2\]")):  # the scan refuses them too
+        select = sql.SQL("SELECT {}, {} FROM odd WHERE id = {}").format(
+            sql.SQL(", ").join(select_expression(c) for c in columns), check, wanted_id)
         with psycopg.connect(dsn) as conn:
             query = select.as_string(conn)
-        with adbc.connect(pg_cluster.uri(pg_db)) as conn, conn.cursor() as cur:
-            with pytest.raises(Exception, match=rf"column 'a': array with dimensions \[.*row with key "
-                                                rf"\(id\) = \({wanted_id}\)"):
-                cur.execute(query)
-                cur.fetch_arrow_table()
+        reader = PostgresChunkReader("public.odd", 0, query, pg_cluster.uri(pg_db), None, key_columns=("id",),
+                                     shape_checks=(("a", "array<int32>"),))
+        with pytest.raises(SourceError, match=rf"stream 'public.odd', column 'a', row with key id={wanted_id}: "
+                                              rf"an array with dimensions {dims}"):
+            list(reader.read_batches())
     first = convert(texts[0])[0]
     assert first["ts"] == "294276-12-31T23:59:59.999999"  # the wire carries PostgreSQL's last instant
     with pytest.raises(DestinationError, match="stream 'public.odd', column 'ts', row with key id=1: "
@@ -395,8 +450,10 @@ def test_scalar_conversions():
     ("date", "0000-01-01 BC", "no year 0"),
     ("timestamp", "10000-01-01 24:00:00", "not a time of day"),
     ("timestamptz", "0001-01-01 00:30:00 BC", "without an offset"),
-    ("array<array<int32>>", "{1,2}", "1-dimensional value in a column declared with 2"),
-    ("array<array<int32>>", "[0:1][1:1]={{1},{2}}", r"lower bounds \[0:1\]\[1:1\] are not 1"),
+    ("array<array<int32>>", "{1,2}", "1-dimensional value in a column of 2 dimensions"),
+    ("array<array<int32>>", "[0:1][1:1]={{1},{2}}", r"dimensions \[0:1\]\[1:1\] \(a lower bound other than 1\)"),
+    ("ndarray<int32>", "[0:1]={1,2,3}", "array dimensions do not match its elements"),
+    ("ndarray<int32>", "{{1,2},{3}}", "sub-arrays of different lengths"),
     ("interval", "1 day", "IntervalStyle=iso_8601"),
     ("int32", "twelve", "ValueError"),
     ("bool", "yes", "KeyError"),

@@ -15,7 +15,9 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 
-from olake_cli.core.codec import INT64_MAX, INT64_MIN, decode_rows, encode_records
+from olake_cli.core.codec import INT64_MAX, INT64_MIN
+from olake_cli.core.codec_decode import decode_rows
+from olake_cli.core.record_lines import encode_records
 from olake_cli.core import row_metadata
 from olake_cli.core.record_block import BlockDecoder
 from olake_cli.core.row_metadata import WIRE_NAMES

@@ -21,6 +21,9 @@ from olake_cli.core.schema_change import (INCOMPATIBLE, SAME, WIDEN, compare_col
     ("int32", "string", INCOMPATIBLE), ("timestamp", "timestamptz", INCOMPATIBLE),
     ("array<int16>", "array<int64>", WIDEN), ("array<int64>", "array<int16>", INCOMPATIBLE),
     ("array<string>", "array<string>", SAME), ("int32", "array<int32>", INCOMPATIBLE),
+    ("ndarray<int32>", "ndarray<int64>", WIDEN), ("ndarray<int64>", "ndarray<int32>", INCOMPATIBLE),
+    ("array<int32>", "array<array<int32>>", INCOMPATIBLE), ("array<array<int32>>", "ndarray<int32>", INCOMPATIBLE),
+    ("ndarray<int32>", "array<int32>", INCOMPATIBLE),  # another shape: the stream loads anew
 ])
 def test_type_change(old, new, verdict):
     assert type_change(old, new) == verdict

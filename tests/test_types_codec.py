@@ -23,9 +23,13 @@ from psycopg.types.datetime import DateLoader, TimeLoader, TimestampLoader, Time
 from psycopg.types.numeric import IntLoader
 from psycopg.types.string import TextLoader
 
-from olake_cli.core.codec import arrow_schema, decode_rows, encode_records
+from olake_cli.core.codec import arrow_schema
+from olake_cli.core.codec_decode import decode_rows
+from olake_cli.core.record_lines import encode_records
+from olake_cli.core.errors import SourceError
+from olake_cli.sources.postgres.scan import PostgresChunkReader
 from olake_cli.sources.postgres.types import (
-    SCAN_SESSION_SETTINGS, fetch_columns, json_schema_property, select_expression,
+    SCAN_SESSION_SETTINGS, fetch_columns, json_schema_property, select_expression, shape_checks,
 )
 
 DDL = """
@@ -372,13 +376,29 @@ def test_dates_and_timestamps_of_every_year_round_trip_exactly(pg_cluster, pg_db
     assert actual == [tuple(row) for row in expected]
 
 
-def test_multidimensional_value_in_a_one_dimensional_column_fails_the_scan_naming_the_column(pg_cluster, pg_db):
+def test_a_value_of_another_shape_in_a_one_dimensional_column_fails_the_scan_naming_column_and_key(
+        pg_cluster, pg_db):
+    """ADBC would flatten it and drop its bounds: the shape check beside the column stops the scan."""
     dsn = pg_cluster.dsn(pg_db)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE grid (m int[])")
-        conn.execute("INSERT INTO grid VALUES ('{1,2}'), ('{{1,2},{3,4}}')")
-        columns = fetch_columns(conn, "public", "grid")
-        select = sql.SQL("SELECT {} FROM grid").format(select_expression(columns[0]))
-        with pytest.raises(psycopg.errors.InvalidTextRepresentation,
-                           match=r"column 'm': array with dimensions \[1:2\]\[1:2\] cannot be carried"):
-            conn.execute(select)
+        conn.execute("CREATE TABLE grid (id int PRIMARY KEY, m int[])")
+        conn.execute("INSERT INTO grid VALUES (1, '{1,2}'), (2, '{{1,2},{3,4}}'), (3, '[0:1]={5,6}'), (4, '{}')")
+        columns = fetch_columns(conn, "public", "grid")  # no catalog: the declared dimension
+        checks = shape_checks(columns)
+        queries = {wanted: sql.SQL("SELECT {}, {} AS olake_shape_0 FROM grid WHERE id IN {} ORDER BY id").format(
+            sql.SQL(", ").join(select_expression(c) for c in columns), checks[0][1],
+            sql.SQL(wanted)).as_string(conn) for wanted in ("(1, 4)", "(1, 2)", "(3)")}
+    assert [c.name for c, _ in checks] == ["m"]
+
+    def reader(where: str) -> PostgresChunkReader:
+        return PostgresChunkReader("public.grid", 0, queries[where], pg_cluster.uri(pg_db), None,
+                                   key_columns=("id",), shape_checks=(("m", "array<int32>"),))
+
+    batches = list(reader("(1, 4)").read_batches())
+    assert [b.schema.names for b in batches] == [["id", "m"]]  # the check column is dropped
+    assert batches[0].column("m").to_pylist() == [[1, 2], []]
+    for where, key, dims in (("(1, 2)", 2, r"\[1:2\]\[1:2\]"), ("(3)", 3, r"\[0:1\]")):
+        with pytest.raises(SourceError, match=rf"stream 'public.grid', column 'm', row with key id={key}: an array "
+                                              rf"with dimensions {dims} in a column of type array<int32> .*"
+                                              "run discover again"):
+            list(reader(where).read_batches())

@@ -1,13 +1,13 @@
 """Decoding: RECORD wire values (or scanned Arrow batches) -> the destination Arrow types.
 
-The representations are those of ``olake_cli.core.codec`` (which re-exports this module's public
-names); a value the destination type cannot hold raises an error naming the stream, the column and
-the row's key.
+The representations are those of ``olake_cli.core.codec`` (which this module builds on); a value
+the destination type cannot hold raises an error naming the stream, the column and the row's key.
 """
 
 from __future__ import annotations
 
 import binascii
+import math
 import re
 
 import orjson
@@ -17,11 +17,13 @@ import pyarrow.compute as pc
 from olake_cli.core.codec import (
     _DATE_MAX, _DATE_MIN, _DAY_US, _FLOAT_WIRE, _INT_TYPES, _INTERVAL_FIELDS, _INTERVAL_TYPE,
     _NESTED_KINDS, _TS_MAX_US, _TS_MIN_US, _UUID_PATTERN, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN,
-    BadValue, _fast_mask, arrow_schema, arrow_type, element_property, field_arrow_type,
-    olake_type_of, sub_properties, value_error, wire_values,
+    NDARRAY_FIELDS, BadValue, array_shape, arrow_schema, arrow_type, element_property, field_arrow_type,
+    olake_type_of, shaped_array, sub_properties, value_error,
 )
+from olake_cli.core.codec_encode import _fast_mask, wire_values
 from olake_cli.core.errors import CatalogError, DestinationError, ProtocolError
 from olake_cli.core.calendar_text import parse_date, parse_timestamp
+
 
 def decode_rows(rows: list[dict], json_schema: dict, all_nullable: bool = False,
                 stream: str | None = None, key_columns: tuple = ()) -> tuple[pa.Table, list[str]]:
@@ -330,6 +332,42 @@ def _array_column(values: list, olake_type: str, column: str, warnings: list[str
     return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), elements, type=target, mask=mask)
 
 
+def _ndarray_column(values: list, olake_type: str, column: str, warnings: list[str],
+                    prop: dict | None = None) -> pa.Array:
+    """``{"lower_bounds", "lengths", "elements"}`` objects as ndarray structs; a shape that does not
+    match its elements, or bounds beyond int32, is a ProtocolError."""
+    _check_types(values, (dict,), olake_type, column)
+    for value in values:
+        if value is not None and not _is_ndarray_object(value):
+            raise ProtocolError(f"column {column!r}: an {olake_type} value is an object of the integer lists "
+                                f"lower_bounds and lengths (one of each per dimension, lengths at least 1) "
+                                f"and the list of elements (the lengths' product); got {str(value)[:80]!r}")
+    parts = [[None if v is None else v[name] for v in values] for name in NDARRAY_FIELDS]
+    element_type = shaped_array(array_shape(olake_type)[0], 1)
+    children = [_array_column(parts[0], "array<int32>", f"{column}.lower_bounds", warnings),
+                _array_column(parts[1], "array<int32>", f"{column}.lengths", warnings),
+                _array_column(parts[2], element_type, f"{column}.elements", warnings)]
+    uppers = [None if v is None else [lo + n - 1 for lo, n in zip(v["lower_bounds"], v["lengths"])]
+              for v in values]
+    _array_column(uppers, "array<int32>", f"{column} (upper bounds)", warnings)  # int32, as in PostgreSQL
+    struct_type = arrow_type(olake_type)
+    mask = pa.array([value is None for value in values], pa.bool_())
+    return pa.StructArray.from_arrays(children, fields=list(struct_type), mask=mask)
+
+
+def _is_ndarray_object(value: dict) -> bool:
+    """Exactly the three keys, integer bounds and lengths of one length, as many elements as the
+    lengths' product (none for the empty array)."""
+    if sorted(value) != sorted(NDARRAY_FIELDS):
+        return False
+    lower, lengths, elements = (value[name] for name in NDARRAY_FIELDS)
+    if not (type(lower) is list and type(lengths) is list and type(elements) is list) or len(lower) != len(lengths):
+        return False
+    if any(type(n) is not int or n < 1 for n in lengths) or any(type(lo) is not int for lo in lower):
+        return False
+    return len(elements) == (math.prod(lengths) if lengths else 0)
+
+
 _OBJECTID_PATTERN = "^[0-9a-f]{24}$"
 
 
@@ -375,5 +413,5 @@ _DECODERS = {
     "timestamp": _timestamp_column, "timestamptz": _timestamp_column,
     "interval": _interval_column, "array": _array_column,
     "objectid": _objectid_column, "decimal128": _plain_column, "datetime_ms": _datetime_ms_column,
-    "bson": _json_column, "document": _document_column,
+    "bson": _json_column, "document": _document_column, "ndarray": _ndarray_column,
 }

@@ -15,6 +15,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from olake_cli.core.change_runs import ChangeRun
+from olake_cli.core.codec import BadValue, olake_type_of, value_error
+from olake_cli.core.codec_encode import wire_array
 from olake_cli.core.errors import CatalogError, SourceError
 
 _FLOAT_WORDS = {"nan": '"NaN"', "inf": '"Infinity"', "-inf": '"-Infinity"'}
@@ -155,7 +157,3 @@ def _contiguous_bytes(lines: pa.Array) -> bytes:
     offsets = memoryview(lines.buffers()[1]).cast("i")
     first, last = offsets[lines.offset], offsets[lines.offset + len(lines)]
     return memoryview(lines.buffers()[2])[first:last].tobytes()
-
-
-# at the end: codec imports this module's encoder at its own end (either module may be imported first)
-from olake_cli.core.codec import BadValue, olake_type_of, value_error, wire_array  # noqa: E402

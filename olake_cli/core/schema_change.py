@@ -6,7 +6,8 @@ run start, during change capture and by destinations:
 * the same olake type (``varchar(10)`` to ``text`` are both ``string``): nothing to do;
 * a widening that keeps every value exactly (int16 < int32 < int64, float32 < float64, an integer into
   a decimal with enough integer digits, decimal(p,s) into decimal(p2,s2) with s2 >= s and
-  p2 - s2 >= p - s, and the same inside arrays): the stream continues with the wider type;
+  p2 - s2 >= p - s, and the same inside arrays of the same shape): the stream continues with the wider
+  type;
 * anything else (text to numeric, a narrowing, timestamp to timestamptz, ...) is incompatible: the run
   fails naming the column before any value under the new shape is acknowledged.
 """
@@ -28,9 +29,9 @@ def type_change(old: str, new: str) -> str:
     """``same``, ``widen`` or ``incompatible`` for a column whose olake type goes from ``old`` to ``new``."""
     if old == new:
         return SAME
-    if old.startswith("array<") and new.startswith("array<"):
-        inner = type_change(old[6:-1], new[6:-1])
-        return inner if inner != SAME else SAME
+    for nesting in ("array<", "ndarray<"):
+        if old.startswith(nesting) and new.startswith(nesting):
+            return type_change(old[len(nesting):-1], new[len(nesting):-1])
     if old in _INT_RANK and new in _INT_RANK:
         return WIDEN if _INT_RANK[new] > _INT_RANK[old] else INCOMPATIBLE
     if (old, new) == ("float32", "float64"):

@@ -108,7 +108,7 @@ def _attempt(job: ChunkJob) -> ScanResult:
 
 
 def _encode_chunk(job: ChunkJob, result: ScanResult, spool) -> None:
-    from olake_cli.core.codec import encode_records
+    from olake_cli.core.record_lines import encode_records
 
     wire_columns = getattr(job.reader, "wire_columns", None)
     for batch in job.reader.read_batches():

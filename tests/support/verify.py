@@ -4,7 +4,8 @@ The Parquet rows are loaded back into a typed copy of the source table (same col
 tables are compared as PostgreSQL's own text output of every column, as multisets (EXCEPT ALL both
 ways). Any lost digit, microsecond, zone, byte, array element or dimension shows up as a difference.
 Dates and timestamps go back as PostgreSQL text computed from the raw day/microsecond counts (BC and
-years beyond 9999 included; int max/min as infinities), nested lists as multi-dimensional arrays.
+years beyond 9999 included; int max/min as infinities), nested lists as multi-dimensional arrays,
+``ndarray`` structs as PostgreSQL's array text with its dimensions (``[0:2]={...}``).
 """
 
 from __future__ import annotations
@@ -71,6 +72,8 @@ def _column_values(olake_type: str, column: pa.Array | pa.ChunkedArray) -> list[
     """Python values psycopg can adapt: temporal values as PostgreSQL text, arrays as nested lists."""
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
+    if olake_type.startswith("ndarray<"):
+        return _ndarray_values(olake_type, column)
     if olake_type.startswith("array<"):
         elements = _column_values(olake_type[6:-1], column.flatten())
         out, position = [], 0
@@ -86,6 +89,31 @@ def _column_values(olake_type: str, column: pa.Array | pa.ChunkedArray) -> list[
     return [_scalar(olake_type, v) for v in column.to_pylist()]
 
 
+def _ndarray_values(olake_type: str, column: pa.StructArray) -> list[tuple[str | None, list | None]]:
+    """Each ndarray value as (its dimensions' text, its elements nested by its lengths): the two
+    parameters of its ``_placeholder``."""
+    lower, lengths, elements = column.flatten()
+    element_values = _column_values("array<" + olake_type[len("ndarray<"):], elements)
+    out: list[tuple[str | None, list | None]] = []
+    for valid, lo, n, flat in zip(column.is_valid().to_pylist(), lower.to_pylist(), lengths.to_pylist(),
+                                  element_values):
+        if not valid:
+            out.append((None, None))
+            continue
+        nested = flat
+        for length in reversed(n[1:]):
+            nested = [nested[i:i + length] for i in range(0, len(nested), length)]
+        out.append(("".join(f"[{a}:{a + b - 1}]" for a, b in zip(lo, n)) + ("=" if n else ""), nested))
+    return out
+
+
+def _placeholder(olake_type: str, pg_type: str) -> sql.Composable:
+    """``%s::type``; for an ndarray two parameters, the dimensions' text and the nested elements."""
+    if olake_type.startswith("ndarray<"):
+        return sql.SQL("(%s::text || %s::{t}::text)::{t}").format(t=sql.SQL(pg_type))
+    return sql.SQL("%s::{}").format(sql.SQL(pg_type))
+
+
 def load_into_copy(conn: psycopg.Connection, schema: str, table: str, json_schema: dict, data: pa.Table) -> str:
     """Create a typed copy of ``schema.table`` holding ``data``; returns the copy's name."""
     copy = f"olake_verify_{table}"
@@ -98,11 +126,15 @@ def load_into_copy(conn: psycopg.Connection, schema: str, table: str, json_schem
     types = dict(conn.execute(
         "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = %s::regclass "
         "AND attnum > 0 AND NOT attisdropped", (sql.Identifier(copy).as_string(conn),)).fetchall())
-    columns = [_column_values(props[c]["x-olake-type"], data.column(c)) for c in cols]
-    placeholders = sql.SQL(", ").join(sql.SQL("%s::{}").format(sql.SQL(types[c])) for c in cols)
+    olake_types = [props[c]["x-olake-type"] for c in cols]
+    columns = [_column_values(t, data.column(c)) for t, c in zip(olake_types, cols)]
+    placeholders = sql.SQL(", ").join(_placeholder(t, types[c]) for t, c in zip(olake_types, cols))
     insert = sql.SQL("INSERT INTO {} VALUES ({})").format(sql.Identifier(copy), placeholders)
+    pairs = [t.startswith("ndarray<") for t in olake_types]
+    rows = [tuple(p for value, pair in zip(row, pairs) for p in (value if pair else (value,)))
+            for row in zip(*columns)]
     with conn.cursor() as cur:
-        cur.executemany(insert, list(zip(*columns)) if columns else [])
+        cur.executemany(insert, rows)
     return copy
 
 

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
-from olake_cli.core import codec, row_metadata
+from olake_cli.core import codec_decode, row_metadata
 from olake_cli.core.catalog import CatalogStream
 from olake_cli.destinations.iceberg.merge import TOAST
 
@@ -130,7 +130,7 @@ class StreamBuffer:
         return table
 
     def _decode(self, rows: list[dict], log: Callable[[str], None]) -> pa.Table:
-        table, warnings = codec.decode_rows(rows, self.stream.json_schema, all_nullable=True,
+        table, warnings = codec_decode.decode_rows(rows, self.stream.json_schema, all_nullable=True,
                                             stream=self.stream.label, key_columns=tuple(self.key_columns))
         self._warn(warnings, log)
         return with_metadata(table, row_metadata.of_rows(rows, self.load_op_key))

@@ -1,7 +1,7 @@
 """The fast path of ``olake sync``: a Spark task writes its chunk's Parquet file itself.
 
 The rows never become JSON lines: the scanned Arrow batches are converted to the destination types
-in the task (``codec.to_destination``) batch by batch as the scan yields them, and written under the
+in the task (``codec_decode.to_destination``) batch by batch as the scan yields them, and written under the
 chunk's deterministic staged names in the load's directory (``_staged.part-<load>-c<chunk>-<part>.parquet``,
 parts of at most ``rows_per_file`` rows), so a retried task replaces its own files. The task returns only counts; the driver's commit of the chunk's STATE makes the file live.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from olake_cli.core import codec, row_metadata
+from olake_cli.core import codec_decode, row_metadata
 from olake_cli.destinations.parquet.paths import StreamPaths, chunk_file_name, staged_name
 from olake_cli.destinations.parquet.writer import UNKNOWN_LOAD, StagedFile, append_metadata, conform, file_schema
 
@@ -38,7 +38,7 @@ class ParquetChunkSink:
         rows, part, staged = 0, 0, None
         try:
             for batch, wire_columns in batches:
-                table, batch_warnings = codec.to_destination(batch, json_schema, label, key_columns, wire_columns)
+                table, batch_warnings = codec_decode.to_destination(batch, json_schema, label, key_columns, wire_columns)
                 warnings += [w for w in batch_warnings if w not in warnings]
                 table = append_metadata(table, row_metadata.of_load(table.num_rows, load_op_key))
                 table = conform(table, schema, label)

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from olake_cli.core import codec, row_metadata
+from olake_cli.core import codec, codec_decode, row_metadata
 from olake_cli.core.catalog import Catalog, CatalogStream
 from olake_cli.core.errors import ConfigError, DestinationError
 from olake_cli.core.state import State, StreamState
@@ -211,7 +211,7 @@ class ParquetDestination:
     def _decode(self, buf: StreamBuffer) -> None:
         if not buf.rows:
             return
-        table, warnings = codec.decode_rows(buf.rows, buf.stream.json_schema, all_nullable=True,
+        table, warnings = codec_decode.decode_rows(buf.rows, buf.stream.json_schema, all_nullable=True,
                                             stream=buf.stream.label,
                                             key_columns=tuple(buf.stream.primary_key_columns))
         self._warn(buf, warnings)

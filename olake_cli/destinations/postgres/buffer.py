@@ -16,8 +16,9 @@ from typing import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from olake_cli.core import codec, row_metadata
+from olake_cli.core import row_metadata
 from olake_cli.core.catalog import CatalogStream
+from olake_cli.core.codec_decode import decode_rows
 from olake_cli.core.row_metadata import COMMIT_TS, OP, OP_ID, TOAST, WIRE_NAMES
 from olake_cli.destinations.postgres.tables import TargetTable
 
@@ -104,7 +105,7 @@ class StreamBuffer:
             self.change_rows = []
 
     def _decode(self, rows: list[dict], log: Callable[[str], None]) -> pa.Table:
-        table, warnings = codec.decode_rows(rows, self.stream.json_schema, all_nullable=True,
+        table, warnings = decode_rows(rows, self.stream.json_schema, all_nullable=True,
                                             stream=self.stream.label, key_columns=self.table.key)
         self.warn(warnings, log)
         return table

@@ -1,6 +1,6 @@
 """The fast path of ``olake sync``: a Spark task COPYs its full-load chunk into the target itself.
 
-The task converts its Arrow batches to the destination types (``codec.to_destination``) and streams
+The task converts its Arrow batches to the destination types (``codec_decode.to_destination``) and streams
 them as COPY text into the table (or into the staging table of a load that replaces the table's rows,
 see ``bookkeeping.register_load``), then records the chunk in ``_olake.chunks``, all in one
 transaction committed under the replication origin. A chunk the target already holds (a task run again
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from olake_cli.core import codec
+from olake_cli.core.codec_decode import to_destination
 from olake_cli.core.errors import DestinationError
 from olake_cli.destinations.postgres import bookkeeping
 from olake_cli.destinations.postgres.commit import copy_statement, load_text
@@ -65,7 +65,7 @@ class PostgresChunkSink:
         rows, warnings = 0, []
         with conn.cursor().copy(copy_statement(target, table)) as copy:
             for batch, wire_columns in batches:
-                converted, found = codec.to_destination(batch, json_schema, table.label, key_columns, wire_columns)
+                converted, found = to_destination(batch, json_schema, table.label, key_columns, wire_columns)
                 warnings += [w for w in found if w not in warnings]
                 copy.write(load_text(table, converted, load_op_key))
                 rows += converted.num_rows

@@ -19,7 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from olake_cli.core.calendar_text import date_text, timestamp_text
-from olake_cli.core.codec import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, wire_array, wire_values
+from olake_cli.core.codec import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, NDARRAY
+from olake_cli.core.codec_encode import wire_array, wire_values
 from olake_cli.core.errors import DestinationError
 
 NULL = "\\N"
@@ -60,6 +61,8 @@ def value_texts(array: pa.Array, olake_type: str, name: str, prop: dict | None =
         return _document_texts(array, olake_type, name, prop)
     if kind == "array":
         return _array_texts(array, olake_type, name, prop)
+    if kind == NDARRAY:
+        return _ndarray_texts(array, olake_type, name)
     encoder = _ENCODERS.get(kind)
     if encoder is not None:
         return encoder(array)
@@ -155,15 +158,47 @@ def _array_texts(array: pa.Array, olake_type: str, name: str, prop: dict | None)
     """Array literals: ``{...}`` of the elements' texts, quoted (sub-arrays unquoted), NULL unquoted."""
     element_type = olake_type[6:-1]
     items = (prop or {}).get("items") if isinstance(prop, dict) else None
-    elements = value_texts(array.flatten(), element_type, name, items if isinstance(items, dict) else None)
-    if not element_type.startswith("array<"):
-        escaped = pc.replace_substring(pc.replace_substring(elements, "\\", "\\\\"), '"', '\\"')
-        elements = pc.binary_join_element_wise('"', escaped, '"', "")
-    elements = pc.fill_null(elements, "NULL")
+    elements = _element_literals(array.flatten(), element_type, name, items if isinstance(items, dict) else None)
     lengths = pc.fill_null(pc.list_value_length(array), 0).to_numpy(zero_copy_only=False)
     offsets = pa.array(numpy.concatenate([[0], numpy.cumsum(lengths)]).astype(numpy.int32))
     lists = pa.ListArray.from_arrays(offsets, elements, mask=array.is_null())
     return pc.binary_join_element_wise("{", pc.binary_join(lists, ","), "}", "")
+
+
+def _element_literals(values: pa.Array, element_type: str, name: str, prop: dict | None) -> pa.Array:
+    """Array elements as they stand in an array literal: quoted texts, sub-arrays as they are, NULL."""
+    texts = value_texts(values, element_type, name, prop)
+    if not element_type.startswith("array<"):
+        escaped = pc.replace_substring(pc.replace_substring(texts, "\\", "\\\\"), '"', '\\"')
+        texts = pc.binary_join_element_wise('"', escaped, '"', "")
+    return pc.fill_null(texts, "NULL")
+
+
+def _ndarray_texts(array: pa.Array, olake_type: str, name: str) -> pa.Array:
+    """Array literals with their bounds: ``[0:1][1:2]={{...},{...}}`` (``{}`` for an empty array)."""
+    lower, lengths, elements = array.flatten()
+    literals = _element_literals(elements.flatten(), olake_type[len(NDARRAY) + 1:-1], name, None).to_pylist()
+    counts = pc.fill_null(pc.list_value_length(elements), 0).to_pylist()
+    out, position = [], 0
+    for valid, bounds, shape, count in zip(array.is_valid().to_pylist(), lower.to_pylist(), lengths.to_pylist(),
+                                           counts):
+        items, position = literals[position:position + count], position + count
+        if not valid:
+            out.append(None)
+        elif not shape:
+            out.append("{}")
+        else:
+            dims = "".join(f"[{low}:{low + size - 1}]" for low, size in zip(bounds, shape))
+            out.append(f"{dims}={_nested(items, shape)}")
+    return pa.array(out, pa.string())
+
+
+def _nested(items: list[str], shape: list[int]) -> str:
+    """Row-major ``items`` as nested braces of ``shape``."""
+    if len(shape) == 1:
+        return "{" + ",".join(items) + "}"
+    step = len(items) // shape[0] if shape[0] else 0
+    return "{" + ",".join(_nested(items[i * step:(i + 1) * step], shape[1:]) for i in range(shape[0])) + "}"
 
 
 def _document_texts(array: pa.Array, olake_type: str, name: str, prop: dict | None) -> pa.Array:

@@ -29,6 +29,8 @@ def olake_sql_type(olake_type: str) -> str:
     if "document" in olake_type:
         return "jsonb"  # a document, or an array of them, as one JSON value
     depth = 0
+    if olake_type.startswith("ndarray<"):
+        olake_type, depth = olake_type[8:-1], 1
     while olake_type.startswith("array<"):
         olake_type, depth = olake_type[6:-1], depth + 1
     match = re.fullmatch(r"decimal\((\d+),(\d+)\)", olake_type)

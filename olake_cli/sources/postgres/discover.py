@@ -2,6 +2,8 @@
 
 Views and materialized views are offered ``full_refresh`` (and ``incremental`` on an orderable
 column) only: they have no replica identity for ``cdc``, and a plain view is read in one chunk.
+Array columns take their shape from the data (``array_shapes``: one pass over each table that has
+array columns), not from their declaration.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import Any
 from olake_cli.core.catalog import is_cursor_type
 from olake_cli.core.stream_filter import keep_streams
 from olake_cli.sources.postgres import types as pgtypes
+from olake_cli.sources.postgres.array_shapes import with_data_shapes
 from olake_cli.sources.postgres.replica_identity import ResolvedTable, keyless_tables
 
 TABLES_SQL = """
@@ -52,7 +55,9 @@ def discover_stream(conn, schema: str, table: str, relkind: str, oid: int,
 
     ``cdc_unsupported`` (why the table has no usable replica identity, with the fix) drops ``cdc``.
     """
-    columns = pgtypes.fetch_columns(conn, schema, table)
+    populated = relkind != "m" or conn.execute("SELECT relispopulated FROM pg_class WHERE oid = %s",
+                                                (oid,)).fetchone()[0]
+    columns = with_data_shapes(conn, schema, table, pgtypes.fetch_columns(conn, schema, table), populated)
     properties = {col.name: pgtypes.json_schema_property(col) for col in columns}
     pkey = primary_key(conn, oid)
     candidates = [col.name for col in columns if is_cursor_type(col.olake_type)]

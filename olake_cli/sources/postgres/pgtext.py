@@ -3,14 +3,15 @@
 Change capture gets every column as the type's TEXT output, produced by the session that reads the
 slot (TimeZone=UTC, DateStyle=ISO, IntervalStyle=iso_8601, extra_float_digits=3), or None (NULL), or
 ``UNCHANGED_TOAST``.  ``text_to_wire`` turns one such text into exactly the wire value that
-``codec.encode_records`` produces for the same database value in a full-load scan, so that
-``codec.decode_rows`` gives identical Arrow values on both paths.  Change capture converts a column
+``record_lines.encode_records`` produces for the same database value in a full-load scan, so that
+``codec_decode.decode_rows`` gives identical Arrow values on both paths.  Change capture converts a column
 of a run at a time (``column_json_texts``: the JSON texts of the wire values, Arrow compute for the
 common types).
 
-Arrays become nested lists of the column's declared depth (``array<array<T>>`` for ``T[][]``); a
-value of another depth, or with a lower bound other than 1 (``[0:2]={1,2,3}``), fails naming the
-column. Dates and timestamps cover PostgreSQL's whole range (BC, years beyond 9999; see calendar_text).
+Arrays become nested lists of the column's depth (``array<array<T>>``), or, in a column whose values
+vary in depth or lower bounds (``ndarray<T>``), their lower bounds, lengths and elements (see
+``pgarray``); a value of another shape than its column's fails naming the column and what to do.
+Dates and timestamps cover PostgreSQL's whole range (BC, years beyond 9999; see calendar_text).
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from olake_cli.core.codec import BadValue, olake_type_of, parse_iso_interval
+from olake_cli.core.codec import NDARRAY, BadValue, array_shape, olake_type_of
+from olake_cli.core.codec_encode import parse_iso_interval
 from olake_cli.core.record_lines import json_texts, quoted_texts
 from olake_cli.core.errors import CatalogError, SourceError
-from olake_cli.sources.postgres.pgarray import BadText, parse_array_literal, parse_nested_literal
+from olake_cli.sources.postgres.pgarray import (BadText, element_delimiter, parse_any_literal, parse_array_literal,
+                                                parse_nested_literal)
 from olake_cli.core.calendar_text import parse_date, parse_timestamp, timestamp_text
 
 
@@ -151,7 +154,9 @@ def _map_nested(value: list, element: Converter) -> list:
             else element(item) for item in value]
 
 
-def _array_converter(element: Converter | None, delimiter: str, depth: int) -> Converter:
+def _array_converter(element: Converter | None, delimiter: str, depth: int | str) -> Converter:
+    if depth == NDARRAY:
+        return lambda text: _with_elements(parse_any_literal(text, delimiter), element)
     if depth > 1:
         if element is None:
             return lambda text: parse_nested_literal(text, delimiter, depth)
@@ -163,6 +168,13 @@ def _array_converter(element: Converter | None, delimiter: str, depth: int) -> C
         return [None if item is None else element(item) for item in parse_array_literal(text, delimiter)]
 
     return convert
+
+
+def _with_elements(value: dict, element: Converter | None) -> dict:
+    """An ndarray value with its element texts converted."""
+    if element is not None:
+        value["elements"] = [None if item is None else element(item) for item in value["elements"]]
+    return value
 
 
 # ----------------------------------------------------------------------------- resolution
@@ -178,20 +190,13 @@ _SCALAR_CONVERTERS: dict[str, Converter | None] = {
 @lru_cache(maxsize=256)
 def converter_for(olake_type: str, delimiter: str = ",") -> Converter | None:
     """The text -> wire function of an olake type; None means the text is the wire value."""
-    if olake_type.startswith("array<") and olake_type.endswith(">"):
-        depth = 0
-        while olake_type.startswith("array<") and olake_type.endswith(">"):
-            olake_type, depth = olake_type[6:-1], depth + 1
-        return _array_converter(converter_for(olake_type), delimiter, depth)
+    shape = array_shape(olake_type)
+    if shape is not None:
+        return _array_converter(converter_for(shape[0]), delimiter, shape[1])
     kind = olake_type.split("(")[0]
     if kind not in _SCALAR_CONVERTERS:
         raise CatalogError(f"unknown x-olake-type {olake_type!r}")
     return _SCALAR_CONVERTERS[kind]
-
-
-def array_delimiter(prop: dict) -> str:
-    """box is the only built-in type whose arrays are delimited by ';' instead of ','."""
-    return ";" if str(prop.get("x-pg-type", "")).startswith("box") else ","
 
 
 def _reason(olake_type: str, text: str, exc: Exception) -> str:
@@ -219,7 +224,7 @@ def column_types(json_schema: dict) -> dict[str, tuple[str, str]]:
     """Each property's (olake type, array delimiter); a CatalogError for a type without a converter."""
     types = {}
     for name, prop in json_schema.get("properties", {}).items():
-        types[name] = (olake_type_of(prop, name), array_delimiter(prop))
+        types[name] = (olake_type_of(prop, name), element_delimiter(str(prop.get("x-pg-type", ""))))
         converter_for(*types[name])
     return types
 

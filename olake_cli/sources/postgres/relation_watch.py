@@ -33,7 +33,7 @@ class RelationWatch:
     def __init__(self, connect: Callable, log: Callable[[str], None]) -> None:
         self._connect, self.log = connect, log
         self._conn = None
-        self._types: dict[tuple[int, int, int], dict] = {}
+        self._types: dict[tuple[int, int, str | None], dict] = {}
         self._warned: set[tuple] = set()
 
     def close(self) -> None:
@@ -45,7 +45,7 @@ class RelationWatch:
     def check(self, stream: CatalogStream, columns: list[ColumnInfo]) -> CatalogStream | None:
         """Validate a relation version; returns the widened stream when the catalog must widen."""
         catalog = stream.json_schema.get("properties", {})
-        props = {name: self._property(oid, typmod, _declared_dims(catalog.get(name)))
+        props = {name: self._property(oid, typmod, (catalog.get(name) or {}).get("x-olake-type"))
                  for name, oid, typmod in columns}
         live = {name: prop["x-olake-type"] for name, prop in props.items()}
         diff = compare_columns(catalog, live)
@@ -80,24 +80,17 @@ class RelationWatch:
             self._warned.update((stream.key, kind, n) for n in fresh)
             self.log(f"{stream.label}: column(s) {', '.join(fresh)} {text}")
 
-    def _property(self, type_oid: int, typmod: int, dims: int) -> dict:
+    def _property(self, type_oid: int, typmod: int, catalog_type: str | None) -> dict:
+        """The property of a column of this type; an array keeps its catalog type's shape (pgoutput
+        announces no dimensions, and the shape comes from the data)."""
         from olake_cli.sources.postgres.types import type_property
 
-        key = (type_oid, typmod, dims)
+        key = (type_oid, typmod, catalog_type)
         if key not in self._types:
             if self._conn is None:
                 self._conn = self._connect()
-            self._types[key] = type_property(self._conn, type_oid, typmod, dims=dims)
+            self._types[key] = type_property(self._conn, type_oid, typmod, catalog_type=catalog_type)
         return self._types[key]
-
-
-def _declared_dims(prop: dict | None) -> int:
-    """An array column's declared depth, from its catalog type (pgoutput does not send attndims)."""
-    olake_type = (prop or {}).get("x-olake-type") or ""
-    depth = 0
-    while olake_type.startswith("array<"):
-        olake_type, depth = olake_type[len("array<"):-1], depth + 1
-    return max(depth, 1)
 
 
 def _with_nullable(prop: dict, nullable: bool) -> dict:

@@ -1,4 +1,10 @@
-"""Chunk scans: inside a Spark task, read one chunk under the exported snapshot into Arrow batches."""
+"""Chunk scans: inside a Spark task, read one chunk under the exported snapshot into Arrow batches.
+
+Array columns read as PostgreSQL's array text (multi-dimensional and ``ndarray`` columns) are parsed
+into wire values by ``wire_columns``; a one-dimensional array column read natively comes with a shape
+check (``types.shape_check``) as one of the query's last columns, which the reader inspects and drops:
+a value of another shape fails the chunk naming the column, the row's key and what to do.
+"""
 
 from __future__ import annotations
 
@@ -21,7 +27,8 @@ class PostgresChunkReader:
     snapshot_id: str | None
     batch_rows: int = 10_000
     key_columns: tuple[str, ...] = ()
-    nested_arrays: tuple[tuple[str, str], ...] = ()  # (column, x-olake-type) scanned as array text
+    text_arrays: tuple[tuple[str, str, str], ...] = ()  # (column, x-olake-type, delimiter) read as array text
+    shape_checks: tuple[tuple[str, str], ...] = ()  # (column, x-olake-type) checked by the last columns
     rewrite_check: str | None = None  # counts the table's leaves rewritten since the snapshot
     lock_timeout_s: int = 5  # how long the scan waits for its table lock (DDL queued on the table)
 
@@ -59,6 +66,7 @@ class PostgresChunkReader:
                     cur.execute(f"SET {name} = '{value}'")
                 cur.execute(self.query)
                 for batch in cur.fetch_record_batch():
+                    batch = self._shapes_checked(batch)
                     for start in range(0, batch.num_rows, self.batch_rows):
                         yield batch.slice(start, self.batch_rows)
                 self._check_not_rewritten(cur)
@@ -75,18 +83,39 @@ class PostgresChunkReader:
                                      "ALTER TABLE) during its full load; committed chunks are kept; run again: "
                                      "the rerun decides whether the load can resume")
 
+    def _shapes_checked(self, batch):
+        """``batch`` without its shape-check columns; a SourceError for the first value they flag."""
+        if not self.shape_checks:
+            return batch
+        from olake_cli.core.codec import value_error
+        from olake_cli.sources.postgres.pgarray import SHAPE_CHANGED
+
+        width = batch.num_columns - len(self.shape_checks)
+        data = batch.select(range(width))
+        for offset, (name, olake_type) in enumerate(self.shape_checks):
+            flagged = batch.column(width + offset)
+            if flagged.null_count == len(flagged):
+                continue
+            index = flagged.is_valid().to_pylist().index(True)
+            key = {k: data.column(k)[index].as_py() for k in self.key_columns if k in data.schema.names}
+            raise value_error(SourceError, self.label, name, key, index,
+                              f"an array with dimensions {flagged[index].as_py()} in a column of type {olake_type} "
+                              f"(1 dimension, starting at 1); {SHAPE_CHANGED}")
+        return data
+
     def wire_columns(self, batch) -> dict[str, list] | None:
-        """Wire values of the multi-dimensional array columns, which arrive as PostgreSQL's array text."""
+        """Wire values of the array columns that arrive as PostgreSQL's array text."""
         from olake_cli.core.codec import BadValue, value_error
         from olake_cli.sources.postgres.pgtext import convert_or_bad
 
-        if not self.nested_arrays:
+        if not self.text_arrays:
             return None
         parsed = {}
-        for name, olake_type in self.nested_arrays:
+        for name, olake_type, delimiter in self.text_arrays:
             texts = batch.column(name).to_pylist()
             try:
-                parsed[name] = [None if t is None else convert_or_bad(olake_type, t, i) for i, t in enumerate(texts)]
+                parsed[name] = [None if t is None else convert_or_bad(olake_type, t, i, delimiter)
+                                for i, t in enumerate(texts)]
             except BadValue as bad:
                 key = {k: batch.column(k)[bad.index].as_py() for k in self.key_columns if k in batch.schema.names}
                 raise value_error(SourceError, self.label, name, key, bad.index, bad.detail) from None

@@ -53,8 +53,8 @@ def resolve_tables(conn, settings: PostgresSettings, streams: list[Any]) -> dict
             raise CatalogError(f"catalog: stream '{schema}.{stream.name}' does not exist in database "
                                f"'{settings.database}' (run discover again)")
         label = f"{schema}.{stream.name}"
-        found = live_schema.reconcile(stream, label, pgtypes.fetch_columns(conn, schema, stream.name),
-                                      live_schema.column_attnums(conn, schema, stream.name))
+        columns = pgtypes.fetch_columns(conn, schema, stream.name, stream.json_schema.get("properties"))
+        found = live_schema.reconcile(stream, label, columns, live_schema.column_attnums(conn, schema, stream.name))
         _check_cursor(stream, label, found)
         pkey = stream.primary_key_columns or disco.primary_key(conn, live[(schema, stream.name)][1])
         resolved[stream.key] = TableInfo(schema, stream.name, found.columns, pkey, found.missing,
@@ -172,8 +172,12 @@ class PostgresReadSession:
         if extra_where is not None:
             where = sql.SQL("({}) AND ({})").format(where, extra_where)
         key = tuple(info.primary_key)
-        cols = [live_schema.select_null(c) if c.name in info.missing else pgtypes.select_expression(c, key)
+        present = [c for c in info.columns if c.name not in info.missing]
+        checks = pgtypes.shape_checks(present)
+        cols = [live_schema.select_null(c) if c.name in info.missing else pgtypes.select_expression(c)
                 for c in info.columns]
+        cols += [sql.SQL("{} AS {}").format(check, sql.Identifier(f"olake_shape_{i}"))
+                 for i, (_, check) in enumerate(checks)]  # last: the reader inspects and drops them
         table = sql.SQL("{}.{}").format(sql.Identifier(info.schema), sql.Identifier(info.table))
         query = sql.SQL("SELECT {cols} FROM {t} WHERE {w}").format(cols=sql.SQL(", ").join(cols), t=table, w=where)
         return PostgresChunkReader(label=stream.label, chunk_index=index, query=query.as_string(conn),
@@ -181,9 +185,8 @@ class PostgresReadSession:
                                    batch_rows=self.settings.batch_rows, key_columns=key,
                                    rewrite_check=rewritten_query(table.as_string(conn)).as_string(conn),
                                    lock_timeout_s=self.settings.lock_timeout,
-                                   nested_arrays=tuple((c.name, c.olake_type) for c in info.columns
-                                                       if c.olake_type.startswith("array<array<")
-                                                       and c.name not in info.missing))
+                                   text_arrays=pgtypes.text_arrays(present),
+                                   shape_checks=tuple((c.name, c.olake_type) for c, _ in checks))
 
 
 def _row_estimate(conn, info: TableInfo) -> int:

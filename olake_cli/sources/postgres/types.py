@@ -11,11 +11,14 @@ the SELECT-list expression the chunk scan uses so that the ADBC driver yields an
   enums, inet, money, timetz and every type olake does not know;
 * interval as an exact ``int8[3]`` of (months, days, microseconds): ADBC's month_day_nano fails on
   intervals longer than about 292 years of hours, and extract() returns exact numerics since PG 14;
-* arrays of the declared depth ``pg_attribute.attndims`` (at least 1): ``array<array<T>>`` for
-  ``T[][]``.  One-dimensional columns keep their element's native type (or ``text[]``); a value of
-  another depth or with a lower bound other than 1 fails the scan with an error naming the column
-  (ADBC would silently flatten it and drop the bounds).  Deeper columns are read as PostgreSQL's
-  array text, which the codec parses exactly as change capture does (``sources/postgres/pgtext``).
+* arrays as nested lists as deep as the column's values (``array<array<T>>`` for 2-D values), or,
+  for a column whose values differ in depth or have a lower bound other than 1, as ``ndarray<T>``
+  (lower bounds, lengths, elements); ``discover`` reads that shape from the data (``array_shapes``),
+  a run takes it from the catalog (``fetch_columns(..., catalog=...)``), never from the declared
+  ``pg_attribute.attndims``, which PostgreSQL does not enforce.  One-dimensional columns keep their
+  element's native type (or ``text[]``), with a ``shape_check`` beside them (ADBC would silently
+  flatten another shape and drop its bounds); deeper and ``ndarray`` columns are read as PostgreSQL's
+  array text, which the chunk reader parses exactly as change capture does (``pgtext``).
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
+from olake_cli.core.codec import NDARRAY, array_shape, shaped_array
 from olake_cli.core.errors import CatalogError
+from olake_cli.sources.postgres.pgarray import element_delimiter
 
 SCAN_SESSION_SETTINGS: dict[str, str] = {
     "TimeZone": "UTC",
@@ -79,12 +84,14 @@ class _BaseType:
     domain_not_null: bool
 
 
-def olake_type_for(type_oid: int, typmod: int = -1, element_oid: int | None = None, dims: int = 1) -> str:
+def olake_type_for(type_oid: int, typmod: int = -1, element_oid: int | None = None, dims: int = 1,
+                   catalog_type: str | None = None) -> str:
     """The olake type of a (domain-resolved) PostgreSQL type; arrays pass their element's OID and
-    their declared number of dimensions (nested ``array<...>``)."""
+    take the shape of ``catalog_type`` when that is an array type, else ``dims`` (the declared
+    number of dimensions, at least 1: nested ``array<...>``)."""
     if element_oid is not None:
-        depth = max(dims, 1)
-        return "array<" * depth + olake_type_for(element_oid, typmod) + ">" * depth
+        shape = array_shape(catalog_type or "")
+        return shaped_array(olake_type_for(element_oid, typmod), shape[1] if shape else max(dims, 1))
     if type_oid == _NUMERIC_OID:
         return _numeric_olake_type(typmod)
     return _OLAKE_TYPE_BY_OID.get(type_oid, "string")
@@ -118,8 +125,10 @@ FROM pg_type t WHERE t.oid = %s
 """
 
 
-def fetch_columns(conn: psycopg.Connection, schema: str, table: str) -> list[PgColumn]:
-    """The table's user columns in attnum order, with domains resolved and enum labels read."""
+def fetch_columns(conn: psycopg.Connection, schema: str, table: str,
+                  catalog: dict | None = None) -> list[PgColumn]:
+    """The table's user columns in attnum order, with domains resolved and enum labels read; an array
+    column takes its shape from its ``catalog`` property (json_schema properties), if any."""
     rows = conn.execute(_COLUMNS_SQL, (schema, table)).fetchall()
     if not rows:
         raise CatalogError(f"table {schema}.{table} not found or has no columns")
@@ -133,8 +142,14 @@ def fetch_columns(conn: psycopg.Connection, schema: str, table: str) -> list[PgC
             name=name, type_name=base.type_name, type_oid=base.oid,
             element_oid=element.oid if element else None, category=base.category,
             nullable=not (not_null or base.domain_not_null), enum_labels=labels,
-            olake_type=olake_type_for(base.oid, base.typmod, element.oid if element else None, dims)))
+            olake_type=olake_type_for(base.oid, base.typmod, element.oid if element else None, dims,
+                                      _catalog_type(catalog, name))))
     return columns
+
+
+def _catalog_type(catalog: dict | None, name: str) -> str | None:
+    prop = (catalog or {}).get(name)
+    return prop.get("x-olake-type") if isinstance(prop, dict) else None
 
 
 def _resolve_base_type(conn: psycopg.Connection, type_oid: int, typmod: int) -> _BaseType:
@@ -175,6 +190,12 @@ def _json_schema_for(olake_type: str, enum_labels: tuple[str, ...] | None, nulla
         items = _json_schema_for(olake_type[len("array<"):-1], enum_labels, True)
         items["x-olake-type"] = olake_type[len("array<"):-1]
         prop: dict = {"type": ["array"], "items": items}
+    elif olake_type.startswith(NDARRAY + "<"):
+        integers = {"type": ["array"], "items": {"type": ["integer"]}}
+        elements = _json_schema_for(shaped_array(array_shape(olake_type)[0], 1), enum_labels, False)
+        prop = {"type": ["object"], "additionalProperties": False,
+                "required": ["lower_bounds", "lengths", "elements"],
+                "properties": {"lower_bounds": integers, "lengths": integers, "elements": elements}}
     elif olake_type == "interval":
         prop = {"type": ["object"], "additionalProperties": False,
                 "required": ["months", "days", "microseconds"],
@@ -207,16 +228,13 @@ def _scalar_json_schema(olake_type: str) -> dict:
     return prop
 
 
-def select_expression(col: PgColumn, key_columns: tuple = ()) -> sql.Composable:
-    """The chunk-scan SELECT-list expression for a column, aliased to the column's name.
-
-    An array value that cannot be carried fails the scan naming the column (and ``key_columns``).
-    """
+def select_expression(col: PgColumn) -> sql.Composable:
+    """The chunk-scan SELECT-list expression for a column, aliased to the column's name."""
     ident = sql.Identifier(col.name)
-    if col.olake_type.startswith("array<array<"):
-        expr = sql.SQL("{}::text").format(ident)  # nested lists: the chunk reader parses PostgreSQL's text
+    if scanned_as_text(col):
+        expr = sql.SQL("{}::text").format(ident)  # the chunk reader parses PostgreSQL's array text
     elif col.olake_type.startswith("array<"):
-        expr = _array_expression(col, ident, key_columns)
+        expr = _array_expression(col, ident)
     elif col.olake_type == "interval":
         expr = _interval_triple(ident)
     elif col.olake_type in _NATIVE_PG_TYPE:
@@ -230,6 +248,26 @@ def select_expression(col: PgColumn, key_columns: tuple = ()) -> sql.Composable:
     return sql.SQL("{} AS {}").format(expr, ident)
 
 
+def scanned_as_text(col: PgColumn) -> bool:
+    """Whether the scan reads the column as PostgreSQL's array text (multi-dimensional and ndarray
+    columns), which the chunk reader parses into wire values."""
+    shape = array_shape(col.olake_type)
+    return shape is not None and shape[1] != 1
+
+
+def text_arrays(columns: list[PgColumn]) -> tuple[tuple[str, str, str], ...]:
+    """(name, olake type, element delimiter) of the columns the scan reads as array text."""
+    return tuple((c.name, c.olake_type, element_delimiter(c.type_name)) for c in columns if scanned_as_text(c))
+
+
+def shape_checks(columns: list[PgColumn]) -> list[tuple[PgColumn, sql.Composable]]:
+    """Each one-dimensional array column (read natively) with an expression giving ``array_dims`` of a
+    value of another shape (more dimensions, or a lower bound other than 1), NULL otherwise."""
+    return [(c, sql.SQL("CASE WHEN array_ndims({v}) > 1 OR array_lower({v}, 1) <> 1 THEN array_dims({v}) END"
+                        ).format(v=sql.Identifier(c.name)))
+            for c in columns if (array_shape(c.olake_type) or ("", 0))[1] == 1]
+
+
 def _interval_triple(value: sql.Composable) -> sql.Composable:
     """An exact int8[3] (months, days, microseconds) of an interval, NULL for NULL."""
     return sql.SQL(
@@ -241,9 +279,8 @@ def _interval_triple(value: sql.Composable) -> sql.Composable:
     ).format(v=value)
 
 
-def _array_expression(col: PgColumn, ident: sql.Identifier, key_columns: tuple) -> sql.Composable:
-    """Cast a one-dimensional array to a type ADBC decodes exactly; a value of more dimensions or
-    with a lower bound other than 1 fails the scan (ADBC would flatten it and drop its bounds)."""
+def _array_expression(col: PgColumn, ident: sql.Identifier) -> sql.Composable:
+    """A one-dimensional array cast to a type ADBC decodes exactly (its shape is checked beside it)."""
     element_type = col.olake_type[len("array<"):-1]
     if element_type in _NATIVE_PG_TYPE:
         array_type = sql.SQL(_NATIVE_PG_TYPE[element_type] + "[]")
@@ -251,28 +288,17 @@ def _array_expression(col: PgColumn, ident: sql.Identifier, key_columns: tuple) 
         array_type = sql.SQL("bpchar[]")
     else:
         array_type = sql.SQL("text[]")  # intervals too: the codec parses their iso_8601 text
-    message = sql.SQL("{} || array_dims({v}) || {}").format(
-        sql.Literal(f"olake: column {col.name!r}: array with dimensions "), sql.Literal(
-            " cannot be carried: the column is declared with 1 dimension and lists cannot carry lower"
-            " bounds other than 1" + (f"; row with key ({', '.join(key_columns)}) = " if key_columns else "")),
-        v=ident)
-    if key_columns:
-        message = sql.SQL("{} || ROW({})::text").format(
-            message, sql.SQL(", ").join(sql.Identifier(k) for k in key_columns))
-    value: sql.Composable = sql.SQL("{v}::{t}").format(v=ident, t=array_type)
     if col.element_oid == _INET_OID:  # each element through inet's output function, as pgoutput does
-        value = sql.SQL("CASE WHEN {v} IS NULL THEN NULL ELSE ARRAY(SELECT CASE WHEN e IS NULL THEN NULL "
-                        "ELSE format('%s', e) END FROM unnest({v}) WITH ORDINALITY AS u(e, i) ORDER BY i) "
-                        "END").format(v=ident)
-    return sql.SQL(
-        "CASE WHEN array_ndims({v}) > 1 OR array_lower({v}, 1) <> 1 THEN ({msg})::{t} ELSE {value} END"
-    ).format(v=ident, msg=message, t=array_type, value=value)
+        return sql.SQL("CASE WHEN {v} IS NULL THEN NULL ELSE ARRAY(SELECT CASE WHEN e IS NULL THEN NULL "
+                       "ELSE format('%s', e) END FROM unnest({v}) WITH ORDINALITY AS u(e, i) ORDER BY i) "
+                       "END").format(v=ident)
+    return sql.SQL("{v}::{t}").format(v=ident, t=array_type)
 
 
 def type_property(conn: psycopg.Connection, type_oid: int, typmod: int, nullable: bool = True,
-                  dims: int = 1) -> dict:
-    """The catalog json_schema property of a column of type ``type_oid`` (domains resolved); ``dims``
-    is an array column's declared number of dimensions (pg_attribute.attndims).
+                  catalog_type: str | None = None) -> dict:
+    """The catalog json_schema property of a column of type ``type_oid`` (domains resolved); an array
+    takes the shape of ``catalog_type`` (the column's catalog type), else one dimension.
 
     Change capture uses it for the columns a pgoutput Relation message announces.
     """
@@ -282,5 +308,6 @@ def type_property(conn: psycopg.Connection, type_oid: int, typmod: int, nullable
     column = PgColumn(name="", type_name=base.type_name, type_oid=base.oid,
                       element_oid=element.oid if element else None, category=base.category,
                       nullable=nullable, enum_labels=_enum_labels(conn, owner.oid) if owner.is_enum else None,
-                      olake_type=olake_type_for(base.oid, base.typmod, element.oid if element else None, dims))
+                      olake_type=olake_type_for(base.oid, base.typmod, element.oid if element else None, 1,
+                                                catalog_type))
     return json_schema_property(column)
