@@ -22,8 +22,26 @@ from tests.test_types_codec import BIG_NUMERIC, DDL as EVERYTHING_DDL, ROWS as E
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "postgres" / "demo.sql"
 TABLES = [("shop", "all_types"), ("shop", "products"), ("public", "everything"), ("public", "edge"),
-          ("public", "grid"), ("public", "docs"), ("public", "shapes")]
-CDC = {"all_types", "everything", "edge", "grid", "docs", "shapes"}
+          ("public", "grid"), ("public", "docs"), ("public", "shapes"), ("public", "plain")]
+CDC = {"all_types", "everything", "edge", "grid", "docs", "shapes", "plain"}
+# only types COPY's binary format carries (copy_binary), with their edge values
+PLAIN = """
+CREATE TABLE plain (id int PRIMARY KEY, b boolean, i2 smallint, i8 bigint, f4 real, f8 double precision,
+                    n numeric(12,2), n15 numeric(15,15), n0 numeric(15,0), t text, v varchar(10), j json,
+                    jb jsonb, u uuid, by bytea, d date, tm time, ts timestamp, tz timestamptz, iv interval);
+INSERT INTO plain VALUES
+ (1, true, -32768, -9223372036854775808, 'NaN', '-Infinity', -9999999999.99, 0.999999999999999,
+  999999999999999, E'tab\there \\ "q" \n', 'varchar', '{"a": [1, 2]}', '{"b": null}',
+  '00000000-0000-0000-0000-000000000001', '\\x00ff', '4713-01-01 BC', '24:00:00', '294247-01-10 04:00:54.775806',
+  '0001-01-01 00:00:00+00 BC', '-178000000 years -2147483648 days -2562047788:00:54.775807'),
+ (2, false, 32767, 9223372036854775807, '-0', 'Infinity', 0.01, -0.000000000000001, -999999999999999, '', '',
+  'null', '[]', 'ffffffff-ffff-ffff-ffff-ffffffffffff', '\\x', 'infinity', '00:00:00', '-infinity', 'infinity',
+  '1 mon 2 days 00:00:00.000001'),
+ (3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+ (4, true, 0, 0, 1.5, 0.1, 0, 0, 0, 'naïve 😀', 'é', '{}', '{"k": "é"}', '6ba7b810-9dad-11d1-80b4-00c04fd430c8',
+  '\\x0102', '2024-02-29', '12:34:56.789012', '2024-02-29 12:34:56.789012', '1999-12-31 23:59:59.999999+14',
+  '-1 days')
+"""
 BIG = "x" * 1_000_000
 
 
@@ -36,6 +54,7 @@ def make_source(dsn: str) -> None:
                   "big": BIG_NUMERIC, "long": "x" * 100_000}
         for statement in EVERYTHING_ROWS:
             conn.execute(statement, {k: v for k, v in params.items() if f"%({k})s" in statement})
+        conn.execute(PLAIN)
         conn.execute(EDGE_DDL)
         conn.execute(f"INSERT INTO edge VALUES {EDGE_VALUES}")
         conn.execute(f"INSERT INTO grid VALUES {GRID_VALUES}")
@@ -69,10 +88,32 @@ def change_source(dsn: str) -> None:
         conn.execute("INSERT INTO grid VALUES (9, '{{9}}', '{{{z}}}', NULL)")
         conn.execute("INSERT INTO shapes VALUES (5, '[-1:0][3:4]={{1,2},{3,4}}', '{{a,b}}')")
         conn.execute("UPDATE shapes SET a = '[5:5]={5}' WHERE id = 1")
+        conn.execute("INSERT INTO plain SELECT id + 10, b, i2, i8, f4, f8, n, n15, n0, t, v, j, jb, u, by, d, tm, ts, "
+                     "tz, iv FROM plain")
         conn.execute("UPDATE docs SET title = 'kept body' WHERE id = 1")  # body (1 MB, TOASTed) is not sent
         conn.execute("UPDATE docs SET id = 30, title = 'moved' WHERE id = 3")  # a key update leaving body alone
         conn.execute("INSERT INTO docs VALUES (4, 'new', 'small'), (5, 'gone', 'soon')")
         conn.execute("DELETE FROM docs WHERE id = 5")
+
+
+def uses_binary_copy(target_dsn: str, table: str) -> bool:
+    """Whether full loads of ``table`` go in with COPY's binary format."""
+    from olake_cli.destinations.postgres.load_copy import uses_binary
+    from olake_cli.destinations.postgres.tables import TargetColumn, TargetTable
+
+    with psycopg.connect(target_dsn, autocommit=True) as conn:
+        schema = conn.execute("SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                              "WHERE c.relname = %s AND n.nspname <> '_olake'", (table,)).fetchone()[0]
+        columns = conn.execute("SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
+                               "%s::regclass AND attnum > 0 AND NOT attisdropped", (f"{schema}.{table}",)).fetchall()
+    olake_types = {"boolean": "bool", "smallint": "int16", "integer": "int32", "bigint": "int64", "real": "float32",
+                   "double precision": "float64", "text": "string", "character varying(10)": "string",
+                   "json": "json", "jsonb": "json", "uuid": "uuid", "bytea": "bytes", "date": "date",
+                   "time without time zone": "time", "timestamp without time zone": "timestamp",
+                   "timestamp with time zone": "timestamptz", "interval": "interval", "numeric(12,2)": "decimal(12,2)",
+                   "numeric(15,15)": "decimal(15,15)", "numeric(15,0)": "decimal(15,0)"}
+    return uses_binary(TargetTable(schema, table, table, tuple(
+        TargetColumn(name, type_text, olake_types.get(type_text, "?")) for name, type_text in columns), ("id",)))
 
 
 def assert_copied(source_dsn: str, target_dsn: str) -> None:
@@ -126,6 +167,7 @@ def test_every_type_and_every_change_by_read_write_and_sync(pg_cluster, pg_db, p
     assert types["c_numeric_12_2"] == "numeric(12,2)" and types["c_timestamptz"] == "timestamp with time zone"
     assert types["c_status"] == "text", "an enum the target lacks becomes text"
     assert types["c_jsonb"] == "jsonb" and types["c_int_array"] == "integer[]"
+    assert uses_binary_copy(piped, "plain") and not uses_binary_copy(piped, "all_types")
 
     change_source(source)
     changes = sync_once(src_pipe, catalog, dst_pipe, state_pipe)

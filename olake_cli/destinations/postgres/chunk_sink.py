@@ -17,7 +17,7 @@ from typing import Any, Iterable
 from olake_cli.core.codec_decode import to_destination
 from olake_cli.core.errors import DestinationError
 from olake_cli.destinations.postgres import bookkeeping
-from olake_cli.destinations.postgres.commit import copy_statement, load_text
+from olake_cli.destinations.postgres.load_copy import copy_load
 from olake_cli.destinations.postgres.config import TargetSettings
 from olake_cli.destinations.postgres.session import classify, commit_under_origin, open_connection
 from olake_cli.destinations.postgres.tables import TargetTable
@@ -62,13 +62,15 @@ class PostgresChunkSink:
             conn.rollback()
             return 0, [f"chunk {chunk_index} is already in the target (committed by an earlier run); skipped"]
         target = bookkeeping.load_rows_target(table.ident, staged)
-        rows, warnings = 0, []
-        with conn.cursor().copy(copy_statement(target, table)) as copy:
+        warnings: list[str] = []
+
+        def converted():
             for batch, wire_columns in batches:
-                converted, found = to_destination(batch, json_schema, table.label, key_columns, wire_columns)
-                warnings += [w for w in found if w not in warnings]
-                copy.write(load_text(table, converted, load_op_key))
-                rows += converted.num_rows
+                table_part, found = to_destination(batch, json_schema, table.label, key_columns, wire_columns)
+                warnings.extend(w for w in found if w not in warnings)
+                yield table_part
+
+        rows = copy_load(conn, target, table, converted(), load_op_key)
         if not bookkeeping.still_current(conn, table.ident, load_id):
             conn.rollback()
             return 0, [f"chunk {chunk_index}: its load is no longer the one the target receives; dropped"]

@@ -10,11 +10,9 @@ full-load rows of chunks its committed state marks done, changes at or below its
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Callable
 
-import pyarrow as pa
 import pyarrow.compute as pc
 from psycopg import sql
 
@@ -25,12 +23,8 @@ from olake_cli.destinations.postgres import bookkeeping
 from olake_cli.destinations.postgres.apply import Applied, ChangeApplier
 from olake_cli.destinations.postgres.buffer import StreamBuffer
 from olake_cli.destinations.postgres.change_plan import COMMIT_TS, reduce_changes
-from olake_cli.destinations.postgres.copy_text import copy_text
+from olake_cli.destinations.postgres.load_copy import copy_load
 from olake_cli.destinations.postgres.session import commit_under_origin
-from olake_cli.destinations.postgres.tables import TargetTable
-
-COPY_BATCH_ROWS = 50_000  # rows encoded per COPY text block
-
 
 @dataclass
 class CommitContext:
@@ -83,38 +77,8 @@ def _load_rows(buf: StreamBuffer, ss: StreamState, load_id: str, new_load: bool,
     if rows is not None or (new_load and ss.sync_type == "full-load"):
         staged = bookkeeping.register_load(ctx.conn, table.ident, load_id, table.column_list())
         if rows is not None:
-            copy_load(ctx.conn, bookkeeping.load_rows_target(table.ident, staged), table, rows, op_key)
+            copy_load(ctx.conn, bookkeeping.load_rows_target(table.ident, staged), table, [rows], op_key)
     if new_load and (rows is not None or ss.sync_type == "full-load"):
         return op_key  # a new load: its rows rank at its position, whatever the table held before
     watermark = buf.max_op_id
     return op_key if op_key and (watermark is None or op_key > watermark) else watermark
-
-
-def copy_load(conn, target: sql.Composable, table: TargetTable, rows: pa.Table | pa.RecordBatch,
-              op_key: str | None) -> None:
-    """COPY full-load rows (the stream's columns, destination types) into ``target``."""
-    with conn.cursor().copy(copy_statement(target, table)) as copy:
-        for start in range(0, rows.num_rows, COPY_BATCH_ROWS):
-            copy.write(load_text(table, rows.slice(start, COPY_BATCH_ROWS), op_key))
-
-
-def copy_statement(target: sql.Composable, table: TargetTable) -> sql.Composable:
-    """``COPY target (columns) FROM STDIN`` for full-load rows of ``table``."""
-    return sql.SQL("COPY {} ({}) FROM STDIN").format(target, table.column_list())
-
-
-def load_text(table: TargetTable, rows: pa.Table | pa.RecordBatch, op_key: str | None) -> bytes:
-    """COPY text of full-load rows, with the ``_olake_*`` values of a load when the table has them."""
-    columns = [rows.column(c.name) for c in table.columns]
-    types, names, props = [c.olake_type for c in table.columns], [c.name for c in table.columns], \
-        [c.prop for c in table.columns]
-    if table.metadata:
-        count = rows.num_rows
-        now = int(time.time() * 1_000_000)
-        columns += [pa.array(["r"] * count), pa.array([op_key] * count, pa.string()),
-                    pa.nulls(count, pa.timestamp("us", tz="UTC")),
-                    pa.array([now] * count, pa.int64()).view(pa.timestamp("us", tz="UTC"))]
-        types += ["string", "string", "timestamptz", "timestamptz"]
-        names += ["_olake_op", "_olake_op_id", "_olake_commit_ts", "_olake_synced_at"]
-        props += [None] * 4
-    return copy_text(columns, types, names, props)
