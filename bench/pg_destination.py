@@ -71,7 +71,7 @@ def _target_db(b, name: str, schema_from: str | None = None) -> None:
 
     create_database(b.target, name)
     if schema_from:
-        subprocess.run(f"{_pg_dump(b.cluster, schema_from, '--schema-only')} | {_psql(b.target, name)}",
+        subprocess.run(f"{_pg_dump(b.cluster, schema_from, '--schema-only')} | {_psql(b.target, name)} > /dev/null",
                        shell=True, check=True, env=b.env, cwd=b.work)
 
 
