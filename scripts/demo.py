@@ -4,7 +4,9 @@ server (SecantusDB) seeded with nested documents, each copied into ./demo-output
 Runs the real commands a user would type, for each source:
     olake discover --config src.json > catalog.json
     olake read --config src.json --catalog catalog.json --state state.json | olake write --config dst.json --state state.json
-then prints what landed.
+then prints what landed. PostgreSQL also goes into Iceberg with change capture on shop.orders: a slot
+and a publication, a first ``olake sync``, some changes, a second ``olake sync`` that copies just those,
+and a query of what changed.
 """
 
 from __future__ import annotations
@@ -44,10 +46,11 @@ def main() -> int:
         with psycopg.connect(cluster.dsn("demo"), autocommit=True) as conn:
             conn.execute((ROOT / "fixtures" / "postgres" / "demo.sql").read_text())
         src = out / "src.json"
-        src.write_text(json.dumps(cluster.source_config("demo", schemas=["shop", "public"], chunk_rows=5000), indent=2))
+        src.write_text(json.dumps(cluster.source_config("demo", schemas=["shop", "public"], chunk_rows=5000,
+                                                        replication_slot=SLOT, publication=PUBLICATION), indent=2))
         (out / "dst.json").write_text(json.dumps({"type": "parquet", "path": str(out / "parquet")}, indent=2))
         summarize(out, run_commands(out), ds)
-        iceberg_demo(out)
+        iceberg_demo(out, cluster.dsn("demo"))
     finally:
         cluster.stop()
     mongo_demo(out / "mongodb", ds)
@@ -66,22 +69,74 @@ def run_commands(folder: Path) -> float:
     return time.time() - started
 
 
-def iceberg_demo(out: Path) -> None:
-    """The same source into Iceberg tables on the embedded catalog, then a query through pyiceberg."""
-    from pyiceberg.catalog.sql import SqlCatalog
+SLOT, PUBLICATION = "olake_slot", "olake_publication"
+CDC_SETUP = [f"SELECT pg_create_logical_replication_slot('{SLOT}', 'pgoutput')",
+             f"CREATE PUBLICATION {PUBLICATION} FOR TABLE shop.orders"]
+CHANGES = ["UPDATE shop.orders SET status = 'shipped', updated_at = now() WHERE order_id IN (1, 2, 3)",
+           "INSERT INTO shop.orders (status, total_amount, updated_at) VALUES ('paid', 42.50, now()), "
+           "('pending', 9.99, now())",
+           "DELETE FROM shop.orders WHERE order_id = 19999"]
+SYNC = ("{olake} sync --source src.json --destination iceberg.json --catalog cdc-catalog.json "
+        "--state iceberg-state.json > /dev/null")
+
+
+def iceberg_demo(out: Path, dsn: str) -> None:
+    """The same source into Iceberg tables on the embedded catalog, shop.orders with change capture:
+    a first sync copies everything, a second one after some changes copies just those."""
+    import psycopg
 
     lake = out / "iceberg"
     (out / "iceberg.json").write_text(json.dumps({"type": "iceberg", "path": str(lake)}, indent=2))
-    command = ("{olake} sync --source src.json --destination iceberg.json --catalog catalog.json "
-               "--state iceberg-state.json > /dev/null")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        run_sql(conn, CDC_SETUP)
+        catalog = json.loads((out / "catalog.json").read_text())["catalog"]
+        for stream in catalog["streams"]:
+            if (stream["namespace"], stream["name"]) == ("shop", "orders"):
+                stream["sync_mode"] = "cdc"
+        (out / "cdc-catalog.json").write_text(json.dumps(catalog, indent=2))
+        print('demo: cdc-catalog.json is catalog.json with "sync_mode": "cdc" for shop.orders', file=sys.stderr)
+        run_shell(out, SYNC)
+        before = query_orders(lake)
+        run_sql(conn, CHANGES)
+        run_shell(out, SYNC)
+    after = query_orders(lake)
+    catalog = iceberg_catalog(lake)
+    tables = ", ".join(sorted(".".join(t) for ns in catalog.list_namespaces() for t in catalog.list_tables(ns)))
+    print(f"\nIceberg tables in {lake}: {tables}")
+    print(f"pyiceberg + DuckDB: shop.orders held {before['rows']} rows after the first sync, {after['rows']} after "
+          f"the second;\n  orders 1-3 are now {after['shipped']}; new orders {after['new']}; order 19999 "
+          f"{'is gone' if not after['has_19999'] else 'is still there'}")
+
+
+def run_sql(conn, statements: list[str]) -> None:
+    """Run SQL statements, showing them as the psql command a user would type."""
+    print(f'\ndemo: $ psql -c "{"; ".join(statements)};"', file=sys.stderr)
+    for statement in statements:
+        conn.execute(statement)
+
+
+def run_shell(folder: Path, command: str) -> None:
+    """Run an olake command line in ``folder``, showing it; its stderr (progress, summary) shows through."""
     print(f"\ndemo: $ {command.format(olake='olake')}", file=sys.stderr)
     subprocess.run(["bash", "-o", "pipefail", "-c", command.format(olake=f"{sys.executable} -m olake_cli")],
-                   cwd=out, check=True)
-    catalog = SqlCatalog("olake", uri=f"sqlite:///{lake}/catalog.db", warehouse=f"file://{lake}/warehouse")
-    tables = sorted(".".join(t) for ns in catalog.list_namespaces() for t in catalog.list_tables(ns))
-    orders = catalog.load_table("shop.orders").scan().to_arrow()
-    print(f"Iceberg tables in {lake}: {', '.join(tables)}")
-    print(f"pyiceberg: shop.orders has {orders.num_rows} rows; columns {', '.join(orders.schema.names[:6])}, ...")
+                   cwd=folder, check=True)
+
+
+def iceberg_catalog(lake: Path):
+    """The embedded Iceberg catalog of ``lake``, as pyiceberg opens it."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    return SqlCatalog("olake", uri=f"sqlite:///{lake}/catalog.db", warehouse=f"file://{lake}/warehouse")
+
+
+def query_orders(lake: Path) -> dict:
+    """What shop.orders holds now, queried with DuckDB over the current Iceberg rows."""
+    con = iceberg_catalog(lake).load_table("shop.orders").scan().to_duckdb("orders")
+    [(rows, has_19999)] = con.sql("SELECT count(*), count(*) FILTER (WHERE order_id = 19999) FROM orders").fetchall()
+    shipped = [s for (s,) in con.sql("SELECT status FROM orders WHERE order_id <= 3 ORDER BY order_id").fetchall()]
+    new = con.sql("SELECT order_id, status, total_amount FROM orders WHERE order_id > 20000 ORDER BY 1").fetchall()
+    return {"rows": rows, "has_19999": bool(has_19999), "shipped": ", ".join(shipped),
+            "new": ", ".join(f"{i} ({s}, {t})" for i, s, t in new) or "none"}
 
 
 def mongo_demo(out: Path, ds) -> None:

@@ -15,6 +15,7 @@ from olake_cli.sources.postgres.cdc_setup import (CdcProblem, cdc_notes, cdc_pro
                                                   require_publication_ready)
 from olake_cli.sources.postgres.discover import discover_catalog
 from olake_cli.sources.postgres.partitions import partition_roots
+from olake_cli.sources.postgres.publication import publication_members
 from tests.test_cdc_setup import drop_slot_if_exists, run_fix, settings_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -164,17 +165,17 @@ def test_check_notes_keyless_tables_and_reports_published_ones_as_problems(shop)
     tables = KEYED + KEYLESS
     assert cdc_problems(conn, settings, tables) == []  # unpublished keyless tables do not fail check
     [note] = [n for n in cdc_notes(conn, settings, tables) if "cannot use cdc" in n]
-    assert note == (
+    assert note.splitlines() == [  # a heading, then one line per table with its fix
         "4 table(s) cannot use cdc (left out of the publication; full_refresh still works) until they get a "
-        "primary key or REPLICA IDENTITY FULL: shop.nokey (no primary key (REPLICA IDENTITY DEFAULT)), "
-        "shop.nothing (REPLICA IDENTITY NOTHING), shop.logs (no primary key (REPLICA IDENTITY DEFAULT)), "
-        "shop.mixed (partition shop.mixed_b has no primary key (REPLICA IDENTITY DEFAULT)); to enable it run: "
-        'ALTER TABLE "shop"."nokey" REPLICA IDENTITY FULL; ALTER PUBLICATION "' + pub + '" ADD TABLE '
-        '"shop"."nokey"; ALTER TABLE "shop"."nothing" REPLICA IDENTITY FULL; ALTER PUBLICATION "' + pub +
-        '" ADD TABLE "shop"."nothing"; ALTER TABLE "shop"."logs" REPLICA IDENTITY FULL; ALTER TABLE '
-        '"shop"."logs_a" REPLICA IDENTITY FULL; ALTER PUBLICATION "' + pub + '" ADD TABLE "shop"."logs"; '
-        'ALTER TABLE "shop"."mixed_b" REPLICA IDENTITY FULL; ALTER PUBLICATION "' + pub + '" ADD TABLE '
-        '"shop"."mixed";')
+        "primary key or REPLICA IDENTITY FULL:",
+        '  shop.nokey (no primary key (REPLICA IDENTITY DEFAULT)) (fix: ALTER TABLE "shop"."nokey" REPLICA '
+        f'IDENTITY FULL; ALTER PUBLICATION "{pub}" ADD TABLE "shop"."nokey";)',
+        '  shop.nothing (REPLICA IDENTITY NOTHING) (fix: ALTER TABLE "shop"."nothing" REPLICA IDENTITY FULL; '
+        f'ALTER PUBLICATION "{pub}" ADD TABLE "shop"."nothing";)',
+        '  shop.logs (no primary key (REPLICA IDENTITY DEFAULT)) (fix: ALTER TABLE "shop"."logs" REPLICA IDENTITY '
+        f'FULL; ALTER TABLE "shop"."logs_a" REPLICA IDENTITY FULL; ALTER PUBLICATION "{pub}" ADD TABLE "shop"."logs";)',
+        '  shop.mixed (partition shop.mixed_b has no primary key (REPLICA IDENTITY DEFAULT)) (fix: ALTER TABLE '
+        f'"shop"."mixed_b" REPLICA IDENTITY FULL; ALTER PUBLICATION "{pub}" ADD TABLE "shop"."mixed";)']
     conn.execute(f'ALTER PUBLICATION "{pub}" ADD TABLE shop.nokey')  # published by hand: the source breaks
     with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState):
         conn.execute("UPDATE shop.nokey SET x = x + 1")
@@ -263,3 +264,37 @@ def test_partitioned_table_without_partitions_is_judged_on_itself(shop):
     assert problem == CdcProblem(f"publication '{pub}' does not cover shop.empty_parent",
                                  f'ALTER PUBLICATION "{pub}" ADD TABLE "shop"."empty_parent";')
     fix_until_clean(conn, settings, [("shop", "empty_parent")])
+
+
+def test_membership_rows_tell_a_table_that_stayed_published_from_one_that_left(shop):
+    """publication_members and Membership.gap on partitions at any depth, schemas and FOR ALL TABLES."""
+    conn, settings = shop
+    pub = settings.publication
+    events, orders = (conn.execute(f"SELECT '{t}'::regclass::oid").fetchone()[0]
+                      for t in ("shop.events", "shop.orders"))
+
+    def members():
+        return publication_members(conn, pub, [events, orders])
+
+    assert members()[events].gap(None) == "left"  # no publication at all
+    conn.execute(f'CREATE PUBLICATION "{pub}" FOR TABLE shop.events, shop.orders')
+    seen = members()
+    assert len(seen[events].leaves) == 3 and len(seen[events].rows()) == 1  # one row publishes every leaf
+    conn.execute("CREATE TABLE shop.events_2026 PARTITION OF shop.events"
+                 " FOR VALUES FROM ('2026-01-01') TO ('2027-01-01')")
+    conn.execute(f'ALTER PUBLICATION "{pub}" ADD TABLE shop.events_2025')  # a second row, next to the root's
+    assert members()[events].gap(seen[events].rows()) is None  # the new leaf is published by the old row
+    both = members()[events].rows()
+    conn.execute(f'ALTER PUBLICATION "{pub}" DROP TABLE shop.events_2025')
+    assert members()[events].gap(both) is None  # a redundant row went; every leaf stayed published
+    conn.execute(f'ALTER PUBLICATION "{pub}" DROP TABLE shop.events, shop.orders')
+    assert members()[events].gap(seen[events].rows()) == "left"
+    conn.execute(f'ALTER PUBLICATION "{pub}" ADD TABLE shop.events_2024, shop.events_2025, shop.events_2026')
+    assert members()[events].gap(seen[events].rows()) == "rejoined"
+    conn.execute(f'ALTER PUBLICATION "{pub}" ADD TABLES IN SCHEMA shop')
+    in_schema = members()
+    assert in_schema[orders].gap(seen[orders].rows()) == "rejoined" and in_schema[orders].gap(None) is None
+    assert [r.split(":")[0] for r in in_schema[orders].rows()] == ["schema"]
+    conn.execute(f'DROP PUBLICATION "{pub}"; CREATE PUBLICATION "{pub}" FOR ALL TABLES')
+    assert [r.split(":")[0] for r in members()[orders].rows()] == ["all"]
+    assert members()[orders].gap(in_schema[orders].rows()) == "rejoined"

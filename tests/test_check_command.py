@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import pty
+import subprocess
 from pathlib import Path
 
 import psycopg
 import pytest
 from psycopg import sql
 
-from tests.support.cli import messages, run_olake, write_json
+from tests.support.cli import messages, olake_cmd, olake_env, run_olake, write_json
 from tests.support.pgcluster import free_port
 from tests.test_bad_input import assert_one_error
 
@@ -43,6 +46,25 @@ def source_config(pg_cluster, tmp_path: Path, **changes: object) -> str:
     config = pg_cluster.source_config(DEMO_DB, schemas=["shop", "public"])
     config.update(changes)
     return write_json(tmp_path / "src.json", config)
+
+
+def check_on_terminal(config: str) -> tuple[int, list[str]]:
+    """Run ``olake check`` with stdout and stderr on a pseudo-terminal; (exit status, lines shown)."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(olake_cmd("check", "--config", config), stdin=subprocess.DEVNULL, stdout=slave,
+                            stderr=slave, env=olake_env())
+    os.close(slave)
+    shown = b""
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the process closed the terminal
+            break
+        if not data:
+            break
+        shown += data
+    os.close(master)
+    return proc.wait(timeout=60), shown.decode().replace("\r\n", "\n").splitlines()
 
 
 def connection_statuses(stdout: bytes) -> list[dict]:
@@ -106,6 +128,26 @@ def test_check_wrong_password(pg_cluster, demo_db, tmp_path):
                         secrets=(wrong, pg_cluster.password))
 
 
+@pytest.mark.parametrize("password, host, expected", [
+    ("x", "nonexistent.invalid", "unknown host 'nonexistent.invalid'; check 'host'"),
+    ("o", "127.0.0.1", "nothing accepts connections at 127.0.0.1:"),
+    ("127", "127.0.0.1", "nothing accepts connections at 127.0.0.1:"),
+])
+def test_check_prints_words_that_contain_the_password_unchanged(pg_cluster, tmp_path, password, host, expected):
+    """A short password hides nothing but itself: the host and the words around it read as they are."""
+    result = run_olake("check", "--config", source_config(pg_cluster, tmp_path, host=host, port=free_port(),
+                                                          password=password))
+    assert_check_failed(result, expected, secrets=(pg_cluster.password, "***"))
+
+
+def test_check_wrong_password_equal_to_the_user_name_still_names_the_user(pg_cluster, demo_db, tmp_path):
+    user = pg_cluster.superuser
+    result = run_olake("check", "--config", source_config(pg_cluster, tmp_path, password=user))
+    line = assert_check_failed(result, f"wrong username or password for user '{user}'",
+                               f'password authentication failed for user "{user}"')
+    assert "***" not in line
+
+
 def test_check_wrong_database(pg_cluster, tmp_path):
     result = run_olake("check", "--config", source_config(pg_cluster, tmp_path, database="no_such_db"))
     assert_check_failed(result, "database 'no_such_db' does not exist", f"127.0.0.1:{pg_cluster.port}",
@@ -167,8 +209,12 @@ def test_check_parquet_path_under_a_regular_file(tmp_path):
 
 
 def test_check_names_keyless_tables_with_the_sql_and_fails_once_one_is_published(pg_cluster, demo_db, tmp_path):
-    """shop.page_views has no primary key: a note while unpublished, a problem once published by hand."""
+    """shop.page_views has no primary key: a note while unpublished, a problem once published by hand.
+    The keyed tables qualify and get no advice. On a terminal each finding is one line, printed once."""
     pub, slot = "check keyless", "check_keyless_slot"
+    fix = f'ALTER TABLE "shop"."page_views" REPLICA IDENTITY FULL; ALTER PUBLICATION "{pub}" ADD TABLE "shop"."page_views";'
+    note = ("note: 1 table(s) cannot use cdc (left out of the publication; full_refresh still works) until they get "
+            "a primary key or REPLICA IDENTITY FULL:")
     with psycopg.connect(pg_cluster.dsn(DEMO_DB), autocommit=True) as conn:
         keyed = [row[0] for row in conn.execute(
             "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c JOIN pg_namespace n"
@@ -183,17 +229,29 @@ def test_check_names_keyless_tables_with_the_sql_and_fails_once_one_is_published
             result = run_olake("check", "--config", config)
             assert result.returncode == 0, result.stderr.decode()
             message = connection_statuses(result.stdout)[0]["message"]
-            assert ("change capture ready; note: 1 table(s) cannot use cdc (left out of the publication; "
-                    "full_refresh still works) until they get a primary key or REPLICA IDENTITY FULL: "
-                    "shop.page_views (no primary key (REPLICA IDENTITY DEFAULT)); to enable it run: "
-                    'ALTER TABLE "shop"."page_views" REPLICA IDENTITY FULL; '
-                    f'ALTER PUBLICATION "{pub}" ADD TABLE "shop"."page_views";') in message
+            assert message.endswith("; change capture ready; " + note + " shop.page_views (no primary key (REPLICA "
+                                    f"IDENTITY DEFAULT)) (fix: {fix})"), message
+            assert result.stderr.decode() == f"olake: {message}\n"
+
+            code, shown = check_on_terminal(config)
+            assert code == 0
+            assert shown == [f"olake: connected to {pg_cluster.superuser}@{pg_cluster.host}:{pg_cluster.port}/"
+                             f"{DEMO_DB}; 9 table(s) readable in shop, public",
+                             "  change capture ready",
+                             "  " + note,
+                             f"    - shop.page_views (no primary key (REPLICA IDENTITY DEFAULT)) (fix: {fix})"]
+
             conn.execute(f'ALTER PUBLICATION "{pub}" ADD TABLE shop.page_views')
             failed = run_olake("check", "--config", config)
             assert_check_failed(failed, "table shop.page_views cannot use cdc: no primary key",
                                 "PostgreSQL rejects UPDATE and DELETE on it now",
                                 'fix: ALTER TABLE "shop"."page_views" REPLICA IDENTITY FULL;',
                                 secrets=(pg_cluster.password,))
+            code, shown = check_on_terminal(config)
+            assert code == 1
+            assert shown[0] == "olake: error: postgres: change capture setup breaks the source, 1 problem(s):"
+            assert len(shown) == 2 and shown[1].startswith("    - table shop.page_views cannot use cdc: no primary")
+            assert shown[1].endswith('(fix: ALTER TABLE "shop"."page_views" REPLICA IDENTITY FULL;)'), shown
         finally:
             conn.execute(f'DROP PUBLICATION IF EXISTS "{pub}"')
             conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
@@ -210,5 +268,11 @@ def test_check_passes_full_refresh_users_and_says_what_cdc_lacks(pg_cluster, dem
     assert "replication slot 'not_yet_slot' does not exist" in message
     assert "pg_create_logical_replication_slot('not_yet_slot', 'pgoutput')" in message
     assert "publication 'not_yet_pub' does not exist" in message
+    code, shown = check_on_terminal(config)
+    assert code == 0 and shown[1] == "  full_refresh and incremental ready; cdc NOT ready, 2 problem(s):", shown
+    assert shown[2].startswith("    - replication slot 'not_yet_slot' does not exist; create it in database")
+    assert "(fix: SELECT pg_create_logical_replication_slot('not_yet_slot', 'pgoutput')" in shown[2], shown
+    assert shown[3].startswith("    - publication 'not_yet_pub' does not exist in this database (fix: CREATE "
+                               'PUBLICATION "not_yet_pub" FOR TABLE '), shown
     plain = run_olake("check", "--config", source_config(pg_cluster, tmp_path))
     assert "cdc: not configured" in connection_statuses(plain.stdout)[0]["message"]

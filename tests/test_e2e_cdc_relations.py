@@ -12,7 +12,9 @@ import json
 import psycopg
 import pytest
 
-from tests.support.cli import read_into_write, run_olake
+from tests.support.cli import read_into_write, run_olake, write_json
+from tests.support.current_view import current_view, iceberg_rows, iceberg_table
+from tests.support.verify import assert_table_matches
 from tests.test_e2e_cdc_stitching import MODES, Setup
 
 
@@ -101,4 +103,44 @@ def test_sync_fails_on_a_change_it_cannot_carry(pg_cluster, pg_db, tmp_path):
                        str(setup.catalog_path), "--state", str(setup.state))
     assert result.returncode != 0 and b"'n' int32 -> string" in result.stderr, result.stderr.decode()[-2000:]
     _assert_not_past(setup, before_alter)
+    setup.drop_slot()
+
+
+@pytest.mark.parametrize("destination", ["iceberg", "parquet"])
+def test_a_catalog_narrower_than_the_widened_destination_keeps_flowing(pg_cluster, pg_db, tmp_path, destination):
+    """Widened during change capture (real -> double precision, int -> bigint, numeric(8,2) -> (12,2)),
+    then every later run with the original, narrower catalog: ``sync`` and ``read | write --catalog``.
+    The destination keeps its wider types and takes the narrower ones losslessly."""
+    setup = Setup(pg_cluster, pg_db, tmp_path, f"slot_narrow_{destination}")
+    root = tmp_path / "lake"
+    setup.dst = write_json(tmp_path / "dst.json", {"type": destination, "path": str(root)})
+    setup.execute(TABLE)
+    setup.discover({"acct": "cdc"})
+    narrow = setup.catalog_path.read_text()
+    setup.run("sync")
+    setup.execute("ALTER TABLE acct ALTER COLUMN n TYPE bigint, ALTER COLUMN ratio TYPE double precision, "
+                  "ALTER COLUMN amount TYPE numeric(12,2)",
+                  "UPDATE acct SET n = 5000000000 + id, ratio = 1e300, amount = 1234567890.12 WHERE id <= 5")
+    assert b"'ratio' widened from float32 to float64" in setup.run("pipe")
+    assert setup.catalog_path.read_text() == narrow  # the user's catalog still says real and int
+    setup.execute("UPDATE acct SET ratio = 0.1, n = -5000000000 WHERE id BETWEEN 6 AND 10")
+    setup.run("sync")
+    setup.execute("UPDATE acct SET ratio = 1e-300, amount = -9999999999.99 WHERE id BETWEEN 11 AND 15",
+                  "INSERT INTO acct (id, n, ratio) VALUES (1001, 9000000000, 2.5e200)")
+    result = read_into_write(["--config", setup.src, "--catalog", str(setup.catalog_path), "--state", str(setup.state)],
+                             ["--config", setup.dst, "--catalog", str(setup.catalog_path), "--state", str(setup.state)])
+    assert result.read_code == 0 and result.write_code == 0, result.write_stderr.decode()[-3000:]
+    schema = next(s for s in setup.catalog["streams"] if s["name"] == "acct")["json_schema"]
+    for name, olake_type in (("n", "int64"), ("ratio", "float64"), ("amount", "decimal(12,2)")):
+        schema["properties"][name]["x-olake-type"] = olake_type
+    columns = list(schema["properties"])
+    if destination == "iceberg":
+        current = iceberg_rows(root, "public", "acct").select(columns)
+        fields = iceberg_table(root, "public", "acct").schema()
+        assert [str(fields.find_field(c).field_type) for c in ("n", "ratio", "amount")] == \
+            ["long", "double", "decimal(12, 2)"]
+    else:
+        current = current_view(str(root / "public" / "acct"), columns, ["id"])
+    with psycopg.connect(setup.dsn) as conn:
+        assert_table_matches(conn, "public", "acct", schema, current)
     setup.drop_slot()

@@ -1,5 +1,6 @@
 """Identifiers that need quoting (reserved words, quotes, mixed case, spaces, unicode) replicate
-correctly in full load, incremental and change capture."""
+correctly in full load, incremental and change capture; names that would be hostile as paths
+('../../../escape8b', 'x/../orders') stay inside the destination, in folders of their own."""
 
 from __future__ import annotations
 
@@ -8,10 +9,13 @@ import json
 import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 from psycopg import sql
 
-from tests.support.cdc import sync_once
+from olake_cli.core.path_names import encode_name
+from tests.support.cdc import discover_catalog, sync_once
 from tests.support.cli import run_olake, write_json
+from tests.support.current_view import current_view, iceberg_rows, iceberg_table
 from tests.support.verify import assert_table_matches, latest_versions, read_parquet
 
 SCHEMA = 'Odd "Schema"'
@@ -68,3 +72,86 @@ def test_quoted_identifiers_in_every_sync_mode(pg_cluster, pg_db, tmp_path):
                     sql.Identifier("id"), sql.Identifier(SCHEMA, table))).fetchall()]
                 current = current.filter(pc.is_in(current["id"], value_set=pa.array(ids, pa.int32())))
             assert_table_matches(conn, SCHEMA, table, schemas[table], current)
+
+
+# Names that, pasted into a path, would climb out of the destination or into another stream's folder:
+# (schema, table) pairs; 'a/b'.'c' and 'a'.'b/c' would share one folder, as 'x/../orders' and 'orders'.
+HOSTILE = [("public", "../../../escape8b"), ("public", "x/../orders"), ("public", "orders"), ("public", ".."),
+           ("a/b", "c"), ("a", "b/c")]
+
+
+def _hostile_source(dsn: str) -> None:
+    """One table per hostile name, each with its own contents (a shared folder would mix them)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for number, (schema, table) in enumerate(HOSTILE):
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+            conn.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, v text)").format(sql.Identifier(schema, table)))
+            conn.execute(sql.SQL("INSERT INTO {} SELECT g, %s || g FROM generate_series(1, 20) g").format(
+                sql.Identifier(schema, table)), (f"table {number}: ",))
+
+
+def _hostile_changes(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for schema, table in HOSTILE:
+            ident = sql.Identifier(schema, table)
+            conn.execute(sql.SQL("UPDATE {} SET v = v || ' changed' WHERE id <= 5").format(ident))
+            conn.execute(sql.SQL("DELETE FROM {} WHERE id BETWEEN 6 AND 8").format(ident))
+            conn.execute(sql.SQL("INSERT INTO {} VALUES (100, 'new')").format(ident))
+
+
+def _sync_command(src: str, catalog, dst: str, state) -> None:
+    result = run_olake("sync", "--source", src, "--destination", dst, "--catalog", str(catalog), "--state", str(state))
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+
+
+def _outside(top, lake) -> set[str]:
+    """Every path under ``top`` except the destination folder ``lake`` and what it holds."""
+    return {str(p) for p in top.rglob("*") if p != lake and lake not in p.parents}
+
+
+@pytest.mark.parametrize("destination", ["parquet", "iceberg"])
+def test_hostile_names_stay_inside_the_destination(pg_cluster, pg_db, tmp_path, destination):
+    """Tables named '../../../escape8b' or 'x/../orders' get a folder (Parquet) or a table location
+    (Iceberg) of their own inside the destination; the first run creates them with one command, the
+    second brings the changes with the other."""
+    dsn, lake = pg_cluster.dsn(pg_db), tmp_path / "lake"
+    _hostile_source(dsn)
+    src = write_json(tmp_path / "src.json", pg_cluster.source_config(
+        pg_db, schemas=["public", "a/b", "a"], replication_slot="hostile_slot", publication="hostile_pub",
+        create_slot_and_publication=True, max_parallel=1))
+    dst = write_json(tmp_path / "dst.json", {"type": destination, "path": str(lake)})
+    catalog = discover_catalog(src, tmp_path / "cat.json", {t: "cdc" for _, t in HOSTILE})
+    assert sorted((s["namespace"], s["name"]) for s in catalog["streams"]) == sorted(HOSTILE)
+    outside = _outside(tmp_path.parent, lake)
+    state = tmp_path / "st.json"
+    runs = [lambda: _sync_command(src, tmp_path / "cat.json", dst, state),
+            lambda: sync_once(src, tmp_path / "cat.json", dst, state)]
+    first, second = runs if destination == "iceberg" else runs[::-1]
+    first()
+    _hostile_changes(dsn)
+    second()
+    assert _outside(tmp_path.parent, lake) == outside | {str(state)}, \
+        "nothing may be written outside the destination's folder"
+    schemas = {(s["namespace"], s["name"]): s["json_schema"] for s in catalog["streams"]}
+    locations = set()
+    with psycopg.connect(dsn) as conn:
+        for schema, table in HOSTILE:
+            if destination == "parquet":
+                folder = lake / encode_name(schema) / encode_name(table)
+                current = current_view(str(folder), ["id", "v"], ["id"])
+                locations.add(folder.resolve())
+            else:
+                iceberg = iceberg_table(lake, schema, table)
+                location = iceberg.location().removeprefix("file://")
+                assert location.startswith(f"{lake}/warehouse/"), location
+                files = [t.file.file_path for t in iceberg.scan().plan_files()]
+                assert files and all(f.removeprefix("file://").startswith(location + "/") for f in files)
+                current = iceberg_rows(lake, schema, table).select(["id", "v"])
+                locations.add(location)
+            assert_table_matches(conn, schema, table, schemas[(schema, table)], current)
+    assert len(locations) == len(HOSTILE), "every table has a folder of its own"
+    if destination == "iceberg":
+        assert f"{lake}/warehouse/public/%2E.%2F..%2F..%2Fescape8b" in locations
+        assert f"{lake}/warehouse/public/x%2F..%2Forders" in locations
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_drop_replication_slot('hostile_slot')")

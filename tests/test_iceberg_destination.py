@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import orjson
+import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
@@ -46,8 +47,9 @@ def _record(data: dict, name: str = "t") -> dict:
     return {"type": "RECORD", "record": {"stream": name, "namespace": "ns", "emitted_at": 0, "data": data}}
 
 
-def _change(op: str, seq: int, **data) -> dict:
-    return _record({**data, "_olake_op": op, "_olake_op_id": [7, seq], "_olake_commit_ts": 1_700_000_000_000_000})
+def _change(op: str, seq: int, stream: str = "t", **data) -> dict:
+    return _record({**data, "_olake_op": op, "_olake_op_id": [7, seq], "_olake_commit_ts": 1_700_000_000_000_000},
+                   stream)
 
 
 def _table(root: Path, name: str = "t"):
@@ -86,6 +88,23 @@ def test_widened_column_is_promoted(tmp_path, old, new, stored):
     assert table.schema().find_field("extra")
     rows = _rows(root)
     assert [r["id"] for r in rows] == [1, 2] and str(rows[1]["v"]) == str(wide) and rows[1]["extra"] == "x"
+
+
+@pytest.mark.parametrize("wide, narrow, stored, value", [
+    ("int64", "int32", "long", -2**31), ("float64", "float32", "double", 0.1),
+    ("decimal(14,2)", "decimal(10,2)", "decimal(14, 2)", "-99999999.99")])
+def test_a_catalog_narrower_than_the_table_keeps_the_wider_column(tmp_path, wide, narrow, stored, value):
+    """A column widened during change capture, then a run with the original catalog: the table keeps
+    its wider type and takes the narrower values exactly."""
+    root, result = _write(tmp_path, _lines(_catalog(_stream({"id": "int32", "v": wide})), _state("full-load")))
+    assert result.returncode == 0, result.stderr.decode()
+    _, result = _write(tmp_path, _lines(_catalog(_stream({"id": "int32", "v": narrow})), _state("full-load"),
+                                        _record({"id": 1, "v": value}), _state(), _change("u", 1, id=1, v=value),
+                                        _change("c", 2, id=2, v=value), _state(cursor="p2")))
+    assert result.returncode == 0, result.stderr.decode()
+    assert str(_table(root).schema().find_field("v").field_type) == stored
+    expected = str(pc.cast(pa.scalar(0.1, pa.float32()), pa.float64())) if narrow == "float32" else str(value)
+    assert [str(r["v"]) for r in _rows(root)] == [expected, expected]
 
 
 @pytest.mark.parametrize("old, new", [("string", "int64"), ("decimal(10,2)", "decimal(12,3)"),
@@ -263,3 +282,33 @@ def test_incremental_passes_upsert_and_an_older_pass_never_wins(tmp_path):
     assert result.returncode == 0, result.stderr.decode()
     assert [(r["id"], r["v"]) for r in _rows(root)] == [(1, "a"), (2, "b2"), (3, "c2"), (4, "d1")]
     assert b"older than the table's version" in result.stderr
+
+
+def test_a_table_created_under_the_old_location_scheme_keeps_its_location(tmp_path):
+    """Tables created before names were encoded into locations (at the catalog's default, the raw
+    name) keep working where they are; only new tables get the encoded location."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from olake_cli.core.catalog import CatalogStream
+    from olake_cli.destinations.iceberg.schema import stream_iceberg_schema
+    from olake_cli.destinations.iceberg.tables import CREATE_PROPERTIES
+
+    root = tmp_path / "lake"
+    (root / "warehouse").mkdir(parents=True)
+    legacy, fresh = _stream({"id": "int32", "v": "string"}, name="_legacy"), _stream({"id": "int32"}, name="_fresh")
+    catalog = SqlCatalog("olake", uri=f"sqlite:///{root}/catalog.db", warehouse=f"file://{root}/warehouse")
+    catalog.create_namespace("ns")
+    catalog.create_table(("ns", "_legacy"), schema=stream_iceberg_schema(CatalogStream.from_dict(legacy)),
+                         properties=CREATE_PROPERTIES)  # as olake created tables before
+    _, result = _write(tmp_path, _lines(
+        _catalog(legacy, fresh), _state("full-load", name="_legacy"), _record({"id": 1, "v": "a"}, "_legacy"),
+        _record({"id": 2, "v": "b"}, "_legacy"), _state(name="_legacy"), _change("u", 1, "_legacy", id=1, v="a2"), _state(cursor="p2", name="_legacy"), _state("full-load", name="_fresh"), _record({"id": 7}, "_fresh"),
+        _state(name="_fresh")))
+    assert result.returncode == 0, result.stderr.decode()
+    table = _table(root, "_legacy")
+    assert table.location() == f"file://{root}/warehouse/ns/_legacy"
+    files = [t.file.file_path for t in table.scan().plan_files()]
+    assert files and all(f.startswith(f"{table.location()}/data/") for f in files)
+    assert sorted(table.scan().to_arrow().select(["id", "v"]).to_pylist(), key=lambda r: r["id"]) == [
+        {"id": 1, "v": "a2"}, {"id": 2, "v": "b"}]
+    assert _table(root, "_fresh").location() == f"file://{root}/warehouse/ns/%5Ffresh"

@@ -377,6 +377,17 @@ def test_cli_wrong_password(mongo_server, tmp_path):
     assert_one_error(result, "config_error", "wrong username or password", secrets=(wrong, good))
 
 
+@pytest.mark.parametrize("password, host, expected", [
+    ("o", "127.0.0.1", "nothing accepts connections at 127.0.0.1:"),
+    ("x", "nonexistent.invalid", "unknown host in nonexistent.invalid:"),
+])
+def test_cli_words_that_contain_the_password_print_unchanged(tmp_path, password, host, expected):
+    uri = f"mongodb://reader:{password}@{host}:{free_port()}/"
+    config = write_json(tmp_path / "src.json", _config(uri, "db", connect_timeout=2))
+    result = run_olake("check", "--config", config, timeout=120)
+    _assert_check_failed(result, expected, "check 'uri'", secrets=("***",))
+
+
 def test_cli_uri_and_hosts_together_is_a_config_error(mongo_server, tmp_path):
     secret = "B0th-given-pw"
     config = {**_config(f"mongodb://u:{secret}@127.0.0.1:1/", "db"), "hosts": ["127.0.0.1:1"],

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 
-from olake_cli.destinations.parquet.paths import decode_name, encode_name
+from olake_cli.core.path_names import decode_name, encode_name
 
 from tests.support.cli import messages, olake_cmd, olake_env, run_olake, trace_errors, write_json
 

@@ -70,22 +70,36 @@ def _run_on_terminal(args: list[str], env: dict[str, str]) -> tuple[int, bytes, 
 
 
 def test_sync_on_a_terminal_shows_live_progress_per_stream(pg_cluster, pg_db, two_tables, tmp_path):
-    src, cat, _ = two_tables
+    """On an 80-column terminal a long stream name is shown whole; the summary follows the display."""
+    src, _, _ = two_tables
+    long_name = "orders_of_every_customer_in_every_region_since_2019"
+    with psycopg.connect(pg_cluster.dsn(pg_db), autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {long_name} AS SELECT g AS id FROM generate_series(1, 10) g")
+        conn.execute(f"ALTER TABLE {long_name} ADD PRIMARY KEY (id)")
+    disc = run_olake("discover", "--config", src)
+    assert disc.returncode == 0, disc.stderr.decode()
+    (tmp_path / "cat3.json").write_bytes(disc.stdout)
     dst = write_json(tmp_path / "dst.json", {"type": "parquet", "path": str(tmp_path / "lake")})
-    env = {**olake_env(), "TERM": "xterm-256color", "COLUMNS": "160", "LINES": "40"}
+    env = {**olake_env(), "TERM": "xterm-256color", "COLUMNS": "80", "LINES": "40"}
     env.pop("OLAKE_LOG_FORMAT", None)
-    code, stdout, shown = _run_on_terminal(["sync", "--source", src, "--destination", dst, "--catalog", cat], env)
-    screen = ANSI.sub(b"", shown).decode(errors="replace")
+    code, stdout, shown = _run_on_terminal(["sync", "--source", src, "--destination", dst, "--catalog",
+                                            str(tmp_path / "cat3.json")], env)
+    screen = ANSI.sub(b"", shown).decode(errors="replace").replace("\r\n", "\n")
     assert code == 0, screen[-3000:]
     assert b"\x1b[" in shown, "a live display redraws with terminal escapes"
-    for name in TABLES:
-        done = re.findall(rf"public\.{name} .*?chunks (\d+)/(\d+)\s+done", screen)
+    assert "Using incubator modules" not in screen and "Setting default log level" not in screen, screen[:3000]
+    assert "\u2026" not in screen, "no name is cut"
+    for name in [*TABLES, long_name]:
+        done = re.findall(rf"^public\.{name}\s*\n[^\n]*?chunks (\d+)/(\d+)\s+done", screen, re.MULTILINE)
         assert done, screen[-3000:]
-        assert done[-1][0] == done[-1][1] and int(done[-1][1]) >= 2, done
+        assert done[-1][0] == done[-1][1] and int(done[-1][1]) >= (2 if name in TABLES else 1), done
+    summary = [line for line in screen.splitlines() if line.startswith("olake: summary: ")]
+    assert [line.split(":")[2].strip() for line in summary] == sorted(f"public.{n}" for n in [*TABLES, long_name])
+    assert screen.rstrip().endswith(summary[-1]), "the summary comes last, under the display"
     statuses = [m["trace"] for m in messages(stdout) if m["type"] == "TRACE"]
     completed = {t["stream_status"]["stream_descriptor"]["name"] for t in statuses
                  if t["type"] == "STREAM_STATUS" and t["stream_status"]["status"] == "COMPLETE"}
-    assert completed == set(TABLES), "sync prints each stream's COMPLETE"
+    assert completed == {*TABLES, long_name}, "sync prints each stream's COMPLETE"
 
 
 def test_read_traces_and_summary_lines_then_write_copies_every_value(pg_cluster, pg_db, two_tables, tmp_path):
@@ -111,7 +125,26 @@ def test_read_traces_and_summary_lines_then_write_copies_every_value(pg_cluster,
     for name in TABLES:
         [line] = [s for s in summaries if s.startswith(f"olake: public.{name}: ")]
         assert f": {counts[name]} rows in " in line and "rows/s" in line, line
+        chunks = _chunk_lines(stderr, name)
+        assert sorted(number for number, _ in chunks) == list(range(1, len(chunks) + 1)) and len(chunks) >= 2
+        assert sum(rows for _, rows in chunks) == counts[name]
+        [run_summary] = [s for s in stderr.splitlines() if s.startswith(f"olake: summary: public.{name}: ")]
+        assert re.fullmatch(rf"olake: summary: public\.{name}: {counts[name]} rows loaded \({len(chunks)}/"
+                            rf"{len(chunks)} chunks\); \d+\.\ds", run_summary), run_summary
     assert "\x1b[" not in stderr, "no terminal: no live display"
+
+    # resumed from the state after t1's first chunk: the chunks left keep their numbers of the load
+    first = next(m["state"]["streams"][0] for m in out if m["type"] == "STATE" and m["state"]["level"] == "stream"
+                 and m["state"]["streams"][0]["stream_name"] == "t1"
+                 and [c["status"] for c in m["state"]["streams"][0]["stream_state"]["chunks"]].count("succeed") == 1)
+    left = [i + 1 for i, c in enumerate(first["stream_state"]["chunks"]) if c["status"] != "succeed"]
+    t1_only = write_json(tmp_path / "t1.json", {"streams": [s for s in catalog["streams"] if s["name"] == "t1"]})
+    state = write_json(tmp_path / "state.json", {"level": "global", "version": "v1", "streams": [first]})
+    resumed = run_olake("read", "--config", src, "--catalog", t1_only, "--state", state)
+    assert resumed.returncode == 0, resumed.stderr.decode()[-3000:]
+    total = len(first["stream_state"]["chunks"])
+    assert sorted(number for number, _ in _chunk_lines(resumed.stderr.decode(), "t1", total)) == left
+    assert re.search(rf"public\.t1: \d+ rows in {total}/{total} chunk\(s\) in ", resumed.stderr.decode())
 
     dst = write_json(tmp_path / "dst.json", {"type": "parquet", "path": str(tmp_path / "lake")})
     write = run_olake("write", "--config", dst, stdin=read.stdout)  # read | write
@@ -124,15 +157,25 @@ def test_read_traces_and_summary_lines_then_write_copies_every_value(pg_cluster,
                                  read_parquet(str(folder)))
 
 
+def _chunk_lines(stderr: str, name: str, total: int | None = None) -> list[tuple[int, int]]:
+    """(chunk number, rows) of each chunk line of ``public.<name>``; each rate is the chunk's own."""
+    found = []
+    for number, of, rows, seconds, rate in re.findall(
+            rf"^olake: public\.{name}: chunk (\d+)/(\d+): (\d+) rows in ([\d.]+)s \(([\d,]+) rows/s\); "
+            rf"\d+ rows so far$", stderr, re.MULTILINE):
+        assert total is None or int(of) == total
+        assert int(rate.replace(",", "")) >= int(rows) / (float(seconds) + 0.05) - 1, "a chunk's rate is its own"
+        found.append((int(number), int(rows)))
+    return found
+
+
 def test_json_log_format_every_stderr_line_is_an_object(pg_cluster, pg_db, two_tables, tmp_path):
     src, cat, catalog = two_tables
     dst = write_json(tmp_path / "dst.json", {"type": "parquet", "path": str(tmp_path / "lake")})
     ok = run_olake("--log-format", "json", "sync", "--source", src, "--destination", dst, "--catalog", cat)
     assert ok.returncode == 0, ok.stderr.decode()[-3000:]
-    # Spark's JVM writes a few start-up lines of its own to stderr; every line olake writes is an object
-    lines = ok.stderr.decode().splitlines()
-    assert not [line for line in lines if line.startswith("olake") or "Traceback" in line], lines
-    entries = [json.loads(line) for line in lines if line.startswith("{")]
+    # every stderr line is an object: Spark's own start-up lines go to its log, not to stderr
+    entries = [json.loads(line) for line in ok.stderr.decode().splitlines()]
     assert entries and all(set(e) >= {"time", "level", "message"} and e["level"] == "info" for e in entries)
     finished = {e["stream"]: e for e in entries if e.get("event") == "finished"}
     counts = _counts(pg_cluster, pg_db)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import socket
+import subprocess
 import time
 
+import psycopg
 import pytest
 
-from tests.support.cli import run_olake, write_json
+from tests.support.cli import olake_cmd, olake_env, run_olake, write_json
 
 
 def _closed_port() -> int:
@@ -43,3 +45,30 @@ def test_sync_with_a_cluster_master_refuses_a_local_path(pg_cluster, pg_db, tmp_
                            "--spark-master", f"spark://127.0.0.1:{port}")
     assert result.returncode != 0
     assert b'set "shared_path": true' in result.stderr
+
+
+def test_spark_output_goes_to_its_log_and_a_failed_start_names_it(pg_cluster, pg_db, tmp_path):
+    """The JVM's own lines never reach stderr; when it cannot start, the one error line names the log."""
+    with psycopg.connect(pg_cluster.dsn(pg_db), autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
+        conn.execute("INSERT INTO t VALUES (1)")
+    src = write_json(tmp_path / "src.json", pg_cluster.source_config(pg_db))
+    catalog = tmp_path / "cat.json"
+    catalog.write_bytes(run_olake("discover", "--config", src).stdout)
+    log = tmp_path / "logs" / "spark.log"
+    env = {**olake_env(), "OLAKE_SPARK_LOG": str(log)}
+
+    ok = subprocess.run(olake_cmd("read", "--config", src, "--catalog", str(catalog)), capture_output=True,
+                        env=env, timeout=600)
+    assert ok.returncode == 0, ok.stderr.decode()
+    assert [line for line in ok.stderr.decode().splitlines() if not line.startswith("olake: ")] == []
+    assert "starts Spark, master local[2]" in log.read_text() and "Using incubator modules" in log.read_text()
+
+    env["OLAKE_SPARK_JAVA_OPTIONS"] = "-Xmx1m"  # spark-submit refuses to start the JVM with it
+    failed = subprocess.run(olake_cmd("read", "--config", src, "--catalog", str(catalog)), capture_output=True,
+                            env=env, timeout=600)
+    assert failed.returncode != 0
+    [line] = [line for line in failed.stderr.decode().splitlines()
+              if not line.startswith(("olake: public.t", "olake: summary: public.t: incomplete"))]
+    assert line.startswith("olake: error: Spark did not start") and line.endswith(f"see {log} for why"), line
+    assert "Not allowed to specify max heap" in log.read_text()

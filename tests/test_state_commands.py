@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from tests.support.cli import messages, run_olake
+from tests.test_bad_input import assert_one_error
 
 STATE = {"level": "global", "version": "v1", "streams": [
     {"sync_type": "full-load", "stream_name": "orders", "stream_namespace": "public",
@@ -15,17 +16,28 @@ STATE = {"level": "global", "version": "v1", "streams": [
      "stream_state": {"cursor_field": "0/1700000", "op_seq": 0}}]}
 
 
-def test_show_prints_a_table_on_stderr_and_the_state_message_with_json(tmp_path):
+def test_show_prints_a_table_on_stdout_and_the_state_message_with_json(tmp_path):
     path = tmp_path / "st.json"
     path.write_text(json.dumps(STATE))
-    shown = run_olake("state", "show", str(path))
-    assert shown.returncode == 0 and shown.stdout == b""
-    lines = shown.stderr.decode().splitlines()
+    shown = run_olake("state", "show", str(path))  # stdout is a pipe, as in `olake state show st.json | less`
+    assert shown.returncode == 0 and shown.stderr == b"", shown.stderr
+    lines = shown.stdout.decode().splitlines()
     assert lines[0].split() == ["stream", "sync", "type", "position", "chunks", "done", "load"]
     assert lines[1].split() == ["public.orders", "full-load", "0/16B3748", "1/2", "abc"]
     assert lines[2].split() == ["public.users", "cdc", "0/1700000", "-", "-"]
+    assert len(lines) == 3
     as_json = run_olake("state", "show", str(path), "--json")
     assert messages(as_json.stdout) == [{"type": "STATE", "state": STATE}]
+
+
+def test_show_and_reset_of_a_missing_file_fail_with_one_line(tmp_path):
+    missing = tmp_path / "nope.json"
+    for args in (["show", str(missing)], ["show", str(missing), "--json"],
+                 ["reset", str(missing), "--stream", "public.orders"]):
+        result = run_olake("state", *args)
+        assert_one_error(result, "config_error", f"state file '{missing}' does not exist",
+                         f"a run with --state {missing} creates it")
+        assert not missing.exists()
 
 
 def test_reset_forgets_a_stream_atomically_and_refuses_an_unknown_one(tmp_path):

@@ -12,36 +12,55 @@ from typer.exceptions import TyperException
 
 from olake_cli.core.config import load_config
 from olake_cli.cli.progress_view import progress_view
-from olake_cli.cli.report import (LOG_FORMATS, catch_signals, command_guard, fail, interrupted, log, log_format,
+from olake_cli.cli.report import (LOG_FORMATS, catch_signals, command_guard, fail, interrupted, log,
                                   protocol_writer, set_log_format, stdout_closed)
 from olake_cli.core import messages
 from olake_cli.core.errors import ConfigError, OlakeError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Copy PostgreSQL and MongoDB into Parquet: chunked parallel full loads on Spark, change capture, resumable state.")
+from olake_cli.core.registry import DESTINATIONS, SOURCES
+
+SOURCE_TYPES, DESTINATION_TYPES = ", ".join(SOURCES), ", ".join(DESTINATIONS)
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
+                  help=f"Copy databases into files and tables you can query: chunked parallel full loads on Spark, "
+                       f"change capture, resumable state.\n\nSources: {SOURCE_TYPES}. Destinations: "
+                       f"{DESTINATION_TYPES}. Options before the command apply to every command.")
 state_app = typer.Typer(no_args_is_help=True, help="Work with state files.")
 app.add_typer(state_app, name="state")
 
-CONFIG_OPT = typer.Option(..., "--config", help="Connector config JSON file (its 'type' names the connector).")
-CATALOG_OPT = typer.Option(..., "--catalog", help="Catalog JSON (the output of discover, possibly edited).")
-STATE_OPT = typer.Option(None, "--state", help="State JSON file; read to resume, merged into by write.")
-MASTER_OPT = typer.Option(None, "--spark-master", help="Spark master URL (default local[*] or $OLAKE_SPARK_MASTER).")
-PARALLEL_OPT = typer.Option(None, "--max-parallel", min=1, help="Chunks scanned at once (default: Spark's parallelism).")
+CONFIG_OPT = typer.Option(..., "--config", metavar="FILE",
+                          help="Connector config JSON file (its 'type' names the connector).")
+CATALOG_OPT = typer.Option(..., "--catalog", metavar="FILE", help="Catalog JSON (the output of discover, possibly edited).")
+STATE_OPT = typer.Option(None, "--state", metavar="FILE", help="State JSON file; read to resume, merged into by write.")
+MASTER_OPT = typer.Option(None, "--spark-master", metavar="URL",
+                          help="Spark master URL (default local[*] or $OLAKE_SPARK_MASTER).")
+PARALLEL_OPT = typer.Option(None, "--max-parallel", min=1, metavar="N",
+                            help="Chunks scanned at once (default: Spark's parallelism).")
 LogFormat = Enum("LogFormat", {name: name for name in LOG_FORMATS}, type=str)
+
+
+def _print_version(value: bool) -> None:
+    """``--version``: print olake's version on stdout and exit."""
+    if value:
+        from olake_cli import __version__
+
+        sys.stdout.write(f"olake {__version__}\n")
+        raise typer.Exit()
 
 
 @app.callback()
 def options(log_format_name: LogFormat = typer.Option(
-        "text", "--log-format", envvar="OLAKE_LOG_FORMAT", case_sensitive=False,
-        help="stderr as 'text' lines (a live progress display on a terminal) or 'json': one object a line.")
-        ) -> None:
-    """Copy PostgreSQL and MongoDB into Parquet and Iceberg (options before the command apply to every command)."""
+        "text", "--log-format", envvar="OLAKE_LOG_FORMAT", case_sensitive=False, metavar="text|json",
+        help="stderr as 'text' lines (a live progress display on a terminal) or 'json': one object a line."),
+        version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                     help="Print olake's version and exit.")) -> None:
+    """Options that apply to every command."""
     set_log_format(log_format_name.value)
 
 
 @app.command()
-def spec(source: Optional[str] = typer.Option(None, "--source", help="Source type: postgres or mongodb."),
-         destination: Optional[str] = typer.Option(None, "--destination", help="Destination type, e.g. parquet.")) -> None:
+def spec(source: Optional[str] = typer.Option(None, "--source", metavar="TYPE", help=f"Source type: {SOURCE_TYPES}."),
+         destination: Optional[str] = typer.Option(None, "--destination", metavar="TYPE",
+                                                   help=f"Destination type: {DESTINATION_TYPES}.")) -> None:
     """Print the SPEC message (the config's JSON Schema) of a connector."""
     from olake_cli.core.config import schema_for
     from olake_cli.core.validation import load_schema
@@ -54,37 +73,43 @@ def spec(source: Optional[str] = typer.Option(None, "--source", help="Source typ
 
 @app.command()
 def check(config: str = CONFIG_OPT) -> None:
-    """Check that a source or destination config works; prints CONNECTION_STATUS."""
+    """Check that a source or destination config works: each problem with its fix (CONNECTION_STATUS
+    on stdout when it is not a terminal)."""
+    from olake_cli.cli.check_view import show_check_failed, show_check_passed
     from olake_cli.pipeline.connectors import check_connector
 
     role, kind, cfg = load_config(config)
-    out = protocol_writer()
     try:
         text = check_connector(role, kind, cfg, log)
     except OlakeError as exc:
-        out.write(messages.connection_status(False, exc.message))
-        out.flush()
-        fail(exc)
-    out.write(messages.connection_status(True, text))
-    log(text)
+        show_check_failed(exc)
+    show_check_passed(text)
 
 
 @app.command()
 def discover(config: str = CONFIG_OPT,
-             catalog: Optional[str] = typer.Option(None, "--catalog", help="A previous catalog whose edits "
-                                                   "(selections, sync modes, cursors, removed columns) are kept.")
-             ) -> None:
-    """Print the CATALOG of every stream the source config can see."""
+             catalog: Optional[str] = typer.Option(None, "--catalog", metavar="FILE", help="A previous catalog whose "
+                                                   "edits (selections, sync modes, cursors, removed columns) are kept."),
+             output: Optional[str] = typer.Option(None, "--output", "-o", metavar="FILE", help="Write the catalog "
+                                                  "to FILE, indented for editing, instead of a CATALOG message on "
+                                                  "stdout (FILE may be the --catalog it updates).")) -> None:
+    """Print the CATALOG of every stream the source config can see (or write it to --output FILE)."""
+    from olake_cli.cli.catalog_file import write_catalog_file
     from olake_cli.pipeline.connectors import run_discover
 
     found = run_discover(config, catalog, log)
-    protocol_writer().write(messages.catalog_message(found))
-    log(f"discovered {len(found['streams'])} stream(s)")
+    if output is None:
+        protocol_writer().write(messages.catalog_message(found))
+        log(f"discovered {len(found['streams'])} stream(s)")
+        return
+    write_catalog_file(output, found)
+    log(f"discovered {len(found['streams'])} stream(s) into {output}; edit 'selected', 'sync_mode' and "
+        f"'cursor_field' there, then pass it as --catalog {output}")
 
 
 @app.command()
 def read(config: str = CONFIG_OPT, catalog: str = CATALOG_OPT, state: Optional[str] = STATE_OPT,
-         state_from: Optional[str] = typer.Option(None, "--state-from", help="Destination config JSON: resume "
+         state_from: Optional[str] = typer.Option(None, "--state-from", metavar="FILE", help="Destination config JSON: resume "
                                                   "from the state the destination committed (instead of --state)."),
          spark_master: Optional[str] = MASTER_OPT, max_parallel: Optional[int] = PARALLEL_OPT) -> None:
     """Read the selected streams and print RECORD and STATE messages on stdout."""
@@ -97,7 +122,7 @@ def read(config: str = CONFIG_OPT, catalog: str = CATALOG_OPT, state: Optional[s
 
 @app.command()
 def write(config: str = CONFIG_OPT,
-          catalog: Optional[str] = typer.Option(None, "--catalog", help="Catalog to check the reader's against."),
+          catalog: Optional[str] = typer.Option(None, "--catalog", metavar="FILE", help="Catalog to check the reader's against."),
           state: Optional[str] = STATE_OPT) -> None:
     """Consume protocol messages on stdin and write them to the destination."""
     from olake_cli.pipeline.connectors import run_write
@@ -109,8 +134,8 @@ def write(config: str = CONFIG_OPT,
 
 
 @app.command()
-def sync(source: str = typer.Option(..., "--source", help="Source config JSON file."),
-         destination: str = typer.Option(..., "--destination", help="Destination config JSON file."),
+def sync(source: str = typer.Option(..., "--source", metavar="FILE", help="Source config JSON file."),
+         destination: str = typer.Option(..., "--destination", metavar="FILE", help="Destination config JSON file."),
          catalog: str = CATALOG_OPT, state: Optional[str] = STATE_OPT,
          spark_master: Optional[str] = MASTER_OPT, max_parallel: Optional[int] = PARALLEL_OPT) -> None:
     """Read and write in one process (full-load chunks are written by the Spark tasks); prints STATEs."""
@@ -121,30 +146,27 @@ def sync(source: str = typer.Option(..., "--source", help="Source config JSON fi
 
 
 @state_app.command("show")
-def state_show(path: str = typer.Argument(..., help="State JSON file."),
-               as_json: bool = typer.Option(False, "--json", help="Print the state as a STATE message on stdout.")) -> None:
-    """Show a state file: per stream its sync type, position and chunks done (a table on stderr)."""
+def state_show(path: str = typer.Argument(..., metavar="STATE_FILE", hidden=True),
+               as_json: bool = typer.Option(False, "--json", help="Print the state as a STATE message instead.")) -> None:
+    """Show STATE_FILE on stdout: per stream its sync type, position and chunks done (a table)."""
     from olake_cli.cli.state_view import state_table
     from olake_cli.core.state import load_state
 
-    state = load_state(path)
+    state = load_state(_existing_state_file(path))
     if as_json:
         protocol_writer().write(messages.state_message(state))
         return
-    if log_format() == "json":
-        log(state_table(state))
-    else:
-        sys.stderr.write(state_table(state) + "\n")
+    sys.stdout.write(state_table(state) + "\n")
 
 
 @state_app.command("reset")
-def state_reset(path: str = typer.Argument(..., help="State JSON file."),
-                stream: list[str] = typer.Option(..., "--stream", help="NAMESPACE.NAME of a stream to forget "
+def state_reset(path: str = typer.Argument(..., metavar="STATE_FILE", hidden=True),
+                stream: list[str] = typer.Option(..., "--stream", metavar="NAMESPACE.NAME", help="NAMESPACE.NAME of a stream to forget "
                                                  "(repeatable); its next run loads it anew.")) -> None:
-    """Forget streams in a state file (atomically), so the next run copies them again from scratch."""
+    """Forget streams in STATE_FILE (atomically), so the next run copies them again from scratch."""
     from olake_cli.core.state import FileStateStore
 
-    store = FileStateStore(path)
+    store = FileStateStore(_existing_state_file(path))
     state = store.load()
     for name in stream:
         namespace, _, table = name.rpartition(".")
@@ -154,6 +176,16 @@ def state_reset(path: str = typer.Argument(..., help="State JSON file."),
         state.streams = [s for s in state.streams if s.key != (namespace or None, table)]
     store.save(state)
     log(f"reset {len(stream)} stream(s) in {path}; the next run loads them anew")
+
+
+def _existing_state_file(path: str) -> str:
+    """``path`` if it is a file; a StateError otherwise (a run with ``--state`` creates it)."""
+    from olake_cli.core.errors import StateError
+
+    if not os.path.isfile(path):
+        what = "is a directory" if os.path.isdir(path) else "does not exist"
+        raise StateError(f"state file '{path}' {what} (a run with --state {path} creates it)")
+    return path
 
 
 @state_app.command("recover")

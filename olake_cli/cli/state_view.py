@@ -11,9 +11,7 @@ def state_table(state: State) -> str:
     for ss in state.streams:
         chunks = ss.chunks or []
         done = f"{sum(c.status == 'succeed' for c in chunks)}/{len(chunks)}" if chunks else "-"
-        position = "-" if ss.cursor_field is None else str(ss.cursor_field)
-        if len(position) > 40:
-            position = position[:37] + "..."
+        position = ss.position_text() or "-"
         name = f"{ss.stream_namespace}.{ss.stream_name}" if ss.stream_namespace else ss.stream_name
         rows.append((name, ss.sync_type, position, done, str((ss.extra or {}).get("load_id", "-"))))
     if len(rows) == 1:

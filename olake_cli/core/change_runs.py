@@ -42,6 +42,10 @@ class ChangeRun:
     def __len__(self) -> int:
         return len(self.op)
 
+    def op_counts(self) -> dict[str, int]:
+        """How many changes of each kind (``c``, ``u``, ``d``, ``t``) the run holds."""
+        return {item["values"]: item["counts"] for item in pc.value_counts(self.op).to_pylist()}
+
     def after(self, op_id: OpId | None) -> ChangeRun:
         """The changes whose operation id is above ``op_id`` (all of them for None)."""
         if op_id is None or len(self) == 0:

@@ -133,7 +133,11 @@ class Source(Protocol):
     """A system olake reads from."""
 
     def check(self) -> str:
-        """Connect and verify what reading needs; a success text, or an OlakeError saying what to fix."""
+        """Connect and verify what reading needs; a success text, or an OlakeError saying what to fix.
+
+        Either text may span lines: what was checked, then one line per finding; a line indented by two
+        spaces is an item of the line above (one problem with its fix). See cli/check_view.
+        """
         ...
 
     def discover(self) -> dict[str, Any]:

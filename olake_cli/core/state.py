@@ -102,6 +102,13 @@ class StreamState:
         """A deep copy."""
         return StreamState.from_dict(self.to_dict())
 
+    def position_text(self, limit: int = 40) -> str | None:
+        """The position as people read it (None when there is none), cut to ``limit`` characters."""
+        if self.cursor_field is None:
+            return None
+        text = str(self.cursor_field)
+        return text if len(text) <= limit else text[:limit - 3] + "..."
+
 
 @dataclass
 class State:

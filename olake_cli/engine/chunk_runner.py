@@ -15,6 +15,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from olake_cli.core.errors import TransientError
+from olake_cli.engine.session import spark_log_path
 
 TASK_RETRIES = int(os.environ.get("OLAKE_CHUNK_RETRIES", "3"))  # lost tasks run again per chunk
 BACKOFF_S = 1.0
@@ -97,8 +98,9 @@ class SparkChunkRunner:
                 if self._cancelled.is_set() or "cancelled" in reason.lower():
                     raise
                 if attempt > TASK_RETRIES:
-                    raise TransientError(f"a Spark task was lost {attempt} times ({reason}); "
-                                         f"check the executors' memory and logs, then run again") from None
+                    raise TransientError(f"a Spark task was lost {attempt} times ({reason}); check the "
+                                         f"executors' memory and logs (the driver's: {spark_log_path()}), "
+                                         f"then run again") from None
                 self._log(f"a Spark task was lost ({reason}); running its chunk again (attempt {attempt + 1})")
                 time.sleep(BACKOFF_S * attempt * (0.5 + random.random()))
 

@@ -21,14 +21,21 @@ from olake_cli.core.record_lines import encode_change_lines
 from olake_cli.core.state import State, StreamState
 
 
+def capturing(streams: list[CatalogStream], state: State) -> list[CatalogStream]:
+    """The streams whose state is in the ``cdc`` phase: those the change phase reads."""
+    return [s for s in streams if (state.find(s.namespace, s.name) or _NONE).sync_type == "cdc"]
+
+
 def run_change_phase(capture: ChangeCapture, streams: list[CatalogStream], state: State,
-                     out: messages.MessageWriter, log: Callable[[str], None]) -> None:
-    """Read the capture's changes for the streams whose state is in the ``cdc`` phase, and emit them."""
-    active = {s.key: s for s in streams if (state.find(s.namespace, s.name) or _NONE).sync_type == "cdc"}
+                     out: messages.MessageWriter, log: Callable[[str], None],
+                     counted: Callable[[tuple, dict[str, int]], None] = lambda key, counts: None) -> None:
+    """Read the capture's changes for the :func:`capturing` streams, and emit them; ``counted`` is told
+    each stream's emitted changes by kind."""
+    active = {s.key: s for s in capturing(streams, state)}
     if not active:
         return
     started, emitted = time.monotonic(), 0
-    emitter = _ChangeEmitter(capture, active, state, out, log)
+    emitter = _ChangeEmitter(capture, active, state, out, log, counted)
     for batch in capture.read(list(active.values()), state):
         emitted += emitter.emit(batch)
     elapsed = max(time.monotonic() - started, 1e-6)
@@ -42,8 +49,10 @@ class _ChangeEmitter:
     """Writes change batches as protocol messages, keeping each stream's committed position."""
 
     def __init__(self, capture: ChangeCapture, active: dict[tuple, CatalogStream], state: State,
-                 out: messages.MessageWriter, log: Callable[[str], None]) -> None:
+                 out: messages.MessageWriter, log: Callable[[str], None],
+                 counted: Callable[[tuple, dict[str, int]], None]) -> None:
         self.capture, self.active, self.state, self.out, self.log = capture, active, state, out, log
+        self.counted = counted
         self.positions = {k: self._op_of(state.find(*k)) for k in active}
         self.prefixes = {k: _record_prefix(s) for k, s in active.items()}
 
@@ -64,6 +73,8 @@ class _ChangeEmitter:
                 continue
             run = run.after(held)
             emitted += len(run)
+            if len(run):
+                self.counted(run.stream, run.op_counts())
             blocks.append(encode_change_lines(run, self.prefixes[run.stream] + emitted_at + b',"data":'))
         if emitted:
             self.out.write_raw(b"".join(blocks))

@@ -20,9 +20,10 @@ from olake_cli.core.contracts import ChangeCapture, ReadSession, Source
 from olake_cli.core.schema_change import INCOMPATIBLE, olake_type_of, type_change
 from olake_cli.core.state import Chunk, State, StreamState, finish_full_load_if_done
 from olake_cli.pipeline.chunk_job import ChunkJob, run_chunk_job
-from olake_cli.pipeline.progress import CHANGES, LineView, Progress, ProgressView
+from olake_cli.pipeline.progress import LineView, Progress, ProgressView
 
 NEXT_SYNC_TYPE = {"full_refresh": "full-load", "incremental": "incremental", "cdc": "cdc"}
+_NO_STATE = StreamState("", "", None)
 
 
 @dataclass
@@ -75,21 +76,6 @@ def column_types(stream: CatalogStream) -> dict[str, str | None]:
     return {name: olake_type_of(prop) for name, prop in stream.json_schema.get("properties", {}).items()}
 
 
-class _CountingWriter:
-    """A message writer that counts the RECORD lines written raw (change capture's rows) as progress."""
-
-    def __init__(self, out: messages.MessageWriter, progress: Progress) -> None:
-        self.out, self.progress = out, progress
-
-    def write_raw(self, lines: bytes) -> None:
-        """Write pre-encoded lines and count them."""
-        self.out.write_raw(lines)
-        self.progress.changes(lines.count(b"\n"))
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.out, name)
-
-
 class ReadPipeline:
     """Runs ``olake read`` for one source, catalog and state, writing protocol messages to ``out``."""
 
@@ -119,10 +105,13 @@ class ReadPipeline:
         except Exception:
             self._end_statuses("INCOMPLETE")
             raise
+        finally:
+            self.progress.run_finished({s.label: (self.state.find(s.namespace, s.name) or _NO_STATE).position_text()
+                                        for s in streams})
 
     def _run_streams(self, streams: list[CatalogStream], session) -> None:
         """Full loads and incremental passes, then change capture; a final STATE; raise the first error."""
-        from olake_cli.pipeline.changes import run_change_phase
+        from olake_cli.pipeline.changes import capturing, run_change_phase
 
         cdc_streams = [s for s in streams if s.sync_mode == "cdc"]
         if cdc_streams:
@@ -139,9 +128,10 @@ class ReadPipeline:
             runs = [self._prepare(stream, session) for stream in streams]
             self._scan_all(runs)
         if self.capture is not None and not self.errors:
-            run_change_phase(self.capture, cdc_streams, self.state, _CountingWriter(self.out, self.progress),
-                             self.log)
-            self.progress.stream_finished(CHANGES, complete=True)
+            labels = {s.key: s.label for s in cdc_streams}
+            self.progress.capture_started(s.label for s in capturing(cdc_streams, self.state))
+            run_change_phase(self.capture, cdc_streams, self.state, self.out, self.log,
+                             lambda key, counts: self.progress.changes(labels[key], counts))
         self.out.write(messages.state_message(self.state))
         self.out.flush()
         if self.errors:
@@ -179,7 +169,8 @@ class ReadPipeline:
         for index, chunk in enumerate(ss.chunks):
             if chunk.status != "succeed":
                 run.jobs.append(self._job(stream, session, index, session.chunk_reader(stream, ss, index)))
-        self.progress.stream_started(stream.label, len(run.jobs), run.row_estimate)
+        self.progress.stream_started(stream.label, len(ss.chunks), run.row_estimate,
+                                     done=len(ss.chunks) - len(run.jobs))
         return run
 
     def _skips_load(self, stream: CatalogStream) -> bool:
@@ -267,7 +258,7 @@ class ReadPipeline:
                 result.emit(self.out.write_raw)
                 for warning in result.warnings:
                     self.log(f"{run.stream.label}: {warning}")
-            self.progress.chunk_done(run.stream.label, result.rows, result.seconds)
+            self.progress.chunk_done(run.stream.label, result.chunk_index + 1, result.rows, result.seconds)
             if result.error is None and self._tasks_write(run):
                 self.rows_by_tasks += result.rows
             self._after_task(run, result)

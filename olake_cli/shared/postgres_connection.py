@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 from olake_cli.core.config import config_files
 from olake_cli.core.errors import ConfigError, ConnectionFailed
+from olake_cli.core.redact import remove_secrets
 
 TLS_FILE_FIELDS = ("sslrootcert", "sslcert", "sslkey")
 
@@ -71,6 +72,10 @@ class ConnectionSettings:
         """host:port/database as users know it, without secrets."""
         return f"{self.username}@{self.host}:{self.port}/{self.database}"
 
+    def scrub(self, text: str) -> str:
+        """``text`` without the password (see core.redact; the user name stays readable)."""
+        return remove_secrets(text, [self.password], keep=[self.username])
+
 
 def _tls_files(values: dict[str, Any]) -> dict[str, str]:
     """The configured certificate and key paths made absolute; ``sslrootcert: system`` (libpq 16+: the
@@ -94,7 +99,7 @@ def connect(settings: ConnectionSettings, autocommit: bool = True):
 
 def explain_connect_error(settings: ConnectionSettings, raw: str) -> str:
     """Map a libpq error text to a one-line hint naming what to fix (never the password)."""
-    text = [line.strip() for line in scrub(raw, settings.password).strip().splitlines() if line.strip()]
+    text = [line.strip() for line in settings.scrub(raw).strip().splitlines() if line.strip()]
     failed = [line for line in text if "failed:" in line]  # libpq's cause, not its closing advice
     detail = (failed or text or ["unknown error"])[-1]
     lowered = raw.lower()
@@ -147,13 +152,6 @@ def _tls_hint(settings: ConnectionSettings, lowered: str, where: str) -> str | N
     if "ssl" in lowered and ("error" in lowered or "handshake" in lowered):
         return f"the TLS handshake with {where} failed; check 'sslmode', 'sslrootcert', 'sslcert' and 'sslkey'"
     return None
-
-
-def scrub(text: str, secret: str) -> str:
-    """Remove a secret from a text before it is shown anywhere."""
-    if secret:
-        text = text.replace(secret, "***").replace(quote(secret, safe=""), "***")
-    return text
 
 
 # SQLSTATE classes and codes worth retrying: connection exceptions, serialization failures and

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from olake_cli.core.errors import ConfigError
+from olake_cli.core.redact import is_secret_name, remove_secrets
 
 DEFAULT_CATALOG_NAME = "olake"
 DEFAULT_NAMESPACE = "default"
 KNOWN_CATALOG_TYPES = ("rest", "sql", "hive", "glue", "dynamodb", "in-memory", "bigquery")
 _TRANSFORM = re.compile(r"(identity|year|month|day|hour|void|bucket\[(\d+)\]|truncate\[(\d+)\])")
-SECRET_KEYS = ("credential", "token", "password", "secret", "key")
 
 
 @dataclass(frozen=True)
@@ -147,8 +147,5 @@ def open_catalog(cfg: IcebergConfig):
 
 
 def redact(text: str, cfg: IcebergConfig) -> str:
-    """``text`` with every secret-looking catalog property value replaced by ``***``."""
-    for key, value in cfg.catalog_properties.items():
-        if value and len(value) >= 4 and any(s in key.lower() for s in SECRET_KEYS):
-            text = text.replace(value, "***")
-    return text
+    """``text`` without the values of secret-named catalog properties (see core.redact)."""
+    return remove_secrets(text, [value for key, value in cfg.catalog_properties.items() if is_secret_name(key)])

@@ -60,13 +60,15 @@ class DeleteCache:
         return pa.concat_arrays(arrays) if arrays else None
 
 
-def locate(metadata: TableMetadata, io: FileIO, key_columns: list[str], keys: pa.Table,
+def locate(metadata: TableMetadata, io: FileIO, key_columns: list[str], keys: pa.Table, target: pa.Schema,
            with_op_ids: bool, deletes: DeleteCache) -> LiveRows:
-    """The live rows of the table whose key is one of ``keys`` (distinct key rows)."""
+    """The live rows of the table whose key is one of ``keys`` (distinct key rows, as ``target``: the
+    table's current Arrow schema)."""
     schema = metadata.schema()
     tasks = list(DataScan(table_metadata=metadata, io=io).plan_files()) if metadata.current_snapshot() else []
     keep = _bounds_filter(schema, key_columns, keys)
     wanted = key_storage(keys.select(key_columns))
+    read_as = pa.schema([target.field(n) for n in key_columns + (["_olake_op_id"] if with_op_ids else [])])
     found, result = [], LiveRows(pa.table({}))
     for task in tasks:
         if not keep(task.file):
@@ -74,9 +76,7 @@ def locate(metadata: TableMetadata, io: FileIO, key_columns: list[str], keys: pa
             continue
         result.files_read += 1
         result.files[task.file.file_path] = task
-        rows = _read_keys(io, task, schema, key_columns, with_op_ids, deletes)
-        rows = rows.cast(pa.schema([wanted.schema.field(n) if n in key_columns else f
-                                    for n, f in zip(rows.column_names, rows.schema)]))
+        rows = _read_keys(io, task, schema, read_as, deletes)
         matched = rows.join(wanted, keys=key_columns, join_type="inner")
         if matched.num_rows:
             found.append(matched.append_column(PATH, pa.array([task.file.file_path] * matched.num_rows)))
@@ -91,21 +91,27 @@ def _empty(wanted: pa.Table, with_op_ids: bool) -> pa.Table:
     return table.append_column(PATH, pa.array([], pa.string()))
 
 
-def _read_keys(io: FileIO, task: FileScanTask, schema: Schema, key_columns: list[str], with_op_ids: bool,
-               deletes: DeleteCache) -> pa.Table:
-    """The key columns (and op ids) of one data file with a POS column, deleted rows removed."""
-    names = key_columns + (["_olake_op_id"] if with_op_ids else [])
-    with io.new_input(task.file.file_path).open() as stream:
-        parquet = pq.ParquetFile(stream)
-        by_id = file_columns(parquet.schema_arrow)
-        present = {n: by_id[schema.find_field(n).field_id] for n in names if schema.find_field(n).field_id in by_id}
-        table = parquet.read(columns=list(present.values()))
-    columns = {n: table.column(present[n]) if n in present else pa.nulls(table.num_rows) for n in names}
-    out = key_storage(pa.table(columns)).append_column(POS, pa.array(range(table.num_rows), pa.int64()))
+def _read_keys(io: FileIO, task: FileScanTask, schema: Schema, read_as: pa.Schema, deletes: DeleteCache) -> pa.Table:
+    """The ``read_as`` columns (keys, maybe op ids) of one data file, in the table's current types (a file
+    written before a column was widened holds the narrower type), with a POS column, deleted rows removed."""
+    table = _read_columns(io, task.file, schema, read_as.names)
+    out = key_storage(conform(table, read_as)).append_column(POS, pa.array(range(table.num_rows), pa.int64()))
     deleted = deletes.deleted(task)
     if deleted is not None and len(deleted):
         out = out.filter(pc.invert(pc.is_in(out.column(POS), value_set=deleted)))
     return out
+
+
+def _read_columns(io: FileIO, data_file: DataFile, schema: Schema, names: list[str]) -> pa.Table:
+    """The columns ``names`` (table column names) a data file holds, found by field id, named as the table
+    names them now (a column the file lacks is left out)."""
+    with io.new_input(data_file.file_path).open() as stream:
+        parquet = pq.ParquetFile(stream)
+        by_id = file_columns(parquet.schema_arrow)
+        present = {n: by_id[schema.find_field(n).field_id] for n in names if schema.find_field(n).field_id in by_id}
+        table = parquet.read(columns=list(present.values()))
+    by_file_name = {file_name: name for name, file_name in present.items()}
+    return table.rename_columns([by_file_name[c] for c in table.column_names])
 
 
 def file_columns(arrow_schema: pa.Schema) -> dict[int, str]:
@@ -121,12 +127,7 @@ def file_columns(arrow_schema: pa.Schema) -> dict[int, str]:
 def read_rows(io: FileIO, data_file: DataFile, schema: Schema, target: pa.Schema, positions: list[int],
               columns: list[str]) -> pa.Table:
     """The rows at ``positions`` of one data file, as ``target`` (the table's current Arrow schema)."""
-    with io.new_input(data_file.file_path).open() as stream:
-        parquet = pq.ParquetFile(stream)
-        by_id = file_columns(parquet.schema_arrow)
-        present = {n: by_id[schema.find_field(n).field_id] for n in columns if schema.find_field(n).field_id in by_id}
-        table = parquet.read(columns=list(present.values())).take(pa.array(positions, pa.int64()))
-    table = table.rename_columns([next(n for n, p in present.items() if p == c) for c in table.column_names])
+    table = _read_columns(io, data_file, schema, columns).take(pa.array(positions, pa.int64()))
     return conform(table, pa.schema([target.field(n) for n in columns]))
 
 

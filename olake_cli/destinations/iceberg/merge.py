@@ -52,7 +52,8 @@ def plan_changes(batch: pa.Table, key_columns: list[str], metadata: TableMetadat
     if table_empty:
         live, tasks, read, skipped = _no_rows(latest, key_columns, need_existing_ops), {}, 0, 0
     else:
-        found = locate(metadata, io, key_columns, latest.select(key_columns), need_existing_ops, deletes_cache)
+        found = locate(metadata, io, key_columns, latest.select(key_columns), target, need_existing_ops,
+                       deletes_cache)
         live, tasks, read, skipped = found.rows, found.files, found.files_read, found.files_skipped
     plan = ChangePlan(append=latest, tasks=tasks, files_read=read, files_skipped=skipped)
     if need_existing_ops and live.num_rows:

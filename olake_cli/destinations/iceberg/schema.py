@@ -6,8 +6,10 @@ timestamp and timestamptz (microseconds; BSON ``datetime_ms`` becomes timestampt
 string (also ``json``/``bson`` text, ``numeric`` text, ObjectId and Decimal128 text), structs
 (MongoDB documents, PostgreSQL intervals) and lists. Every column is optional: a delete carries only
 the key. Schema evolution follows Iceberg's rules: new columns are added; int -> long, float ->
-double and decimal(p,s) -> decimal(p2,s) with p2 > p are promoted; anything else fails naming the
-column before anything is committed.
+double and decimal(p,s) -> decimal(p2,s) with p2 > p are promoted; a catalog type the table's column
+was promoted from (a column widened during change capture, then a run with the original catalog)
+keeps the wider column and its values are cast to it; anything else fails naming the column before
+anything is committed.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pyiceberg.schema import Schema, assign_fresh_schema_ids
 from pyiceberg.transforms import (BucketTransform, DayTransform, HourTransform, IdentityTransform,
                                   MonthTransform, TruncateTransform, VoidTransform, YearTransform)
 from pyiceberg.types import (DecimalType, DoubleType, FloatType, IcebergType, IntegerType, ListType,
-                             LongType, MapType, StructType)
+                             LongType, StructType)
 
 from olake_cli.core import codec
 from olake_cli.core.catalog import CatalogStream
@@ -110,19 +112,23 @@ def _type_changes(have: IcebergType, want: IcebergType, label: str, column: str)
         return _struct_changes(have, want, label, f"{column}.")
     if isinstance(have, ListType) and isinstance(want, ListType):
         return _type_changes(have.element_type, want.element_type, label, f"{column}[]")
-    if isinstance(have, MapType) or isinstance(want, MapType):
-        pass
-    elif (isinstance(have, IntegerType) and isinstance(want, LongType)) or \
-            (isinstance(have, FloatType) and isinstance(want, DoubleType)):
+    if _promotes(have, want):
         return True
-    elif isinstance(have, (IntegerType, LongType)) and isinstance(want, (IntegerType, LongType)):
-        return False  # a narrower source type: the table's wider column holds every value
-    elif isinstance(have, DecimalType) and isinstance(want, DecimalType) and have.scale == want.scale:
-        if want.precision >= have.precision:
-            return True
+    if _promotes(want, have):
+        return False  # a catalog narrower than the table (widened earlier): the wider column holds every value
     raise DestinationError(f"iceberg: {label}: column '{column}' is {have} in the table and cannot "
                            f"become {want} (Iceberg allows int -> long, float -> double and a wider "
                            f"decimal precision with the same scale); nothing was committed")
+
+
+def _promotes(narrow: IcebergType, wide: IcebergType) -> bool:
+    """Whether Iceberg promotes ``narrow`` to ``wide`` in place (every value kept exactly)."""
+    if isinstance(narrow, IntegerType) and isinstance(wide, LongType):
+        return True
+    if isinstance(narrow, FloatType) and isinstance(wide, DoubleType):
+        return True
+    return isinstance(narrow, DecimalType) and isinstance(wide, DecimalType) and narrow.scale == wide.scale \
+        and narrow.precision < wide.precision
 
 
 def table_arrow_schema(schema: Schema) -> pa.Schema:

@@ -8,6 +8,10 @@ they cover (one atomic swap of the table's metadata):
   are replays and are skipped;
 * ``olake.staged-load``: a load that will replace the table when its last chunk commits (JSON:
   ``load_id`` and its data files, not yet part of the table).
+
+A new table's location is chosen here, not by the catalog's own convention, because that one pastes
+the raw names into a path (``../../x`` would leave the warehouse): each name becomes one encoded path
+component (``core.path_names``). An existing table keeps the location its catalog entry holds.
 """
 
 from __future__ import annotations
@@ -15,11 +19,13 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from pyiceberg.catalog import MetastoreCatalog
 from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.table import Table
 
 from olake_cli.core.catalog import CatalogStream
 from olake_cli.core.errors import DestinationError
+from olake_cli.core.path_names import encode_name
 from olake_cli.destinations.iceberg.config import IcebergConfig, redact
 from olake_cli.destinations.iceberg.schema import (check_evolution, partition_spec, stream_arrow_schema,
                                                    stream_iceberg_schema)
@@ -32,6 +38,7 @@ CREATE_PROPERTIES = {
     "write.metadata.delete-after-commit.enabled": "true",
     "write.metadata.previous-versions-max": "20",
 }
+HIVE_STYLE_CATALOGS = ("hive", "glue", "dynamodb")  # their warehouse folders are ``<namespace>.db``
 
 
 def load_table(catalog: Any, identifier: tuple[str, str]) -> Table | None:
@@ -60,7 +67,8 @@ def create_table(catalog: Any, cfg: IcebergConfig, identifier: tuple[str, str], 
             catalog.create_namespace(identifier[0])
         except NamespaceAlreadyExistsError:
             pass
-        return catalog.create_table(identifier, schema=schema, partition_spec=spec, properties=properties)
+        return catalog.create_table(identifier, schema=schema, partition_spec=spec, properties=properties,
+                                    location=new_table_location(catalog, cfg, identifier))
     except TableAlreadyExistsError:
         return catalog.load_table(identifier)
     except OSError as exc:
@@ -69,6 +77,23 @@ def create_table(catalog: Any, cfg: IcebergConfig, identifier: tuple[str, str], 
     except Exception as exc:  # catalog errors come in many types
         raise DestinationError(f"iceberg: cannot create table {'.'.join(identifier)}: "
                                f"{redact(str(exc), cfg)}") from None
+
+
+def new_table_location(catalog: Any, cfg: IcebergConfig, identifier: tuple[str, str]) -> str | None:
+    """Where a new table goes: ``<namespace location>/<table>``, else ``<warehouse>/<namespace>/<table>``
+    (``<namespace>.db`` in Hive-style catalogs), names encoded; None where the catalog's server decides
+    (REST)."""
+    if not isinstance(catalog, MetastoreCatalog):
+        return None
+    namespace, table = identifier
+    base = catalog.load_namespace_properties(namespace).get("location")
+    if not base:
+        warehouse = catalog.properties.get("warehouse")
+        if not warehouse:
+            return None  # the catalog refuses the table itself, with its own message
+        suffix = ".db" if cfg.catalog_type.lower() in HIVE_STYLE_CATALOGS else ""
+        base = f"{warehouse.rstrip('/')}/{encode_name(namespace)}{suffix}"
+    return f"{base.rstrip('/')}/{encode_name(table)}"
 
 
 def evolve_table(table: Table, stream: CatalogStream) -> Table:

@@ -7,43 +7,20 @@ Layout (the documented path ``<path>/<namespace>/<stream>/*.parquet`` stays read
                                          with '.'); files part-*.parquet, staged ones _staged.part-*
     <path>/<ns>/.<stream>.manifest.json  the stream's manifest (live files and committed state)
 
-Namespace and stream names are encoded into one safe path component each by ``encode_name``:
-'%', '/', '\\', control characters, a leading '.' or '_' are percent-encoded (UTF-8 bytes), everything
-else is kept, so ``public``, ``orders`` and ``Mixed Case`` are unchanged and ``..`` becomes ``%2E.``.
-``decode_name`` reverses it (``urllib.parse.unquote``).
+Namespace and stream names are encoded into one safe path component each by ``core.path_names``
+(the encoding the Iceberg destination uses for table locations), so no name can leave the root or
+share another stream's folder.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from urllib.parse import unquote
 
-from olake_cli.core.errors import DestinationError
+from olake_cli.core.path_names import decode_name, encode_name
 
-_ALWAYS_ENCODED = frozenset("%/\\")
 DEFAULT_NAMESPACE = "default"
 DIR_SEPARATOR = "%."  # never part of an encoded name ('%' is always followed by two hex digits)
-
-
-def _percent(char: str) -> str:
-    return "".join(f"%{byte:02X}" for byte in char.encode("utf-8"))
-
-
-def encode_name(name: str) -> str:
-    """``name`` as one path component that cannot escape its folder or hide from readers."""
-    if not name:
-        raise DestinationError("parquet: an empty namespace or stream name cannot be a folder name")
-    out = []
-    for index, char in enumerate(name):
-        unsafe = char in _ALWAYS_ENCODED or not char.isprintable() or (index == 0 and char in "._")
-        out.append(_percent(char) if unsafe else char)
-    return "".join(out)
-
-
-def decode_name(component: str) -> str:
-    """The name ``encode_name`` turned into ``component``."""
-    return unquote(component)
 
 
 @dataclass(frozen=True)

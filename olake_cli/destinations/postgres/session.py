@@ -16,7 +16,7 @@ from typing import Any
 
 from olake_cli.core.errors import ConfigError, DestinationError, OlakeError, TransientError
 from olake_cli.core.faults import crash_point
-from olake_cli.shared.postgres_connection import connect, is_transient, scrub, sqlstate
+from olake_cli.shared.postgres_connection import connect, is_transient, sqlstate
 
 SESSION_SETTINGS = {"TimeZone": "UTC", "DateStyle": "ISO", "IntervalStyle": "postgres"}
 _ORIGIN_LOCK_CLASS = 0x6F6C616B  # 'olak': the advisory lock space of origin commits
@@ -99,7 +99,7 @@ def classify(exc: BaseException, settings: Any, what: str) -> OlakeError:
     if isinstance(exc, OlakeError):
         return exc
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    text = scrub(f"postgres destination {settings.describe()}: {what}: {first}", settings.password)
+    text = settings.scrub(f"postgres destination {settings.describe()}: {what}: {first}")
     if sqlstate(exc) == _INSUFFICIENT_PRIVILEGE:
         return ConfigError(text)
     if is_transient(exc):

@@ -6,13 +6,13 @@ import re
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, quote, unquote
+from urllib.parse import parse_qsl, unquote
 
 from olake_cli.core.config import config_files
 from olake_cli.core.errors import ConfigError, ConnectionFailed, OlakeError, SourceError, TransientError
+from olake_cli.core.redact import remove_secrets
 
 DEFAULT_READ_PREFERENCE = "secondaryPreferred"
-_URI_CREDENTIALS = re.compile(r"(mongodb(?:\+srv)?://)[^@/\s]*@", re.IGNORECASE)
 _AUTH_FAILED, _UNAUTHORIZED, _NAMESPACE_NOT_FOUND = 18, 13, 26
 
 
@@ -137,17 +137,9 @@ class MongoSettings:
         user = self.user()
         return f"{user + '@' if user else ''}{self.where()}/{self.database}"
 
-    def secrets(self) -> list[str]:
-        """Every secret a text could contain: the password, raw and percent-encoded."""
-        found = [p for p in (self.password, _uri_credentials(self.uri)[1]) if p]
-        return found + [quote(p, safe="") for p in found]
-
     def scrub(self, text: str) -> str:
-        """``text`` without the password or any credentials of a mongodb:// URI."""
-        text = _URI_CREDENTIALS.sub(r"\1***@", text)
-        for secret in sorted(set(self.secrets()), key=len, reverse=True):
-            text = text.replace(secret, "***")
-        return text
+        """``text`` without the password or a mongodb:// URI's (see core.redact; the user stays readable)."""
+        return remove_secrets(text, [self.password, _uri_credentials(self.uri)[1]], keep=[self.user()])
 
 
 _TLS_FILE_FIELDS = ("tls_ca_file", "tls_certificate_key_file")

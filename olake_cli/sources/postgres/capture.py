@@ -24,6 +24,7 @@ from olake_cli.core.position_lost import handle_lost_position
 from olake_cli.core.state import State, StreamState
 from olake_cli.sources.postgres.connection import PostgresSettings, connect
 from olake_cli.sources.postgres.lsn import format_lsn, parse_lsn
+from olake_cli.sources.postgres.publication import PUBLICATION_ROWS, Membership, publication_members
 
 # Changes between checkpoints (at transaction ends; inside one huge transaction every 5x as many).
 # OLAKE_CDC_CHECKPOINT_EVERY overrides it (tests use a small value to checkpoint mid-transaction).
@@ -42,6 +43,7 @@ class PostgresChangeCapture:
         self.settings, self.streams, self.log = settings, streams, log
         self.tables: dict = {}
         self._start: OpId | None = None
+        self._members: dict[tuple, Membership] = {}  # stream key -> the publication rows last seen
 
     # -- positions ---------------------------------------------------------------------------
 
@@ -62,10 +64,12 @@ class PostgresChangeCapture:
         return OpId(lsn, int((ss.extra or {}).get("op_seq", 0)))
 
     def with_position(self, ss: StreamState, op: OpId) -> StreamState:
-        """A copy of ``ss`` positioned at ``op``."""
+        """A copy of ``ss`` positioned at ``op``, with the publication rows last seen publishing its table."""
         new = ss.copy()
         new.cursor_field = format_lsn(op.commit)
         new.extra = {**(new.extra or {}), "op_seq": op.seq}
+        if ss.key in self._members:
+            new.extra[PUBLICATION_ROWS] = self._members[ss.key].rows()
         return new
 
     def position_op(self, position: OpId) -> OpId:
@@ -94,11 +98,13 @@ class PostgresChangeCapture:
         with connect(self.settings) as conn:
             self.tables = resolve_tables(conn, self.settings, self.streams)
             self._check_existing_slot(conn, slot_info(conn, slot), state)
+            self._check_publication(conn, state)  # before olake adds a table back
             table_names = [(t.schema, t.table) for t in self.tables.values()]
             if self.settings.create_slot_and_publication:
                 for line in ensure_slot_and_publication(conn, self.settings, table_names):
                     self.log(line)
             require_publication_ready(conn, self.settings, table_names)
+            self._check_publication(conn, state)  # and the rows publishing each table now
             info = slot_info(conn, slot)
         if info is None:
             raise ConfigError(f"postgres: replication slot '{slot}' does not exist; run: SELECT "
@@ -149,11 +155,43 @@ class PostgresChangeCapture:
     def _lost(self, state: State, stream: CatalogStream, reason: str) -> None:
         handle_lost_position(state, stream.key, stream.label, reason, self.settings.on_position_lost, self.log)
 
+    def _check_publication(self, conn, state: State) -> None:
+        for stream, reason in self._publication_gaps(conn, self.streams, state):
+            self._lost(state, stream, reason)
+
+    def _publication_gaps(self, conn, streams: list[CatalogStream], state: State) -> list[tuple[CatalogStream, str]]:
+        """Streams whose table was out of the publication since their position, with the reason.
+
+        Every stream with a position is checked against the publication rows its state recorded (a state
+        without them only against the publication now); the rows seen now are kept for the states this
+        capture positions and recorded in each state that passes.
+        """
+        from olake_cli.sources.postgres.replica_identity import resolve_tables as find_oids
+
+        found, _ = find_oids(conn, [(self.tables[s.key].schema, self.tables[s.key].table) for s in streams])
+        oids = {(t.schema, t.name): t.oid for t in found}
+        members = publication_members(conn, self.settings.publication, list(oids.values()))
+        gaps = []
+        for stream in streams:
+            table = self.tables[stream.key]
+            self._members[stream.key] = membership = members[oids[(table.schema, table.table)]]
+            ss = state.find(stream.namespace, stream.name)
+            if self.position_of(ss) is None:
+                continue
+            gap = membership.gap((ss.extra or {}).get(PUBLICATION_ROWS))
+            if gap is None:
+                ss.extra = {**(ss.extra or {}), PUBLICATION_ROWS: membership.rows()}
+            else:
+                gaps.append((stream, _GAP_REASONS[gap].format(table=stream.label,
+                                                              publication=self.settings.publication)))
+        return gaps
+
     # -- reading -----------------------------------------------------------------------------
 
     def read(self, streams: list[CatalogStream], state: State) -> Iterator[ChangeBatch]:
         """Confirm committed positions to the slot, then read its changes up to the WAL position now."""
         from olake_cli.sources.postgres.change_feed import RUN_ROWS, advance_slot, current_wal_lsn, read_changes
+        from olake_cli.sources.postgres.moved_rows import MovedRowValues
         from olake_cli.sources.postgres.relation_watch import RelationWatch
 
         held = [self.position_of(state.find(s.namespace, s.name)) for s in self.streams]
@@ -162,18 +200,29 @@ class PostgresChangeCapture:
         with connect(self.settings) as conn:
             advance_slot(conn, self.settings.replication_slot, confirm)
             upto = current_wal_lsn(conn)
+            lost = self._publication_gaps(conn, streams, state)  # seen after upto: covers what is read
             routing = self._routing(conn, active)
+        for stream, reason in lost:
+            if self.settings.on_position_lost == "fail":
+                self._lost(state, stream, reason)
+            del active[stream.key]
+        if lost:
+            yield ChangeBatch(resync={s.key: f"change position lost: {reason}; loading it anew on the next run"
+                                      for s, reason in lost})
+        if not active:
+            return
         self.log(f"change capture: reading slot '{self.settings.replication_slot}' up to {format_lsn(upto)}")
-        watch = RelationWatch(lambda: connect(self.settings), self.log)
+        watch, moved = RelationWatch(lambda: connect(self.settings), self.log), MovedRowValues(self._feed_connection)
         try:
             with read_changes(self._feed_connection, self.settings.replication_slot, self.settings.publication,
                               upto, routing=routing, run_rows=min(RUN_ROWS, CHECKPOINT_EVERY)) as feed:
-                yield from _ChangeReader(self, active, state, watch).batches(feed)
+                yield from _ChangeReader(self, active, state, watch, moved).batches(feed)
             if feed.skipped_transactions:
                 self.log(f"change capture: left out {feed.skipped_transactions} transaction(s) applied under "
                          f"skipped origins (skip_origins)")
         finally:
             watch.close()
+            moved.close()
 
     def _feed_connection(self):
         from olake_cli.sources.postgres.types import SCAN_SESSION_SETTINGS
@@ -194,12 +243,20 @@ class PostgresChangeCapture:
                            skip_origins=self.settings.skip_origins)
 
 
+_GAP_REASONS = {
+    "left": "{table} left publication '{publication}' after the stream's position, so the changes made since "
+            "were never published",
+    "rejoined": "{table} left publication '{publication}' and joined it again after the stream's position, so "
+                "the changes made while it was out were never published",
+}
+
+
 class _ChangeReader:
     """Turns the slot's runs into ChangeBatches: kept rows as columns, checkpoints, schema changes."""
 
     def __init__(self, capture: PostgresChangeCapture, active: dict[tuple, CatalogStream], state: State,
-                 watch) -> None:
-        self.capture, self.active, self.watch = capture, dict(active), watch
+                 watch, moved) -> None:
+        self.capture, self.active, self.watch, self.moved = capture, dict(active), watch, moved
         self.positions = {k: capture.position_of(state.find(*k)) for k in active}
         self.horizons = {k: _load_horizon(state.find(*k)) for k in active}
         self.records = {k: self._records(s) for k, s in active.items()}
@@ -250,6 +307,8 @@ class _ChangeReader:
             batch.resync[key] = (f"partition {run.relation.partition} was truncated; the destination cannot "
                                  f"remove just that partition's rows, so the stream is loaded anew on the next run")
         else:
+            if run.moved is not None:  # key updates: values they did not send come from the table
+                run = self.moved.fill(self.capture.tables[key], run, keep)
             batch.runs.append(self.records[key].change_run(run, keep))
             kept = int(keep.sum())
             self.since, self.size = self.since + kept, self.size + kept

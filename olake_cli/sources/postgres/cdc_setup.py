@@ -25,8 +25,7 @@ from olake_cli.sources.postgres.publication import (PUBLISH_ACTIONS, CdcProblem,
                                                     coverage_problems, create_publication_sql,
                                                     inspect_publication, keyless_fix_sql, keyless_problem,
                                                     publish_everything_sql, skipped_actions, via_root_note)
-from olake_cli.sources.postgres.replica_identity import (KeylessTable, ResolvedTable, keyless_tables,
-                                                         relation_identities, resolve_tables)
+from olake_cli.sources.postgres.replica_identity import KeylessTable, ResolvedTable, keyless_tables, resolve_tables
 
 DEFAULT_SLOT_NAME = "olake_slot"
 DEFAULT_PUBLICATION_NAME = "olake_publication"
@@ -95,7 +94,8 @@ def require_publication_ready(conn: psycopg.Connection, settings: PostgresSettin
 def cdc_notes(conn: psycopg.Connection, settings: PostgresSettings,
               tables: list[tuple[str, str]]) -> list[str]:
     """Informational lines (not problems): a slot close to losing WAL, tables that cannot use cdc, a
-    publication via the partition root, key-only old rows on deletes."""
+    publication via the partition root. Tables that qualify get no advice (a key-only old row on a
+    delete is all change capture needs)."""
     notes = []
     if settings.replication_slot:
         info = slot_info(conn, settings.replication_slot)
@@ -108,22 +108,15 @@ def cdc_notes(conn: psycopg.Connection, settings: PostgresSettings,
     if unpublished:
         notes.append(_keyless_note(conn, view, unpublished))
     via_root = via_root_note(conn, view, resolved) if view is not None else None
-    notes += [via_root] if via_root else []
-    identities = relation_identities(conn, [t.oid for t in resolved if t.oid not in keyless])
-    key_only = sorted({t.label for t in resolved for rel in identities.get(t.oid, [])
-                       if rel.is_leaf and rel.key_only})
-    if key_only:
-        shown = ", ".join(key_only[:5]) + (" ..." if len(key_only) > 5 else "")
-        notes.append(f"{len(key_only)} table(s) ({shown}) send only the key columns of a deleted row; "
-                     "for the whole old row run ALTER TABLE <table> REPLICA IDENTITY FULL;")
-    return notes
+    return notes + ([via_root] if via_root else [])
 
 
 def _keyless_note(conn: psycopg.Connection, view: PublicationView | None, keyless: list[KeylessTable]) -> str:
-    names = ", ".join(f"{k.table.label} ({k.reason})" for k in keyless)
-    fix = " ".join(" ".join(keyless_fix_sql(conn, view, k).splitlines()) for k in keyless)
+    """A heading line, then one indented line per table with the SQL that enables cdc for it."""
+    tables = "".join(f"\n  {k.table.label} ({k.reason}) (fix: {' '.join(keyless_fix_sql(conn, view, k).splitlines())})"
+                     for k in keyless)
     return (f"{len(keyless)} table(s) cannot use cdc (left out of the publication; full_refresh still works) "
-            f"until they get a primary key or REPLICA IDENTITY FULL: {names}; to enable it run: {fix}")
+            f"until they get a primary key or REPLICA IDENTITY FULL:{tables}")
 
 
 def one_line(problems: list[CdcProblem]) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from olake_cli.shared.postgres_connection import ConnectionSettings, connect, scrub  # noqa: F401 (the source modules import them from here)
+from olake_cli.shared.postgres_connection import ConnectionSettings, connect  # noqa: F401 (source modules import it here)
 
 DEFAULT_CHUNK_ROWS = 250_000
 DEFAULT_BATCH_ROWS = 10_000

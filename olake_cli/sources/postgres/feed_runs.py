@@ -55,6 +55,8 @@ class FeedRun:
     ``ops`` holds the codes of ``c``/``u``/``d``/``t``; a delete's data is its old tuple (``old_markers``
     says ``K``: key columns only, or ``O``: the whole row). ``ends_at`` is the end of the commit that
     follows the last row, when the run ends with its transaction (a checkpoint may be placed there).
+    ``moved`` marks the updates that moved a row to another key (each follows the delete of its old
+    key); None when the run holds none.
     """
 
     relation: Any  # change_feed._RelationView
@@ -68,6 +70,7 @@ class FeedRun:
     new: list[TupleColumn]
     old: list[TupleColumn]
     ends_at: int | None = None
+    moved: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.ops)
@@ -78,7 +81,8 @@ class FeedRun:
             cut = slice(start, stop)
             return FeedRun(self.relation, self.ops[cut], self.commit[cut], self.seq[cut], self.commit_ts[cut],
                            self.xid[cut], self.lsn[cut], self.old_markers[cut],
-                           [c.rows(start, stop) for c in self.new], [c.rows(start, stop) for c in self.old], ends_at)
+                           [c.rows(start, stop) for c in self.new], [c.rows(start, stop) for c in self.old], ends_at,
+                           None if self.moved is None else self.moved[cut])
         return part(0, at, None), part(at, None, self.ends_at)
 
     def op_id(self, row: int) -> OpId:
@@ -134,11 +138,11 @@ class PendingRun:
         ops = _OP_CODES[tuples.kinds[rows]]
         ops[first & (repeat[rows] == 2)] = _D
         commit = per_row[rows, 0]
-        new, old = tuples.new, tuples.old
+        new, old, moved = tuples.new, tuples.old, None
         if len(rows) != len(self.messages):
-            new, old = [c.take(rows) for c in new], [c.take(rows) for c in old]
+            new, old, moved = [c.take(rows) for c in new], [c.take(rows) for c in old], ~first
         return FeedRun(rel, ops, commit, _sequence(commit, self.seq_base), per_row[rows, 1], per_row[rows, 2],
-                       per_row[rows, 3], tuples.old_markers[rows], new, old, self.ends_at)
+                       per_row[rows, 3], tuples.old_markers[rows], new, old, self.ends_at, moved)
 
 
 def truncate_run(relation: Any, commit: int, seq: int, commit_ts: int, xid: int, lsn: int) -> FeedRun:

@@ -6,6 +6,12 @@ parent), through its schema (FOR TABLES IN SCHEMA) or FOR ALL TABLES; whether th
 ``publish_via_partition_root`` does not matter (change capture maps leaves to their root), but olake's
 own publications do not use it, since PostgreSQL then publishes no TRUNCATE of a single partition.
 Tables without a usable replica identity (see replica_identity) are never added by olake.
+
+PostgreSQL publishes no change made while a table is out of the publication, and keeps no record of
+when a table joined it. What it does keep is the catalog row that makes the table a member: a table
+removed and added again gets a new row with a new oid (oids are not reused). So change capture records
+those rows with each stream's position (:class:`Membership`) and, at every run, requires each of the
+table's leaves to be published now by a row recorded before: otherwise the table was out for a while.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from psycopg import sql
 from olake_cli.sources.postgres.replica_identity import ROOT_AND_LEAVES_SQL, KeylessTable, ResolvedTable
 
 PUBLISH_ACTIONS = ("insert", "update", "delete", "truncate")
+PUBLICATION_ROWS = "publication_rows"  # the stream state key holding Membership.rows()
 PUBLISH_EVERYTHING = ", ".join(PUBLISH_ACTIONS)
 
 
@@ -87,6 +94,52 @@ def inspect_publication(conn: psycopg.Connection, publication: str,
     for root, schema, name in (conn.execute(_FILTERED_SQL, params).fetchall() if modern else []):
         filtered.setdefault(root, []).append((schema, name))
     return PublicationView(publication, row, covered, filtered)
+
+
+_MEMBERSHIP_SQL = f"""
+SELECT r.root, pt.isleaf, ARRAY(
+  SELECT 'table:' || pr.oid FROM pg_publication_rel pr
+  WHERE pr.prpubid = p.oid AND pr.prrelid IN (SELECT pt.relid UNION SELECT relid FROM pg_partition_ancestors(pt.relid))
+  {{by_schema}}
+  UNION ALL SELECT 'all:' || p.oid WHERE p.puballtables)
+FROM unnest(%(oids)s::oid[]) AS r(root) CROSS JOIN LATERAL {ROOT_AND_LEAVES_SQL} pt
+LEFT JOIN pg_publication p ON p.pubname = %(pub)s
+"""
+_SCHEMA_ROWS = """UNION ALL SELECT 'schema:' || pn.oid FROM pg_publication_namespace pn
+  JOIN pg_class ac ON ac.relnamespace = pn.pnnspid
+  WHERE pn.pnpubid = p.oid AND ac.oid IN (SELECT pt.relid UNION SELECT relid FROM pg_partition_ancestors(pt.relid))"""
+
+
+@dataclass(frozen=True)
+class Membership:
+    """The catalog rows that publish one table: for each leaf partition it is judged on (the table itself
+    when it is not partitioned), ``table:<pg_publication_rel oid>`` (the leaf or an ancestor listed),
+    ``schema:<pg_publication_namespace oid>`` or ``all:<pg_publication oid>`` (FOR ALL TABLES)."""
+
+    leaves: tuple[frozenset[str], ...]
+
+    def rows(self) -> list[str]:
+        """Every row, sorted (what a stream state records)."""
+        return sorted(frozenset().union(*self.leaves))
+
+    def gap(self, recorded: list[str] | None) -> str | None:
+        """``left`` when a leaf is not published now; ``rejoined`` when one is published only by rows made
+        since ``recorded`` was seen (it left and came back); None when every leaf stayed published."""
+        if not all(self.leaves):
+            return "left"
+        if recorded is not None and not all(leaf & frozenset(recorded) for leaf in self.leaves):
+            return "rejoined"
+        return None
+
+
+def publication_members(conn: psycopg.Connection, publication: str, oids: list[int]) -> dict[int, Membership]:
+    """Which catalog rows of ``publication`` publish each table (by oid) now."""
+    query = _MEMBERSHIP_SQL.format(by_schema=_SCHEMA_ROWS if conn.info.server_version >= 150000 else "")
+    leaves: dict[int, list[tuple[bool, frozenset[str]]]] = {oid: [] for oid in oids}
+    for root, is_leaf, rows in conn.execute(query, {"pub": publication, "oids": oids}).fetchall():
+        leaves[root].append((is_leaf, frozenset(rows)))
+    return {oid: Membership(tuple([r for leaf, r in found if leaf] or [r for _, r in found]))
+            for oid, found in leaves.items()}
 
 
 def create_publication_sql(conn: psycopg.Connection, publication: str, tables: list[ResolvedTable]) -> str:

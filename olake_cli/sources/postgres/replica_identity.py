@@ -80,11 +80,6 @@ class RelationIdentity:
             self.ident == "i" and self.has_ident_index)
 
     @property
-    def key_only(self) -> bool:
-        """Whether a deleted row arrives with its key columns only (not the whole old row)."""
-        return self.usable and self.ident != "f"
-
-    @property
     def label(self) -> str:
         return f"{self.schema}.{self.name}"
 

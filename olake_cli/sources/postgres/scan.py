@@ -126,9 +126,10 @@ _UNDEFINED_TABLE = "42P01"
 
 
 def _scrub(text: str, uri: str) -> str:
-    """``text`` without the password that ``uri`` carries."""
+    """``text`` without the password that ``uri`` carries (the user name stays readable)."""
     from urllib.parse import unquote, urlparse
 
-    from olake_cli.sources.postgres.connection import scrub
+    from olake_cli.core.redact import remove_secrets
 
-    return scrub(text, unquote(urlparse(uri).password or ""))
+    parts = urlparse(uri)
+    return remove_secrets(text, [unquote(parts.password or "")], keep=[unquote(parts.username or "")])

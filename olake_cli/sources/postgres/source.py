@@ -40,7 +40,7 @@ class PostgresSource:
             tables = [(t[0], t[1]) for t in disco.list_tables(conn, self.settings.schemas, disco.TABLE_KINDS)]
             cdc = self._check_change_capture(conn, tables) + self._check_two_way(conn)
         return (f"connected to {self.settings.describe()}; {len(tables)} table(s) readable in "
-                f"{', '.join(self.settings.schemas)}{cdc}")
+                f"{', '.join(self.settings.schemas)}\n{cdc}")
 
     def _check_change_capture(self, conn, tables: list[tuple[str, str]]) -> str:
         """When a slot or publication is configured: every CDC problem with the SQL that fixes it.
@@ -51,19 +51,19 @@ class PostgresSource:
         from olake_cli.sources.postgres import cdc_setup
 
         if not (self.settings.replication_slot or self.settings.publication):
-            return "; cdc: not configured (set replication_slot and publication)"
+            return "cdc: not configured (set replication_slot and publication)"
         problems = cdc_setup.cdc_problems(conn, self.settings, tables)
         if self.settings.create_slot_and_publication:  # read creates these itself
             problems = [p for p in problems if not _creatable(p.what)]
         breaking = [p for p in problems if p.breaks_source]
         if breaking:
-            raise ConfigError(f"postgres: change capture setup breaks the source, {len(breaking)} problem(s): "
-                              f"{_problem_text(breaking)}")
-        notes = "".join(f"; note: {n}" for n in cdc_setup.cdc_notes(conn, self.settings, tables))
+            raise ConfigError(f"postgres: change capture setup breaks the source, {len(breaking)} problem(s):\n"
+                              f"{_problem_lines(breaking)}")
+        notes = "".join(f"\nnote: {n}" for n in cdc_setup.cdc_notes(conn, self.settings, tables))
         if problems:
-            return (f"; full_refresh and incremental ready; cdc NOT ready, {len(problems)} problem(s): "
-                    f"{_problem_text(problems)}{notes}")
-        return "; change capture ready" + notes
+            return (f"full_refresh and incremental ready; cdc NOT ready, {len(problems)} problem(s):\n"
+                    f"{_problem_lines(problems)}{notes}")
+        return "change capture ready" + notes
 
     def _check_two_way(self, conn) -> str:
         """With ``skip_origins`` this database also receives the other direction's changes, whose
@@ -94,9 +94,10 @@ class PostgresSource:
         return PostgresChangeCapture(self.settings, streams, log)
 
 
-def _problem_text(problems: list) -> str:
-    """Problems on one line, each with its fix SQL."""
-    return "; ".join(p.what + (f" (fix: {' '.join(p.fix_sql.split())})" if p.fix_sql else "") for p in problems)
+def _problem_lines(problems: list) -> str:
+    """One indented line per problem, each with its fix SQL (see Source.check)."""
+    return "\n".join("  " + p.what + (f" (fix: {' '.join(p.fix_sql.split())})" if p.fix_sql else "")
+                     for p in problems)
 
 
 def _creatable(problem: str) -> bool:

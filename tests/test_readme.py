@@ -1,0 +1,33 @@
+"""The README renders as written: every code fence closes, every heading outside a fence is a heading."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from markdown_it import MarkdownIt
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+
+
+def test_every_fence_closes_and_every_heading_renders():
+    lines = README.read_text(encoding="utf-8").splitlines()
+    tokens = MarkdownIt("commonmark").parse("\n".join(lines))
+    fences = [t for t in tokens if t.type == "fence"]
+    for fence in fences:
+        start, end = fence.map
+        closing = lines[end - 1] if end - 1 > start else ""
+        assert FENCE.match(closing) and closing.strip().strip("`~") == "", (
+            f"README.md:{start + 1}: the code fence is not closed (it runs to line {end})")
+        opened = [n + 1 for n in range(start + 1, end - 1) if FENCE.match(lines[n])]
+        assert not opened, f"README.md:{start + 1}: the code block swallows fence lines {opened}"
+    for n, line in enumerate(lines):
+        marker = FENCE.match(line)
+        assert not marker or re.fullmatch(r"[\w+-]*", line[marker.end():].strip()), (
+            f"README.md:{n + 1}: text after a fence marker keeps the fence from closing: {line!r}")
+    inside = {n for fence in fences for n in range(fence.map[0], fence.map[1])}
+    wanted = [n for n, line in enumerate(lines) if line.startswith("#") and n not in inside]
+    rendered = [t.map[0] for t in tokens if t.type == "heading_open"]
+    assert rendered == wanted, "a heading is swallowed by a code block"
+    assert "Usage" in [lines[n].lstrip("# ") for n in rendered]
