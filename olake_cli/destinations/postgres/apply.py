@@ -24,8 +24,8 @@ from typing import Callable
 import pyarrow as pa
 from psycopg import sql
 
-from olake_cli.core.row_metadata import OP, OP_ID, TOAST
-from olake_cli.destinations.postgres.change_plan import COMMIT_TS, ReducedChanges, from_column
+from olake_cli.core.row_metadata import COMMIT_TS, OP, OP_ID, TOAST
+from olake_cli.destinations.postgres.change_plan import ReducedChanges, from_column
 from olake_cli.destinations.postgres.copy_text import copy_text
 from olake_cli.destinations.postgres.tables import TargetTable
 
@@ -36,7 +36,7 @@ _META_TYPES = {OP: ("string", "text"), OP_ID: ("string", "text"), COMMIT_TS: ("t
 
 @dataclass(frozen=True)
 class ConflictRule:
-    """What this session needs to decide conflicts (None fields: conflicts are not detected)."""
+    """What this session needs to decide conflicts (a session without one does not detect them)."""
 
     origin_id: int
     origin: str

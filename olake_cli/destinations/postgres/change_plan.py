@@ -18,7 +18,6 @@ import pyarrow.compute as pc
 from olake_cli.core.key_columns import key_storage
 from olake_cli.core.row_metadata import OP, OP_ID, TOAST
 
-COMMIT_TS = "_olake_commit_ts"
 _IDX = "__olake_idx"
 
 

@@ -17,14 +17,15 @@ import pyarrow.compute as pc
 from psycopg import sql
 
 from olake_cli.core.load_progress import load_complete, load_id_of, merged_stream_state, newly_done_chunks
-from olake_cli.core.row_metadata import OP_ID
+from olake_cli.core.row_metadata import COMMIT_TS, OP_ID
 from olake_cli.core.state import StreamState
 from olake_cli.destinations.postgres import bookkeeping
 from olake_cli.destinations.postgres.apply import Applied, ChangeApplier
 from olake_cli.destinations.postgres.buffer import StreamBuffer
-from olake_cli.destinations.postgres.change_plan import COMMIT_TS, reduce_changes
+from olake_cli.destinations.postgres.change_plan import reduce_changes
 from olake_cli.destinations.postgres.load_copy import copy_load
 from olake_cli.destinations.postgres.session import commit_under_origin
+
 
 @dataclass
 class CommitContext:
