@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import orjson
 import psycopg
 import pytest
 
-from tests.support.cli import messages, run_olake, write_json
+from tests.support.cli import messages, read_into_write, run_olake, write_json
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "postgres" / "demo.sql"
 DEMO_DB = "demo_bad_input"
@@ -160,6 +161,23 @@ def test_mistyped_password_is_not_echoed(pg_cluster, tmp_path):
     assert "the value" in line
 
 
+@pytest.mark.parametrize("destination", ["iceberg", "parquet"])
+@pytest.mark.parametrize("path", ["sync", "read|write"])
+def test_a_source_that_cannot_be_opened_leaves_the_destination_untouched(pg_cluster, discovered, tmp_path,
+                                                                         destination, path):
+    src = write_json(tmp_path / "src.json", {**source_base(pg_cluster), "password": "wrong password"})
+    dst = write_json(tmp_path / "dst.json", {"type": destination, "path": str(tmp_path / "lake")})
+    cat = write_json(tmp_path / "cat.json", settings_catalog(discovered))
+    if path == "sync":
+        result = run_olake("sync", "--source", src, "--destination", dst, "--catalog", cat)
+        assert_one_error(result, "config_error", "password authentication failed", secrets=(pg_cluster.password,))
+    else:  # write --catalog could open the destination before a line arrives
+        piped = read_into_write(["--config", src, "--catalog", cat], ["--config", dst, "--catalog", cat])
+        assert piped.read_code != 0 and piped.write_code != 0
+        assert b"the reading side failed" in piped.write_stderr and b"password authentication failed" in piped.write_stderr
+    assert not (tmp_path / "lake").exists(), os.listdir(tmp_path / "lake")
+
+
 # ---------------------------------------------------------------- catalogs
 
 def test_read_unknown_stream_fails_before_any_record(pg_cluster, discovered, tmp_path):
@@ -214,6 +232,29 @@ def test_read_incremental_without_usable_cursor(pg_cluster, discovered, tmp_path
                      secrets=(pg_cluster.password,))
 
 
+@pytest.mark.parametrize("command", ["read", "sync"])
+@pytest.mark.parametrize("typo, needles", [
+    ({"sync_mod": "cdc"}, ["unknown field 'streams[0].sync_mod'", "did you mean 'sync_mode'?"]),
+    ({"sync_mode": "incremental", "cursor_fields": ["updated_at"]},
+     ["unknown field 'streams[0].cursor_fields'", "did you mean 'cursor_field'?"]),
+])
+def test_catalog_key_typo_stops_the_run_before_anything_is_read(pg_cluster, discovered, tmp_path, command,
+                                                                typo, needles):
+    """A misspelt key would otherwise run the stream with the default (a full load, the default cursor)."""
+    catalog = settings_catalog(discovered)
+    catalog["streams"][0].update(typo)
+    cat = write_json(tmp_path / "cat.json", catalog)
+    config = write_json(tmp_path / "src.json", source_base(pg_cluster))
+    if command == "read":
+        result = run_olake("read", "--config", config, "--catalog", cat)
+    else:
+        dst = write_json(tmp_path / "dst.json", dest_base(tmp_path))
+        result = run_olake("sync", "--source", config, "--destination", dst, "--catalog", cat,
+                           "--state", str(tmp_path / "st.json"))
+    assert_one_error(result, "config_error", cat, *needles, secrets=(pg_cluster.password,))
+    assert not (tmp_path / "out").exists() and not (tmp_path / "st.json").exists()
+
+
 # ---------------------------------------------------------------- state files
 
 STATE_CASES = {
@@ -262,6 +303,8 @@ BAD_LINES = {
     "truncated": (record_line(key="k2")[:40], ["not valid JSON", "truncated"]),
     "not_a_message": (b'{"foo":1}\n', ["'type'"]),
     "unknown_stream": (record_line(stream="nope", namespace="shop"), ["unknown stream", "'shop.nope'"]),
+    "wrong_type": (record_line().replace(b'"setting_key":"k1"', b'"setting_key":7'),  # no STATE after it
+                   ["stream 'public.app_settings', column 'setting_key'", "got int '7'"]),
 }
 
 

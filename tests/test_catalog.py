@@ -100,6 +100,40 @@ def test_bad_catalogs_are_catalog_errors(catalog: dict, expected: str) -> None:
     assert info.value.message == expected
 
 
+@pytest.mark.parametrize("entry, expected", [
+    ({**ORDERS, "sync_mod": "cdc"}, "unknown field 'streams[0].sync_mod'; did you mean 'sync_mode'?"),
+    ({**ORDERS, "sync_mode": "incremental", "cursor_fields": ["id"]},
+     "unknown field 'streams[0].cursor_fields'; did you mean 'cursor_field'?"),
+    ({"stream": ORDERS, "sync_mod": "cdc"}, "unknown field 'streams[0].sync_mod'; did you mean 'sync_mode'?"),
+    ({"stream": {**ORDERS, "primary_keys": [["id"]]}},
+     "unknown field 'streams[0].stream.primary_keys'; did you mean 'primary_key'?"),
+])
+def test_unknown_stream_keys_are_refused_with_the_closest_known_one(entry: dict, expected: str) -> None:
+    with pytest.raises(CatalogError) as info:
+        parse_catalog({"streams": [copy.deepcopy(entry)]}, "catalog.json")
+    assert info.value.message == f"catalog.json: {expected}"
+
+
+def test_airbyte_fields_and_x_extensions_are_kept() -> None:
+    airbyte = {"source_defined_cursor": True, "is_resumable": True, "is_file_based": False,
+               "destination_sync_mode": "append_dedup", "generation_id": 3, "minimum_generation_id": 0,
+               "sync_id": 9, "include_files": False, "x-other-tool": {"owner": "bi"}}
+    entry = {**copy.deepcopy(ORDERS), **airbyte}
+    stream = parse_catalog({"streams": [entry]}).streams[0]
+    assert stream.additional == airbyte
+    assert stream.to_dict() == {**entry, "selected": True, "sync_mode": "full_refresh"}
+
+
+def test_airbyte_configured_catalog_form_reads_as_the_flat_form() -> None:
+    inner = {**copy.deepcopy(ORDERS), "sync_mode": "full_refresh", "is_resumable": True}
+    configured = {"stream": inner, "sync_mode": "incremental", "cursor_field": ["id"],
+                  "destination_sync_mode": "append", "primary_key": [["id"]]}
+    stream = parse_catalog({"streams": [configured]}).streams[0]
+    flat = parse_catalog({"streams": [{**inner, **{k: v for k, v in configured.items() if k != "stream"}}]})
+    assert stream == flat.streams[0]
+    assert (stream.sync_mode, stream.cursor_column, stream.primary_key_columns) == ("incremental", "id", ["id"])
+
+
 def test_deselected_streams_are_not_checked_for_choices() -> None:
     catalog = parse_catalog(with_changes(EVENTS, sync_mode="cdc", selected=False))
     assert catalog.selected_streams() == []

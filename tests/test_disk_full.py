@@ -16,7 +16,7 @@ import orjson
 import pyarrow.dataset as ds
 import pytest
 
-from tests.support.cli import messages, run_olake, write_json
+from tests.support.cli import messages, run_olake, with_stream_ends, write_json
 
 SCHEMA = {"type": "object", "properties": {
     "id": {"type": "integer", "x-olake-type": "int64"},
@@ -70,7 +70,7 @@ def test_disk_full_mid_run_fails_cleanly_and_the_rerun_completes(small_disk, tmp
     assert ds.dataset(folder).count_rows() == FIRST  # the first commit, whole and readable
 
     subprocess.run(["mount", "-o", "remount,size=64m", str(small_disk)], check=True)
-    rerun = run_olake("write", "--config", config, "--state", str(state), stdin=stdin)
+    rerun = run_olake("write", "--config", config, "--state", str(state), stdin=with_stream_ends(stdin))
     assert rerun.returncode == 0, rerun.stderr.decode()[-2000:]
     ids = ds.dataset(folder).to_table(columns=["id"]).column("id").to_pylist()
     assert sorted(ids) == list(range(FIRST + SECOND))  # every row exactly once

@@ -47,7 +47,11 @@ def test_sigkill_read_then_resume(pg_cluster, big_table, tmp_path):
     state = tmp_path / "st.json"
     read_args = ["--config", src, "--catalog", str(tmp_path / "cat.json"), "--state", str(state)]
 
-    kill_read_after_chunks(read_args, ["--config", dst, "--state", str(state)])
+    code, stderr = kill_read_after_chunks(read_args, ["--config", dst, "--state", str(state)])
+    errors = [line for line in stderr.decode().splitlines() if line.startswith("olake: error:")]
+    assert code != 0 and len(errors) == 1, stderr.decode()[-2000:]  # no "success" for a cron job to report
+    assert "the reading side stopped early" in errors[0] and "'public.items'" in errors[0], errors
+    assert "run the same command again to resume" in errors[0]
 
     chunks_at_kill = _chunks(state)
     total = len(chunks_at_kill)

@@ -16,7 +16,7 @@ from olake_cli.core.catalog import parse_catalog
 from olake_cli.core.state import Chunk, State, StreamState
 from olake_cli.destinations.iceberg.destination import IcebergDestination
 from olake_cli.destinations.iceberg.snapshot import live_files
-from tests.support.cli import run_olake, write_json
+from tests.support.cli import run_olake, with_stream_ends, write_json
 
 
 def _stream(columns: dict[str, str], key: list[str] | None = ("id",), mode: str = "cdc", name: str = "t") -> dict:
@@ -62,7 +62,7 @@ def _table(root: Path, name: str = "t"):
 def _write(tmp_path: Path, lines: bytes, **config) -> tuple[Path, object]:
     root = tmp_path / "lake"
     dst = write_json(tmp_path / "dst.json", {"type": "iceberg", "path": str(root), **config})
-    return root, run_olake("write", "--config", dst, stdin=lines)
+    return root, run_olake("write", "--config", dst, stdin=with_stream_ends(lines))
 
 
 def _rows(root: Path, name: str = "t") -> list[dict]:

@@ -22,7 +22,7 @@ from olake_cli.core import row_metadata
 from olake_cli.core.record_block import BlockDecoder
 from olake_cli.core.row_metadata import WIRE_NAMES
 from olake_cli.core.record_lines import record_prefix
-from tests.support.cli import messages, run_olake, write_json
+from tests.support.cli import messages, run_olake, with_stream_ends, write_json
 
 U1 = uuid.UUID("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11")
 TYPES = dict(i="int64", s16="int16", f4="float32", f8="float64", d="decimal(10,2)", n="numeric",
@@ -189,7 +189,7 @@ def test_write_block_path_and_line_path_give_identical_parquet(tmp_path):
     landed = {}
     for name, stdin in (("fast", fast), ("slow", slow)):
         config = write_json(tmp_path / f"{name}.json", {"type": "parquet", "path": str(tmp_path / name)})
-        result = run_olake("write", "--config", config, stdin=stdin)
+        result = run_olake("write", "--config", config, stdin=with_stream_ends(stdin))
         assert result.returncode == 0, result.stderr.decode()
         assert [m["type"] for m in messages(result.stdout)] == ["STATE", "STATE"]
         assert b"wrote 2400 record(s)" in result.stderr

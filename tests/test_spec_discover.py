@@ -10,7 +10,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.support.cli import messages, olake_env, run_olake, write_json
+from tests.support.cli import messages, olake_env, run_olake, with_stream_ends, write_json
 from tests.test_bad_input import assert_one_error
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -179,7 +179,8 @@ def test_discover_output_is_accepted_as_catalog(discover_run, tmp_path):
     cat = tmp_path / "cat.json"
     cat.write_bytes(discover_run.stdout)
     config = write_json(tmp_path / "dst.json", {"type": "parquet", "path": str(tmp_path / "out")})
-    result = run_olake("write", "--config", config, "--catalog", str(cat), stdin=b"")
+    ends = with_stream_ends(discover_run.stdout)[len(discover_run.stdout):]  # a reader with nothing to copy
+    result = run_olake("write", "--config", config, "--catalog", str(cat), stdin=ends)
     assert result.returncode == 0, result.stderr.decode()
     assert messages(result.stdout) == []
 

@@ -86,8 +86,10 @@ def test_stream_level_update_replaces_only_its_stream() -> None:
 def test_chunk_merge_is_commutative_and_idempotent_in_any_order() -> None:
     chunks = [("pending", None, "100"), ("succeed", "100", "200"), ("failed", "200", "300"),
               ("pending", "300", None)]
-    progress = [("succeed", None, "100"), ("succeed", "200", "300")]
-    replay = [("pending", "100", "200"), ("succeed", None, "100")]
+    progress = [("succeed", None, "100"), ("pending", "100", "200"), ("succeed", "200", "300"),
+                ("pending", "300", None)]
+    replay = [("pending", None, "100"), ("pending", "100", "200"), ("failed", "200", "300"),
+              ("pending", "300", None)]
     updates = [State("stream", "v1", [full_load("orders", c)]) for c in (chunks, progress, replay)]
     results = set()
     for order in itertools.permutations(updates):
@@ -103,12 +105,16 @@ def test_chunk_merge_is_commutative_and_idempotent_in_any_order() -> None:
                      {"status": "pending", "min": "300", "max": None}]
 
 
-def test_chunks_are_ordered_numerically_then_naturally() -> None:
-    merged = merge_chunks([Chunk("succeed", "10", "100"), Chunk("succeed", "-5", "9")],
-                          [Chunk("succeed", "9", "10"), Chunk("succeed", None, "-5")])
-    assert [c.min for c in merged] == [None, "-5", "9", "10"]
-    ctids = merge_chunks([Chunk("succeed", "(1000,0)", None)], [Chunk("succeed", "(99,0)", "(1000,0)")])
-    assert [c.min for c in ctids] == ["(99,0)", "(1000,0)"]
+def test_chunk_merge_keeps_the_plans_order() -> None:
+    """A chunk's index names it (files, commits); MongoDB's type brackets are not in text order."""
+    plan = [Chunk("succeed", ["10", "1"], ["10", "9"]), Chunk("pending", ["2", "a"], ["2", "z"]),
+            Chunk("pending", ["7", "0"], None)]
+    done = [Chunk("succeed", c.min, c.max) for c in plan]
+    merged = merge_chunks(plan, done)
+    assert [(c.status, c.min) for c in merged] == [("succeed", ["10", "1"]), ("succeed", ["2", "a"]),
+                                                   ("succeed", ["7", "0"])]
+    extra = merge_chunks([Chunk("succeed", "10", "100")], [Chunk("succeed", "-5", "9")])
+    assert [c.min for c in extra] == ["10", "-5"]
 
 
 def test_full_load_with_new_position_replaces_old_chunks() -> None:

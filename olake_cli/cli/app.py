@@ -164,17 +164,22 @@ def state_reset(path: str = typer.Argument(..., metavar="STATE_FILE", hidden=Tru
                 stream: list[str] = typer.Option(..., "--stream", metavar="NAMESPACE.NAME", help="NAMESPACE.NAME of a stream to forget "
                                                  "(repeatable); its next run loads it anew.")) -> None:
     """Forget streams in STATE_FILE (atomically), so the next run copies them again from scratch."""
+    from contextlib import ExitStack
+
+    from olake_cli.core.locks import lock_state
     from olake_cli.core.state import FileStateStore
 
-    store = FileStateStore(_existing_state_file(path))
-    state = store.load()
-    for name in stream:
-        namespace, _, table = name.rpartition(".")
-        if state.find(namespace or None, table) is None:
-            known = ", ".join(f"{s.stream_namespace}.{s.stream_name}" for s in state.streams) or "none"
-            raise ConfigError(f"state file '{path}' has no stream '{name}' (streams: {known})")
-        state.streams = [s for s in state.streams if s.key != (namespace or None, table)]
-    store.save(state)
+    with ExitStack() as locks:
+        store = FileStateStore(_existing_state_file(path))
+        lock_state(locks, path, ("read", "write"), "olake state reset")  # not under a running sync
+        state = store.load()
+        for name in stream:
+            namespace, _, table = name.rpartition(".")
+            if state.find(namespace or None, table) is None:
+                known = ", ".join(f"{s.stream_namespace}.{s.stream_name}" for s in state.streams) or "none"
+                raise ConfigError(f"state file '{path}' has no stream '{name}' (streams: {known})")
+            state.streams = [s for s in state.streams if s.key != (namespace or None, table)]
+        store.save(state)
     log(f"reset {len(stream)} stream(s) in {path}; the next run loads them anew")
 
 

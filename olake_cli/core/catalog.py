@@ -55,7 +55,7 @@ class CatalogStream:
     row_filter: str | None = None  # "module:function" (core.row_hooks)
     transform: str | None = None  # "module:function" (core.row_hooks)
     x_olake: dict = field(default_factory=dict)
-    additional: dict = field(default_factory=dict)  # keys other tools added; written back unchanged
+    additional: dict = field(default_factory=dict)  # Airbyte and "x-" keys (schema): written back unchanged
 
     @property
     def key(self) -> tuple[str | None, str]:
@@ -166,7 +166,7 @@ def parse_catalog(obj: Any, what: str = "catalog") -> Catalog:
     if isinstance(obj, dict) and obj.get("type") == "CATALOG" and "catalog" in obj:
         obj = obj["catalog"]
     validate(obj, "catalog", what, CatalogError)
-    catalog = Catalog([CatalogStream.from_dict(entry) for entry in obj["streams"]])
+    catalog = Catalog([CatalogStream.from_dict(flat_entry(entry)) for entry in obj["streams"]])
     seen: set[tuple[str | None, str]] = set()
     for stream in catalog.streams:
         if stream.key in seen:
@@ -175,6 +175,15 @@ def parse_catalog(obj: Any, what: str = "catalog") -> Catalog:
         if stream.selected:
             _check_stream_choices(stream, what)
     return catalog
+
+
+def flat_entry(entry: dict) -> dict:
+    """A catalog entry in olake's flat form: an Airbyte ConfiguredCatalog entry (``{"stream": {...},
+    "sync_mode": ...}``) becomes its stream's fields, the choices beside it winning."""
+    if "stream" not in entry:
+        return entry
+    choices = {k: v for k, v in entry.items() if k != "stream"}
+    return {**entry["stream"], **choices}
 
 
 def _check_stream_choices(stream: CatalogStream, what: str) -> None:

@@ -211,3 +211,7 @@ class Destination(Protocol):
     def chunk_sink(self) -> ChunkSink | None:
         """A sink for tasks that write full-load chunks themselves, or None (rows go through ``add``)."""
         ...
+
+    def lock_path(self) -> str:
+        """The lock file runs writing into this destination take (``core.locks``): one writer at a time."""
+        ...

@@ -55,6 +55,12 @@ class TransientError(OlakeError):
     failure_type = "transient_error"
 
 
+class RunLockedError(OlakeError):
+    """Another olake run holds the state file or the destination; this run would trample on it."""
+
+    failure_type = "transient_error"
+
+
 class SnapshotLostError(OlakeError):
     """The snapshot a full load reads under is gone (a server restart, a lost connection): retrying
     the chunk cannot help, a new run resumes the load."""

@@ -19,8 +19,9 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from olake_cli.core.codec import arrow_schema, olake_type_of
-from olake_cli.core.codec_decode import decode_column
-from olake_cli.core.errors import OlakeError
+from olake_cli.core.codec_decode import decode_column, decode_rows
+from olake_cli.core.errors import OlakeError, ProtocolError
+from olake_cli.core.opid import OpId
 from olake_cli.core.row_metadata import OP, OP_ID, WIRE_FIELDS, WIRE_NAMES, hex_op_ids
 
 # the Arrow type pyarrow's reader parses each wire value into (kinds absent here are not block-decoded)
@@ -87,3 +88,27 @@ class BlockDecoder:
             return None
         warnings += found
         return pa.Table.from_arrays(columns, schema=self.out_schema)
+
+    def decode_rows(self, rows: list[dict], warnings: list[str]) -> pa.Table:
+        """RECORD data objects (any column types) as the table ``decode`` gives; a value that does not
+        fit its column raises a ProtocolError or DestinationError naming the column."""
+        table, found = decode_rows(rows, self.json_schema, all_nullable=True)
+        warnings += found
+        return pa.Table.from_arrays(table.columns + _wire_metadata(rows),
+                                    names=table.column_names + list(WIRE_NAMES))
+
+
+def _wire_metadata(rows: list[dict]) -> list[pa.Array]:
+    """The ``_olake_*`` columns of record data objects, as ``decode`` gives them (op ids as 32 hex digits)."""
+    columns = []
+    for field in WIRE_FIELDS:
+        values = [row.get(field.name) for row in rows]
+        try:
+            if field.name == OP_ID:
+                columns.append(pa.array([None if v is None else OpId.from_json(v).to_key() for v in values],
+                                        pa.string()))
+            else:
+                columns.append(pa.array(values, field.type))
+        except (OlakeError, pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
+            raise ProtocolError(f"column {field.name!r}: {exc}") from None
+    return columns

@@ -20,11 +20,9 @@ from typing import Any, Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from olake_cli.core import row_metadata
 from olake_cli.core.catalog import Catalog, CatalogStream
-from olake_cli.core.codec_decode import decode_rows
 from olake_cli.core.errors import CatalogError, ConfigError
-from olake_cli.core.row_metadata import COMMIT_TS, OP, OP_ID, TOAST
+from olake_cli.core.row_metadata import OP
 
 _KEPT_OPS = ("d", "t")  # never filtered
 
@@ -69,19 +67,6 @@ class RowHooks:
         if self.transform is not None:
             changed = self._call(self.transform, self._batch(table), "transform")
             table = self._replace_columns(table, changed)
-        return table
-
-    def record_table(self, data: dict) -> pa.Table:
-        """One record's data as a one-row table of the stream's types with its ``_olake_*`` columns
-        (the layout ``record_block`` gives ``Destination.add_table``)."""
-        table, _ = decode_rows([data], self.stream.json_schema, all_nullable=True, stream=self.stream.label)
-        op_id = data.get(OP_ID)
-        extra = {OP: pa.array([data.get(OP)], pa.string()),
-                 OP_ID: pa.array([None if op_id is None else row_metadata.format_op_id(op_id)], pa.string()),
-                 COMMIT_TS: pa.array([data.get(COMMIT_TS)], pa.int64()),
-                 TOAST: pa.array([data.get(TOAST)], pa.list_(pa.string()))}
-        for name, column in extra.items():
-            table = table.append_column(name, column)
         return table
 
     def _batch(self, table: pa.Table) -> pa.RecordBatch:

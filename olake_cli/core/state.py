@@ -202,13 +202,17 @@ def _merge_stream(old: StreamState, new: StreamState) -> StreamState:
 
 
 def merge_chunks(first: list[Chunk], second: list[Chunk]) -> list[Chunk]:
-    """Union of two chunk lists by bounds; for equal bounds the best status wins; sorted by bounds."""
+    """Union of two chunk lists by bounds; for equal bounds the best status wins.
+
+    The order is the plan's (``first``'s, then chunks only ``second`` has): a chunk's index names it in
+    file names and commits, and type-bracketed bounds (MongoDB) have no order of their own to sort by.
+    """
     best: dict[tuple, Chunk] = {}
     for chunk in [*first, *second]:
         current = best.get(chunk.bounds)
         if current is None or _STATUS_RANK[chunk.status] > _STATUS_RANK[current.status]:
             best[chunk.bounds] = Chunk(chunk.status, copy.deepcopy(chunk.min), copy.deepcopy(chunk.max))
-    return sorted(best.values(), key=lambda c: (_bound_sort_key(c.min, 0), _bound_sort_key(c.max, 9)))
+    return list(best.values())
 
 
 def _hashable(bound: Bound) -> Any:

@@ -11,6 +11,7 @@ import copy
 import difflib
 import functools
 import json
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -175,7 +176,8 @@ def format_validation_error(error: ValidationError, what: str) -> str:
 
 def _unknown_field_line(error: ValidationError, path: list, what: str) -> str:
     allowed = list(error.schema.get("properties", {}))
-    extras = [k for k in error.instance if k not in allowed]
+    patterns = [re.compile(p) for p in error.schema.get("patternProperties", {})]
+    extras = [k for k in error.instance if k not in allowed and not any(p.search(k) for p in patterns)]
     field = json_path(path + extras[:1])
     close = difflib.get_close_matches(str(extras[0]), allowed, n=1, cutoff=0.6) if extras else []
     if close:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+from contextlib import ExitStack
 from typing import Any, BinaryIO, Callable
 
 from olake_cli.core.catalog import load_catalog
 from olake_cli.core.config import load_config
 from olake_cli.core.errors import ConfigError
+from olake_cli.core.locks import acquire, lock_state
 from olake_cli.core.messages import MessageWriter
 from olake_cli.core.registry import make_destination, make_source
 from olake_cli.core.state import FileStateStore, State, load_state
@@ -43,7 +45,8 @@ def run_read(config_path: str, catalog_path: str, state_path: str | None, spark_
     """``olake read``: validate every input first, then start Spark and stream the messages.
 
     ``state_from`` (a destination config) resumes from the state the destination committed; ``view``
-    shows the progress (default: lines through ``log``).
+    shows the progress (default: lines through ``log``). With ``--state`` the run holds the state
+    file's read lock (``core.locks``).
     """
     from olake_cli.pipeline.read import ReadPipeline
     from olake_cli.pipeline.recover import recover_state
@@ -52,46 +55,66 @@ def run_read(config_path: str, catalog_path: str, state_path: str | None, spark_
     catalog = load_catalog(catalog_path)
     if state_path and state_from:
         raise ConfigError("read: give --state or --state-from, not both")
-    if state_from:
-        _, dest_kind, dest_config = load_config(state_from, role="destination")
-        state = recover_state(make_destination(dest_kind, dest_config, log).committed_state, catalog, log)
-    else:
-        state = load_state(state_path) if state_path else State()
-    source = make_source(kind, config)
-    runner = _runner(_master(spark_master), max_parallel or config.get("max_parallel"), log)
-    try:
-        ReadPipeline(source, catalog, state, out, runner, log, view=view).run()
-    finally:
-        runner.close()
+    with ExitStack() as locks:
+        if state_from:
+            _, dest_kind, dest_config = load_config(state_from, role="destination")
+            state = recover_state(make_destination(dest_kind, dest_config, log).committed_state, catalog, log)
+        elif state_path:
+            lock_state(locks, state_path, ("read",), "olake read")
+            state = load_state(state_path)
+        else:
+            state = State()
+        source = make_source(kind, config)
+        runner = _runner(_master(spark_master), max_parallel or config.get("max_parallel"), log)
+        try:
+            ReadPipeline(source, catalog, state, out, runner, log, view=view).run()
+        finally:
+            runner.close()
 
 
 def run_sync(source_path: str, dest_path: str, catalog_path: str, state_path: str | None,
              spark_master: str | None, max_parallel: int | None, out: MessageWriter,
              log: Callable[[str], None], view=None) -> None:
-    """``olake sync``: read and write in one process; full-load chunks are written by the tasks."""
+    """``olake sync``: read and write in one process; full-load chunks are written by the tasks.
+
+    Holds the state file's read and write locks from the start, and the destination's lock from the
+    moment the source is open and checked: a source that fails leaves the destination untouched.
+    """
     from olake_cli.pipeline.sync import run_in_process
 
     _, source_kind, source_config = load_config(source_path, role="source")
     _, dest_kind, dest_config = load_config(dest_path, role="destination")
     catalog = load_catalog(catalog_path)
-    store = FileStateStore(state_path) if state_path else None
-    state = store.load() if store is not None else State()
     source = make_source(source_kind, source_config)
     destination = make_destination(dest_kind, dest_config, log)
     master = _master(spark_master)
     sink = destination.chunk_sink()
+    _check_shared_path(sink, master, dest_path, dest_config)
+    with ExitStack() as locks:
+        store = FileStateStore(state_path) if state_path else None
+        if state_path:
+            lock_state(locks, state_path, ("read", "write"), "olake sync")
+        state = store.load() if store is not None else State()
+
+        def open_destination() -> None:  # before any task stages files: rolls back/forward an interrupted run
+            locks.enter_context(acquire(destination.lock_path(), f"the destination of {dest_path}", "olake sync"))
+            destination.open(catalog)
+
+        runner = _runner(master, max_parallel or source_config.get("max_parallel"), log)
+        try:
+            run_in_process(source, destination, catalog, state, store, sink, runner, out, log, view,
+                           on_source_open=open_destination)
+        finally:
+            runner.close()
+
+
+def _check_shared_path(sink, master: str, dest_path: str, dest_config: dict[str, Any]) -> None:
+    """Tasks on a cluster write the destination's files: refuse unless every executor sees the path."""
     if sink is not None and getattr(sink, "writes_local_files", True) and not master.startswith("local") \
             and not dest_config.get("shared_path"):
         raise ConfigError(f"{dest_path}: with the Spark master '{master}' the tasks write the destination's "
                           f"files on the executors' own disks; set \"shared_path\": true if every executor "
                           f"sees the same path (NFS, a mounted bucket), or use a local master")
-    if sink is not None:
-        destination.open(catalog)  # roll back/forward an interrupted run before any task stages files
-    runner = _runner(master, max_parallel or source_config.get("max_parallel"), log)
-    try:
-        run_in_process(source, destination, catalog, state, store, sink, runner, out, log, view)
-    finally:
-        runner.close()
 
 
 def _master(spark_master: str | None) -> str:
@@ -130,14 +153,24 @@ def run_recover(config_path: str, catalog_path: str, out: MessageWriter, log: Ca
 
 def run_write(config_path: str, catalog_path: str | None, state_path: str | None, stdin: BinaryIO,
               out: MessageWriter, log: Callable[[str], None]) -> None:
-    """``olake write``: consume stdin into the destination, committing states as they arrive."""
+    """``olake write``: consume stdin into the destination, committing states as they arrive.
+
+    Holds the state file's write lock from the start and the destination's lock from the input's first
+    CATALOG, record or STATE (``core.locks``).
+    """
     from olake_cli.pipeline.write import WritePipeline
 
     _, kind, config = load_config(config_path, role="destination")
     catalog = load_catalog(catalog_path) if catalog_path else None
-    store = None
-    if state_path:
-        store = FileStateStore(state_path)
-        store.load()  # a bad state file fails now, before anything is written
     destination = make_destination(kind, config, log)
-    WritePipeline(destination, catalog, store, out, log).run(stdin)
+    with ExitStack() as locks:
+        store = None
+        if state_path:
+            lock_state(locks, state_path, ("write",), "olake write")
+            store = FileStateStore(state_path)
+            store.load()  # a bad state file fails now, before anything is written
+
+        def lock_destination() -> None:
+            locks.enter_context(acquire(destination.lock_path(), f"the destination of {config_path}", "olake write"))
+
+        WritePipeline(destination, catalog, store, out, log, before_open=lock_destination).run(stdin)

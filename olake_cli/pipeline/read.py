@@ -8,7 +8,6 @@ the same run). Written against ``core.contracts`` only: no source or destination
 from __future__ import annotations
 
 import itertools
-import time
 import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
@@ -34,6 +33,7 @@ class StreamRun:
     state: StreamState
     kind: str = "full"  # full | incremental | cdc
     next_position: Any = None
+    op_id: list[int] | None = None  # incremental: the operation id of this pass's rows
     jobs: list[ChunkJob] = field(default_factory=list)
     row_estimate: int | None = None
     failed: bool = False
@@ -71,6 +71,14 @@ def reload_reason(stream: CatalogStream, previous: StreamState) -> str | None:
     return None
 
 
+def pass_op_id(previous: StreamState | None, now_ms: int) -> list[int]:
+    """The operation id of an incremental pass's rows: the clock in milliseconds, yet always above the
+    stream's previous pass (``pass_op_id`` in its state), so a clock stepping back never ranks newer
+    rows below older ones."""
+    last = (previous.extra or {}).get("pass_op_id") if previous is not None else None
+    return [max(now_ms, last[0] + 1 if last else 0), 0]
+
+
 def column_types(stream: CatalogStream) -> dict[str, str | None]:
     """Column name -> x-olake-type, as recorded with a load (a later widening needs no reload)."""
     return {name: olake_type_of(prop) for name, prop in stream.json_schema.get("properties", {}).items()}
@@ -80,25 +88,39 @@ class ReadPipeline:
     """Runs ``olake read`` for one source, catalog and state, writing protocol messages to ``out``."""
 
     def __init__(self, source: Source, catalog: Catalog, state: State, out: messages.MessageWriter,
-                 runner, log: Callable[[str], None], sink: Any = None, view: ProgressView | None = None) -> None:
+                 runner, log: Callable[[str], None], sink: Any = None, view: ProgressView | None = None,
+                 clock: Callable[[], int] = messages.now_ms, on_source_open: Callable[[], None] = lambda: None
+                 ) -> None:
         self.source, self.catalog, self.state, self.out = source, catalog, state, out
         self.runner, self.log = runner, log
         self.sink = sink  # sync: full-load chunks are written by the tasks themselves
         self.errors: list[OlakeError] = []
-        self.run_started_ms = int(time.time() * 1000)
+        self.clock = clock  # epoch milliseconds: the operation ids of incremental passes start from it
         self.capture: ChangeCapture | None = None
         self.rows_by_tasks = 0  # sync: rows the tasks wrote to the destination themselves
         self.progress = Progress(view or LineView(log))
         self.statuses: dict[tuple, str] = {}  # stream key -> the last STREAM_STATUS emitted
         self.lost: set[tuple] = set()  # streams whose change position was lost this run
+        self.on_source_open = on_source_open  # sync: locks and opens the destination, once the source is open
 
     def run(self) -> None:
         """Emit the CATALOG, every selected stream's records with a STATE after each chunk, a final STATE;
-        a TRACE STREAM_STATUS as each stream starts and ends (and an ESTIMATE of each new full load)."""
+        a TRACE STREAM_STATUS as each stream starts and ends (and an ESTIMATE of each new full load).
+
+        The source is opened and its change capture checked before the CATALOG and ``on_source_open``:
+        a source that fails leaves the destination untouched.
+        """
         streams = self.catalog.selected_streams()
         session = self.source.open_session(streams, self.log)
         for warning in session.warnings:
             self.log(warning)
+        cdc_streams = [s for s in streams if s.sync_mode == "cdc"]
+        if cdc_streams:
+            self.capture = self.source.change_capture(cdc_streams, self.log)
+            held = {ss.key for ss in self.state.streams}
+            self.capture.preflight(self.state)  # may reset streams whose position is lost: before planning
+            self.lost = held - {ss.key for ss in self.state.streams}
+        self.on_source_open()
         self.out.write(messages.catalog_message(Catalog(streams).to_dict()))
         try:
             self._run_streams(streams, session)
@@ -114,11 +136,6 @@ class ReadPipeline:
         from olake_cli.pipeline.changes import capturing, run_change_phase
 
         cdc_streams = [s for s in streams if s.sync_mode == "cdc"]
-        if cdc_streams:
-            self.capture = self.source.change_capture(cdc_streams, self.log)
-            held = {ss.key for ss in self.state.streams}
-            self.capture.preflight(self.state)  # may reset streams whose position is lost: before planning
-            self.lost = held - {ss.key for ss in self.state.streams}
         if any(decide_work(s, self.state.find(s.namespace, s.name)) != "continue" and not self._skips_load(s)
                for s in streams):
             # a full load follows and every input has been checked: the JVM starts while the driver
@@ -164,6 +181,8 @@ class ReadPipeline:
             if reason:
                 self.log(f"{stream.label}: {reason} since the last load; loading it anew")
             ss, estimate = self._new_load(stream, session)
+            if previous is not None and "pass_op_id" in (previous.extra or {}):
+                ss.extra["pass_op_id"] = previous.extra["pass_op_id"]  # later passes still rank above
         self._publish(ss)
         run = StreamRun(stream, ss, row_estimate=estimate if decision == "new" else None)
         for index, chunk in enumerate(ss.chunks):
@@ -219,7 +238,8 @@ class ReadPipeline:
         cursor = stream.cursor_column
         upto = session.max_cursor(stream)
         run = StreamRun(stream, previous, kind="incremental",
-                        next_position=previous.cursor_field if upto is None else upto)
+                        next_position=previous.cursor_field if upto is None else upto,
+                        op_id=pass_op_id(previous, self.clock()))
         lookback = f" (look-back {stream.cursor_lookback})" if stream.cursor_lookback is not None else ""
         if upto is None:
             self.log(f"{stream.label}: incremental on '{cursor}': no finite cursor value yet; "
@@ -229,7 +249,7 @@ class ReadPipeline:
                      f"up to {upto!r}")
         after = previous.cursor_field if upto is not None else None
         reader = session.incremental_reader(stream, after, upto)
-        run.jobs.append(self._job(stream, session, 0, reader, {"_olake_op_id": [self.run_started_ms, 0]}))
+        run.jobs.append(self._job(stream, session, 0, reader, {"_olake_op_id": run.op_id}))
         self.progress.stream_started(stream.label, 1)
         return run
 
@@ -311,6 +331,7 @@ class ReadPipeline:
             if result.error is None:
                 ss = run.state.copy()
                 ss.cursor_field = run.next_position
+                ss.extra = {**(ss.extra or {}), "pass_op_id": run.op_id}
                 run.state = ss
                 self._publish(ss)
             return

@@ -14,7 +14,7 @@ import threading
 from typing import Any, Callable
 
 from olake_cli.core.catalog import Catalog
-from olake_cli.core.messages import MessageWriter
+from olake_cli.core.messages import MessageWriter, now_ms
 from olake_cli.core.state import FileStateStore, State
 from olake_cli.pipeline.progress import ProgressView
 from olake_cli.pipeline.read import ReadPipeline
@@ -23,16 +23,20 @@ from olake_cli.pipeline.write import WritePipeline
 
 def run_in_process(source, destination, catalog: Catalog, state: State, store: FileStateStore | None,
                    sink: Any, runner, out: MessageWriter, log: Callable[[str], None],
-                   view: ProgressView | None = None) -> None:
+                   view: ProgressView | None = None, clock: Callable[[], int] = now_ms,
+                   on_source_open: Callable[[], None] = lambda: None) -> None:
     """Run ReadPipeline into a pipe drained by WritePipeline in a thread; re-raise the first failure.
 
-    The reader's STREAM_STATUS and ESTIMATE traces cross the pipe and are passed on to ``out`` in order.
+    The reader's STREAM_STATUS and ESTIMATE traces cross the pipe and are passed on to ``out`` in order;
+    ``clock`` (epoch milliseconds) is the reader's, for the operation ids of incremental passes;
+    ``on_source_open`` runs once the source is open and checked, before anything reaches the destination.
     """
     read_fd, write_fd = os.pipe()
     pipe_in = os.fdopen(read_fd, "rb", buffering=1 << 20)
     pipe_out = os.fdopen(write_fd, "wb", buffering=1 << 20)
     failures: list[BaseException] = []
-    reader = ReadPipeline(source, catalog, state, MessageWriter(pipe_out), runner, log, sink=sink, view=view)
+    reader = ReadPipeline(source, catalog, state, MessageWriter(pipe_out), runner, log, sink=sink, view=view,
+                          clock=clock, on_source_open=on_source_open)
 
     def drain() -> None:
         try:

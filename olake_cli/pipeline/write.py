@@ -1,4 +1,10 @@
-"""The write use case: consume protocol lines, buffer records, commit, then echo and persist STATE."""
+"""The write use case: consume protocol lines, buffer records, commit, then echo and persist STATE.
+
+Records are checked on arrival, a batch at a time (runs in ``read``'s layout by ``record_block``, other
+lines gathered per stream and decoded together): a value of the wrong type stops the run at once,
+naming its line, stream and column. The input must end properly (``core.input_end``): one cut short
+by a reader that died commits what its STATEs covered and then fails.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +14,21 @@ import orjson
 
 from olake_cli.core import messages
 from olake_cli.core.catalog import Catalog, parse_catalog
-from olake_cli.core.errors import CatalogError, OlakeError, ProtocolError, UpstreamError
+from olake_cli.core.codec_decode import decode_rows
+from olake_cli.core.errors import (CatalogError, DestinationError, OlakeError, ProtocolError, TransientError,
+                                   UpstreamError)
 from olake_cli.core.faults import crash_point
+from olake_cli.core.input_end import InputEnd
 from olake_cli.core.record_block import BlockDecoder
 from olake_cli.core.record_lines import record_prefix
 from olake_cli.core.row_hooks import RowHooks, catalog_hooks
+from olake_cli.core.row_metadata import OP
 from olake_cli.core.schema_change import SchemaDiff, compare_columns, olake_type_of
 from olake_cli.core.state import FileStateStore, parse_state
 from olake_cli.core.validation import validate_message
+from olake_cli.pipeline.stdin_runs import RunReader
+
+BATCH_ROWS = 20_000  # line-path records decoded (and so checked) together
 
 
 class WritePipeline:
@@ -23,60 +36,73 @@ class WritePipeline:
 
     def __init__(self, destination, catalog: Catalog | None, state_store: FileStateStore | None,
                  out: messages.MessageWriter, log: Callable[[str], None], rows_by_tasks: Callable[[], int] = int,
-                 pass_traces: bool = False) -> None:
+                 pass_traces: bool = False, before_open: Callable[[], None] = lambda: None) -> None:
         self.destination, self.catalog, self.store = destination, catalog, state_store
         self.out, self.log = out, log
         self.keys: set[tuple] = set()
         self.prefixes: dict[bytes, tuple[tuple, BlockDecoder]] = {}  # record_prefix -> stream, decoder
+        self.decoders: dict[tuple, BlockDecoder] = {}
         self.hooks: dict[tuple, RowHooks] = {}  # streams with a row filter or transform
+        self.batch: tuple[tuple, list[dict], list[int]] | None = None  # line-path records of one stream
         self.upstream_error: tuple[str, str] | None = None
+        self.input_end = InputEnd()
         self.records = 0
         self.states = 0
         self.known_state = state_store.load() if state_store is not None else None
         self.rows_by_tasks = rows_by_tasks  # sync: rows the Spark tasks wrote themselves
         self.pass_traces = pass_traces  # sync: the reader's ESTIMATE and STREAM_STATUS traces go on to stdout
+        self.before_open = before_open  # write: takes the destination's lock
+        self.opened = False  # the destination is opened when the input first needs it, not before
         if catalog is not None:
             self._adopt(catalog)
 
     def run(self, stdin: BinaryIO) -> None:
-        """Process every line of ``stdin``; raise on the first bad line (naming its number).
+        """Process every line of ``stdin``; raise on the first bad line (naming its number), on an
+        error the reading side reported, or when the input ended before the reader's final messages.
 
         Runs of RECORD lines of one stream in ``read``'s own layout are decoded a block at a time
         (``core.record_block``); every other line, and every line of a run the block decoder
         refuses, goes through ``_line`` one at a time.
         """
-        runs = _RunReader(stdin, self._on_run, self._line)
+        runs = RunReader(stdin, self._on_run, self._line)
         runs.prefixes = self.prefixes
         runs.read_all()
-        lineno = runs.lineno
-        if self.destination.has_uncommitted():
-            self.log("records after the last STATE were not committed (no STATE covers them)")
+        self._flush_batch()
+        uncommitted = self.opened and self.destination.has_uncommitted()  # never made live: the errors say so
         by_tasks = self.rows_by_tasks()
         tasks = f" (plus {by_tasks} row(s) written by the Spark tasks)" if by_tasks else ""
-        self.log(f"wrote {self.records} record(s){tasks}, committed {self.states} state(s) from {lineno} line(s)")
-        if hasattr(self.destination, "summary"):
+        if runs.lineno:
+            self.log(f"wrote {self.records} record(s){tasks}, committed {self.states} state(s) "
+                     f"from {runs.lineno} line(s)")
+        if self.opened and hasattr(self.destination, "summary"):
             self.log(self.destination.summary())
         if self.upstream_error:
             message, failure_type = self.upstream_error
             raise UpstreamError(f"the reading side failed: {message}", failure_type)
+        expected = None if self.catalog is None else {s.key: s.label for s in self.catalog.selected_streams()}
+        stopped = self.input_end.stopped_early(expected, uncommitted)
+        if stopped is not None:
+            raise TransientError(stopped)
+        if uncommitted:
+            raise ProtocolError("the input ended with records after its last STATE: they were not committed "
+                                "(the reading side must end with a STATE covering every record)")
 
     def _on_run(self, prefix: bytes, lines: bytes, first_lineno: int) -> None:
         """A run of RECORD lines of one stream: decoded as one block, or line by line if refused."""
+        self._flush_batch()
         key, decoder = self.prefixes[prefix]
         warnings: list[str] = []
         table = decoder.decode(lines, warnings)
         if table is None:
             for offset, line in enumerate(lines.splitlines(keepends=True)):
                 self._line(line, first_lineno + offset)
+            self._flush_batch()
             return
-        self.records += table.num_rows
-        if key in self.hooks:
-            table = self.hooks[key].apply(table)
-        if table.num_rows:
-            self.destination.add_table(key, table, warnings)
+        self._open()
+        self._add_table(key, table, warnings)
 
     def _line(self, line: bytes, lineno: int) -> None:
-        """One line: a well-formed RECORD of a known stream takes a short path, others full validation."""
+        """One line: a well-formed RECORD of a known stream joins the batch, others get full validation."""
         try:
             msg = orjson.loads(line)
         except orjson.JSONDecodeError:
@@ -85,10 +111,73 @@ class WritePipeline:
         if type(record) is dict:
             data, key = record.get("data"), (record.get("namespace"), record.get("stream"))
             if type(data) is dict and key in self.keys:
-                self._add(key, data)
+                self._add_record(key, data, lineno)
                 return
         if line.strip():
+            self._flush_batch()
             self._handle(self._parse(line, lineno), lineno)
+
+    def _add_record(self, key: tuple, data: dict, lineno: int) -> None:
+        """Gather a line-path record with the others of its stream; decoded when the batch ends."""
+        if self.batch is not None and self.batch[0] != key:
+            self._flush_batch()
+        if self.batch is None:
+            self.batch = (key, [], [])
+        self.batch[1].append(data)
+        self.batch[2].append(lineno)
+        if len(self.batch[1]) >= BATCH_ROWS:
+            self._flush_batch()
+
+    def _flush_batch(self) -> None:
+        """Decode the gathered records (a bad value names its line) and hand them on, truncates apart."""
+        if self.batch is None:
+            return
+        (key, rows, linenos), self.batch = self.batch, None
+        self._open()
+        start = 0
+        for end in [i for i, row in enumerate(rows) if row.get(OP) == "t"] + [len(rows)]:
+            if end > start:
+                self._add_rows(key, rows[start:end], linenos[start:end])
+            if end < len(rows):
+                self.destination.add(key, rows[end])  # a truncate drops what came before it
+                self.records += 1
+            start = end + 1
+
+    def _add_rows(self, key: tuple, rows: list[dict], linenos: list[int]) -> None:
+        decoder, warnings = self.decoders[key], []
+        try:
+            table = decoder.decode_rows(rows, warnings)
+        except (ProtocolError, DestinationError):
+            raise self._bad_row(key, rows, linenos) from None
+        self._add_table(key, table, warnings)
+
+    def _add_table(self, key: tuple, table, warnings: list[str]) -> None:
+        """Decoded records to the destination, through the stream's row filter and transform if any."""
+        self.records += table.num_rows
+        if key in self.hooks:
+            table = self.hooks[key].apply(table)
+        if table.num_rows:
+            self.destination.add_table(key, table, warnings)
+
+    def _bad_row(self, key: tuple, rows: list[dict], linenos: list[int]) -> OlakeError:
+        """The error of the first row of a batch that failed to decode, naming its line, stream and column."""
+        decoder, low, high = self.decoders[key], 0, len(rows)
+        while high - low > 1:  # rows[low:high] holds the first bad row
+            middle = (low + high) // 2
+            try:
+                decoder.decode_rows(rows[low:middle], [])
+                low = middle
+            except (ProtocolError, DestinationError):
+                high = middle
+        stream = self.catalog.find(*key)
+        try:
+            decode_rows(rows[low:high], stream.json_schema, all_nullable=True, stream=stream.label,
+                        key_columns=tuple(stream.primary_key_columns))
+        except DestinationError as exc:  # names the stream, the column and the row's key itself
+            return DestinationError(f"stdin line {linenos[low]}: {exc.message}")
+        except ProtocolError as exc:
+            return ProtocolError(f"stdin line {linenos[low]}: stream '{stream.label}', {exc.message}")
+        return ProtocolError(f"stdin line {linenos[low]}: stream '{stream.label}': a value does not fit its column")
 
     def _parse(self, line: bytes, lineno: int) -> dict[str, Any]:
         try:
@@ -104,21 +193,21 @@ class WritePipeline:
 
     def _handle(self, msg: dict[str, Any], lineno: int) -> None:
         kind = msg["type"]
-        if kind == "RECORD":
+        if kind == "RECORD":  # a valid RECORD of a known stream took the short path in ``_line``
             record = msg["record"]
-            key = (record.get("namespace"), record["stream"])
             if self.catalog is None:
                 raise ProtocolError(f"stdin line {lineno}: RECORD before any CATALOG message; "
                                     f"give --catalog or let the reader send its CATALOG first")
-            if key not in self.keys:
-                raise ProtocolError(f"stdin line {lineno}: record for unknown stream "
-                                    f"'{key[0]}.{key[1]}' (not in the catalog)")
-            self._add(key, record["data"])
-        elif kind == "STATE":
+            raise ProtocolError(f"stdin line {lineno}: record for unknown stream "
+                                f"'{record.get('namespace')}.{record['stream']}' (not in the catalog)")
+        if kind == "STATE":
             self._commit_state(msg)
         elif kind == "CATALOG":
             self._on_catalog(parse_catalog(msg, what=f"stdin line {lineno}"))
         elif kind == "TRACE" and msg["trace"]["type"] != "ERROR":
+            if msg["trace"]["type"] == "STREAM_STATUS":
+                status = msg["trace"]["stream_status"]
+                self.input_end.status(status["stream_descriptor"], status["status"])
             if self.pass_traces:  # after the STATEs before it, so COMPLETE follows the stream's last commit
                 self.out.write(msg)
         elif kind == "TRACE":
@@ -128,19 +217,9 @@ class WritePipeline:
         elif kind == "LOG":
             self.log(f"upstream {msg['log']['level']}: {msg['log']['message']}")
 
-    def _add(self, key: tuple, data: dict) -> None:
-        """One record to the destination (through the stream's row filter and transform, if any)."""
-        self.records += 1
-        hooks = self.hooks.get(key)
-        if hooks is None or data.get("_olake_op") == "t":
-            self.destination.add(key, data)
-        else:
-            table = hooks.apply(hooks.record_table(data))
-            if table.num_rows:
-                self.destination.add_table(key, table, [])
-
     def _commit_state(self, msg: dict[str, Any]) -> None:
         state = parse_state(msg["state"], what="STATE message")
+        self._open()
         self.destination.commit(state)  # the rows before it become live with it (manifest)
         if self.store is not None:
             self.store.merge_and_save(state)
@@ -151,9 +230,12 @@ class WritePipeline:
 
     def _on_catalog(self, incoming: Catalog) -> None:
         """Adopt the first catalog; later ones (or the reader's against --catalog) may only widen types."""
+        self.input_end.announce(incoming.streams)
         if self.catalog is None:
             self._adopt(incoming)
+            self._open()
             return
+        self._open()
         for stream in incoming.streams:
             mine = self.catalog.find(stream.namespace, stream.name)
             if mine is None:
@@ -166,25 +248,34 @@ class WritePipeline:
             if diff.widened:
                 self.destination.widen(stream)
                 self.catalog.streams[self.catalog.streams.index(mine)] = stream
-                self._add_prefix(stream)
+                self._add_decoder(stream)
                 self.hooks.update(catalog_hooks(Catalog([stream])))
                 changes = ", ".join(f"'{c}' {old} -> {new}" for c, (old, new) in diff.widened.items())
                 self.log(f"{stream.label}: column(s) widened: {changes}; later files use the wider type")
 
-    def _add_prefix(self, stream) -> None:
-        self.prefixes[record_prefix(stream.namespace, stream.name)] = (
-            stream.key, BlockDecoder(stream.json_schema, stream.namespace))
+    def _add_decoder(self, stream) -> None:
+        decoder = BlockDecoder(stream.json_schema, stream.namespace)
+        self.prefixes[record_prefix(stream.namespace, stream.name)] = (stream.key, decoder)
+        self.decoders[stream.key] = decoder
 
     def _adopt(self, catalog: Catalog) -> None:
         self.catalog = catalog
-        self.destination.open(catalog)
         self.keys = {s.key for s in catalog.streams}
         self.hooks = catalog_hooks(catalog)
         self.prefixes.clear()
         for stream in catalog.streams:
-            self._add_prefix(stream)
+            self._add_decoder(stream)
+
+    def _open(self) -> None:
+        """Open the destination on the input's first CATALOG, record or STATE: an input carrying only
+        the reader's error (a source that could not be opened) leaves the destination untouched."""
+        if self.opened or self.catalog is None:
+            return
+        self.before_open()
+        self.destination.open(self.catalog)
         if self.known_state is not None:
             self.destination.observe_state(self.known_state)  # which load the first records belong to
+        self.opened = True
 
 
 def _olake_types(stream) -> dict[str, str]:
@@ -198,79 +289,3 @@ def _describe(diff: SchemaDiff) -> str:
     parts = [f"column '{c}' added" for c in diff.added] + [f"column '{c}' dropped" for c in diff.dropped]
     parts += [f"column '{c}' {old} -> {new}" for c, (old, new) in diff.incompatible.items()]
     return "; ".join(parts)
-
-
-class _RunReader:
-    """Splits stdin into runs of one stream's RECORD lines (by ``record_prefix``) and single lines.
-
-    A run grows until another kind of line, a size limit or the end of input; it is never held
-    back waiting for input, because only a STATE line (which ends the run first) commits rows.
-    """
-
-    RUN_BYTES = 1 << 24
-
-    def __init__(self, stdin: BinaryIO, on_run: Callable[[bytes, bytes, int], None],
-                 on_line: Callable[[bytes, int], None]) -> None:
-        self.stdin, self.on_run, self.on_line = stdin, on_run, on_line
-        self.prefixes: dict[bytes, Any] = {}
-        self.lineno = 0  # lines handed on so far
-        self.run_prefix: bytes | None = None
-        self.run_parts: list[bytes] = []
-        self.run_size = self.run_lines = 0
-
-    def read_all(self) -> None:
-        """Read stdin to its end, handing on every run and line in order."""
-        read = getattr(self.stdin, "read1", self.stdin.read)
-        tail = b""
-        while True:
-            data = read(1 << 20)
-            if not data:
-                break
-            cut = data.rfind(b"\n") + 1
-            if cut == 0:
-                tail += data
-                continue
-            self._lines(tail + data[:cut])
-            tail = data[cut:]
-        if tail:
-            self._lines(tail)
-        self._flush()
-
-    def _lines(self, block: bytes) -> None:
-        prefix = self.run_prefix
-        if prefix is not None and block.startswith(prefix):
-            lines = block.count(b"\n") + (not block.endswith(b"\n"))
-            if block.count(b"\n" + prefix) + 1 == lines:  # the whole block continues the run
-                self._extend(prefix, block, lines)
-                return
-        pos, size = 0, len(block)
-        while pos < size:
-            end = block.find(b"\n", pos) + 1 or size
-            if prefix is None or not block.startswith(prefix, pos):
-                prefix = next((p for p in self.prefixes if block.startswith(p, pos)), None)
-                self._flush()
-                if prefix is None:
-                    self.lineno += 1
-                    self.on_line(block[pos:end], self.lineno)
-                    pos = end
-                    continue
-            self._extend(prefix, block[pos:end], 1)
-            pos = end
-
-    def _extend(self, prefix: bytes, lines: bytes, count: int) -> None:
-        if prefix != self.run_prefix:
-            self._flush()
-            self.run_prefix = prefix
-        self.run_parts.append(lines)
-        self.run_size += len(lines)
-        self.run_lines += count
-        if self.run_size >= self.RUN_BYTES:
-            self._flush()
-            self.run_prefix = prefix
-
-    def _flush(self) -> None:
-        if self.run_parts:
-            first = self.lineno + 1
-            self.lineno += self.run_lines
-            self.on_run(self.run_prefix, b"".join(self.run_parts), first)
-        self.run_prefix, self.run_parts, self.run_size, self.run_lines = None, [], 0, 0

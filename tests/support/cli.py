@@ -72,8 +72,9 @@ def read_into_write(read_args: list[str], write_args: list[str], timeout: float 
     return PipeResult(reader.returncode, writer.returncode, r_err, w_out, w_err)
 
 
-def kill_read_after_chunks(read_args: list[str], write_args: list[str], chunks: int = 3) -> None:
-    """Run ``read | write`` and SIGKILL read once write has echoed ``chunks`` committed chunks.
+def kill_read_after_chunks(read_args: list[str], write_args: list[str], chunks: int = 3) -> tuple[int, bytes]:
+    """Run ``read | write`` and SIGKILL read once write has echoed ``chunks`` committed chunks; returns
+    write's exit status and stderr.
 
     write echoes a STATE once it is committed; the pipe's back-pressure keeps read at most a chunk or
     two ahead, so the kill lands in the middle of the load.
@@ -84,7 +85,7 @@ def kill_read_after_chunks(read_args: list[str], write_args: list[str], chunks: 
     reader = subprocess.Popen(olake_cmd("read", *read_args), stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, env=env)
     writer = subprocess.Popen(olake_cmd("write", *write_args), stdin=reader.stdout, stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, env=env)
+                              stderr=subprocess.PIPE, env=env)
     reader.stdout.close()
     for line in writer.stdout:
         echoed = json.loads(line)["state"]["streams"][0]["stream_state"].get("chunks") or []
@@ -93,4 +94,23 @@ def kill_read_after_chunks(read_args: list[str], write_args: list[str], chunks: 
     assert reader.poll() is None, "read finished before it could be killed"
     os.kill(reader.pid, signal.SIGKILL)
     reader.wait()
-    writer.communicate(timeout=60)
+    _, stderr = writer.communicate(timeout=60)
+    return writer.returncode, stderr
+
+
+def with_stream_ends(stdin: bytes) -> bytes:
+    """``stdin`` followed by a STREAM_STATUS COMPLETE for every stream of its CATALOG lines: the end
+    ``olake read`` gives its output, without which ``write`` reports that the reading side stopped early."""
+    ends = []
+    for line in stdin.splitlines():
+        try:
+            msg = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(msg, dict) and msg.get("type") == "CATALOG":
+            for stream in msg["catalog"]["streams"]:
+                body = stream.get("stream", stream)
+                ends.append({"type": "TRACE", "trace": {"type": "STREAM_STATUS", "emitted_at": 0, "stream_status": {
+                    "stream_descriptor": {"name": body["name"], "namespace": body.get("namespace")},
+                    "status": "COMPLETE"}}})
+    return stdin + b"".join(orjson.dumps(end) + b"\n" for end in ends)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from olake_cli.core.errors import ConfigError
+from olake_cli.core.locks import LOCK_FILE, host_lock_path
 from olake_cli.core.redact import is_secret_name, remove_secrets
 
 DEFAULT_CATALOG_NAME = "olake"
@@ -144,6 +145,17 @@ def open_catalog(cfg: IcebergConfig):
         raise
     except Exception as exc:  # pyiceberg raises many types for a bad catalog config
         raise ConfigError(f"iceberg: cannot open the {cfg.describe()}: {redact(str(exc), cfg)}") from None
+
+
+def lock_path(cfg: IcebergConfig) -> str:
+    """Where runs writing into this catalog lock (``core.locks``): the embedded catalog's folder, a local
+    warehouse, or else a file on this host (a remote catalog offers no lock every host would see)."""
+    warehouse = cfg.catalog_properties.get("warehouse", "")
+    if cfg.embedded_dir is not None:
+        return os.path.join(cfg.embedded_dir, LOCK_FILE)
+    if warehouse.startswith(("file:", "/")):
+        return os.path.join(warehouse.removeprefix("file://").removeprefix("file:"), LOCK_FILE)
+    return host_lock_path("iceberg", "|".join((cfg.catalog_name, cfg.catalog_properties.get("uri", ""), warehouse)))
 
 
 def redact(text: str, cfg: IcebergConfig) -> str:

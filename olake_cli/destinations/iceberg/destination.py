@@ -21,7 +21,7 @@ from olake_cli.core.state import State
 from olake_cli.destinations.iceberg.buffer import DECODE_EVERY, StreamBuffer
 from olake_cli.destinations.iceberg.chunk_sink import IcebergChunkSink, SinkTable
 from olake_cli.destinations.iceberg.commit import CommitOptions, commit_stream
-from olake_cli.destinations.iceberg.config import open_catalog, parse_config, prepare_embedded, redact
+from olake_cli.destinations.iceberg.config import lock_path, open_catalog, parse_config, prepare_embedded, redact
 from olake_cli.destinations.iceberg.files import write_rows
 from olake_cli.destinations.iceberg.merge import TOAST
 from olake_cli.destinations.iceberg.tables import (check_table, create_table, evolve_table, load_table,
@@ -61,6 +61,10 @@ class IcebergDestination:
         if self.cfg.embedded_dir is None and warehouse.startswith(("file:", "/")):
             prepare_embedded(warehouse.removeprefix("file://"))
         return f"iceberg: the {self.cfg.describe()} is reachable"
+
+    def lock_path(self) -> str:
+        """The file runs writing into this catalog lock (see ``config.lock_path``)."""
+        return lock_path(self.cfg)
 
     def chunk_sink(self) -> IcebergChunkSink:
         """Spark tasks of ``sync`` write their full-load chunks as data files themselves."""

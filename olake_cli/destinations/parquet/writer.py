@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from olake_cli.core import codec, codec_decode, row_metadata
 from olake_cli.core.catalog import Catalog, CatalogStream
 from olake_cli.core.errors import ConfigError, DestinationError
+from olake_cli.core.locks import LOCK_FILE
 from olake_cli.core.state import State, StreamState
 from olake_cli.core.load_progress import newly_done_chunks
 from olake_cli.destinations.parquet.commit_plan import commit_key, next_manifest
@@ -80,6 +81,10 @@ class ParquetDestination:
         except OSError as exc:
             raise ConfigError(f"parquet: cannot write into '{self.root}': {exc.strerror or exc}") from None
         return f"parquet: '{self.root}' is writable"
+
+    def lock_path(self) -> str:
+        """The file runs writing into this folder lock (``core.locks``)."""
+        return os.path.join(self.root, LOCK_FILE)
 
     def chunk_sink(self):
         """Spark tasks of ``sync`` write their full-load chunks as staged files themselves."""

@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from olake_cli.core.catalog import Catalog, CatalogStream
 from olake_cli.core.errors import ConfigError
+from olake_cli.core.locks import host_lock_path
 from olake_cli.core.state import State
 from olake_cli.destinations.postgres import bookkeeping
 from olake_cli.destinations.postgres.apply import Applied, ChangeApplier, ConflictRule
@@ -80,6 +81,12 @@ class PostgresDestination:
             raise classify(exc, self.settings, "checking the target") from None
         finally:
             conn.close()
+
+    def lock_path(self) -> str:
+        """The lock file runs writing into this database's tables take (``core.locks``): a file on this
+        host, as a database offers no folder every host would see."""
+        s = self.settings
+        return host_lock_path("postgres", f"{s.host}:{s.port}/{s.database}|{s.schema or ''}|{s.table_prefix}")
 
     def chunk_sink(self) -> PostgresChunkSink:
         """Spark tasks of ``sync`` COPY their full-load chunks into the target themselves."""
