@@ -199,7 +199,7 @@ def test_resume_lsn_skips_everything_read_including_unpublished_transactions(con
 
 
 def test_commit_just_made_is_read_despite_async_commit(conn, slot) -> None:
-    """synchronous_commit=off: the feed waits for the WAL flush instead of missing the last commit."""
+    """synchronous_commit=off: the feed flushes the WAL instead of missing the last commit."""
     conn.execute("CREATE TABLE def_t (id int PRIMARY KEY, v text)")
     conn.execute(f'CREATE PUBLICATION "{PUB}" FOR TABLE def_t')
     create_slot(conn, slot)

@@ -117,8 +117,8 @@ def test_hostile_names_stay_inside_the_destination(pg_cluster, pg_db, tmp_path, 
     dsn, lake = pg_cluster.dsn(pg_db), tmp_path / "lake"
     _hostile_source(dsn)
     src = write_json(tmp_path / "src.json", pg_cluster.source_config(
-        pg_db, schemas=["public", "a/b", "a"], replication_slot="hostile_slot", publication="hostile_pub",
-        create_slot_and_publication=True, max_parallel=1))
+        pg_db, schemas=["public", "a/b", "a"], replication_slot=f"hostile_slot_{destination}",
+        publication="hostile_pub", create_slot_and_publication=True, max_parallel=1))
     dst = write_json(tmp_path / "dst.json", {"type": destination, "path": str(lake)})
     catalog = discover_catalog(src, tmp_path / "cat.json", {t: "cdc" for _, t in HOSTILE})
     assert sorted((s["namespace"], s["name"]) for s in catalog["streams"]) == sorted(HOSTILE)
@@ -130,7 +130,8 @@ def test_hostile_names_stay_inside_the_destination(pg_cluster, pg_db, tmp_path, 
     first()
     _hostile_changes(dsn)
     second()
-    assert _outside(tmp_path.parent, lake) == outside | {str(state)}, \
+    beside_state = {str(state), f"{state}.read.lock", f"{state}.write.lock"}  # the state and its run locks
+    assert _outside(tmp_path.parent, lake) == outside | beside_state, \
         "nothing may be written outside the destination's folder"
     schemas = {(s["namespace"], s["name"]): s["json_schema"] for s in catalog["streams"]}
     locations = set()
@@ -154,4 +155,4 @@ def test_hostile_names_stay_inside_the_destination(pg_cluster, pg_db, tmp_path, 
         assert f"{lake}/warehouse/public/%2E.%2F..%2F..%2Fescape8b" in locations
         assert f"{lake}/warehouse/public/x%2F..%2Forders" in locations
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("SELECT pg_drop_replication_slot('hostile_slot')")
+        conn.execute("SELECT pg_drop_replication_slot(%s)", (f"hostile_slot_{destination}",))

@@ -73,7 +73,8 @@ def _run(mode: str, src: str, catalog: Path, dst: str, state: Path) -> str:
 def _current(destination: str, root: Path, namespace: str, name: str, columns: list[str], key: list[str]):
     """The stream's current table as a user reads it."""
     if destination == "parquet":
-        return current_view(str(root / encode_name(namespace) / encode_name(name)), columns, key)
+        folder = str(root / encode_name(namespace) / encode_name(name))
+        return current_view(folder, columns, key, unchanged=key != ["_id"])  # MongoDB's: no such column
     return iceberg_rows(root, namespace, name).select(columns)
 
 

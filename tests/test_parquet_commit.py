@@ -216,8 +216,8 @@ def test_destination_path_that_is_a_file_is_a_config_error(tmp_path):
 def test_widened_column_mid_stream(dst, tmp_path):
     out = tmp_path / "out" / "public" / "t"
     wide = {**COLUMNS, "id": {"type": ["integer", "null"], "x-olake-type": "int64"}}
-    lines = [catalog(mode="cdc"), state("L1", None, sync_type="cdc", cursor="0/1", sync_mode="cdc"),
-             record(1, "a", _olake_op="c", _olake_op_id=[16, 1]),
+    lines = [catalog(mode="cdc"), state("L1", ["pending"], cursor="0/1", sync_mode="cdc"),  # a load opens
+             state("L1", None, sync_type="cdc", cursor="0/1", sync_mode="cdc"), record(1, "a", _olake_op="c", _olake_op_id=[16, 1]),
              catalog(mode="cdc", columns=wide), record(2**40, "b", _olake_op="c", _olake_op_id=[32, 1]),
              state("L1", None, sync_type="cdc", cursor="0/40", sync_mode="cdc")]
     cat = write_json(tmp_path / "cat.json", catalog(mode="cdc")["catalog"])

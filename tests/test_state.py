@@ -261,3 +261,27 @@ def test_upsert_and_find() -> None:
         ("stream_1", "cdc"), ("stream_2", "incremental"), ("stream_9", "cdc")]
     assert state.find(None, "stream_9").cursor_field == "0/6"
     assert state.find("otter_db", "stream_9") is None
+
+
+def test_a_state_continues_a_load_only_where_the_destination_holds_it() -> None:
+    from olake_cli.core.resync import is_resync_marker, lost_load, marker_replacing
+
+    def entry(sync_type: str, chunks: list[str] | None = None, **extra) -> StreamState:
+        listed = None if chunks is None else [Chunk(s, str(i), str(i + 1)) for i, s in enumerate(chunks)]
+        return StreamState(sync_type, "t", "ns", "0/1", listed, extra)
+
+    drift = {"n": {"from": {"type": ["integer"]}, "to": {"type": ["number"]}}}
+    cdc = entry("cdc", load_id="L1", sync_mode="cdc", columns=["id", "n"], schema_drift=drift, op_seq=3)
+    opened = entry("full-load", ["pending"], load_id="L1")
+    resumed, done = entry("full-load", ["succeed", "pending"], load_id="L1"), entry("full-load", load_id="L1")
+    marker = marker_replacing(cdc)
+    assert is_resync_marker(marker.to_dict())  # the catalog keys of the load it replaces, nothing else
+    assert marker.extra == {"sync_mode": "cdc", "columns": ["id", "n"], "schema_drift": drift}
+    assert marker.sync_type == "full-load" and marker.cursor_field is None and marker.chunks == []
+    assert not any(is_resync_marker(s.to_dict()) for s in (cdc, opened, resumed, done))
+    for progressed in (cdc, entry("incremental", load_id="L1"), resumed):  # nothing, or only a marker, holds it
+        assert "holds no data of its load" in lost_load(progressed, None)
+        assert "marked the stream to load anew" in lost_load(progressed, marker.to_dict())
+        assert lost_load(progressed, opened.to_dict()) is None
+    for fresh in (opened, done, marker, entry("cdc")):  # a load not begun, a finished copy, no load id
+        assert lost_load(fresh, None) is None

@@ -8,6 +8,7 @@ import threading
 import time
 
 import psycopg
+import pytest
 
 from tests.support.cli import read_into_write, run_olake, write_json
 from tests.support.verify import assert_table_matches, read_parquet
@@ -53,3 +54,20 @@ def test_terminated_chunk_connection_is_retried(pg_cluster, pg_db, tmp_path):
     stream = json.loads(disc.stdout)["catalog"]["streams"][0]
     with psycopg.connect(dsn) as conn:
         assert_table_matches(conn, "public", "big", stream["json_schema"], read_parquet(str(tmp_path / "lake" / "public" / "big")))
+
+
+def test_a_chunk_that_cannot_reconnect_is_transient(pg_cluster, pg_db):
+    """A server restarting refuses the chunk's new connection ('Failed to connect', no SQLSTATE through
+    ADBC): planning already reached it, so the run stops with a transient error, not a system error."""
+    import socket
+
+    from olake_cli.core.errors import TransientError
+    from olake_cli.sources.postgres.scan import PostgresChunkReader
+
+    with socket.socket() as probe:  # a port nothing listens on: what a restarting server looks like
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    uri = pg_cluster.uri(pg_db).replace(f":{pg_cluster.port}/", f":{port}/")
+    reader = PostgresChunkReader("public.big", 0, "SELECT 1", uri, None)
+    with pytest.raises(TransientError, match="chunk 0 of public.big"):
+        list(reader.read_batches())

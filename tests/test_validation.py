@@ -67,6 +67,12 @@ def test_schema_files_are_documented(name: str) -> None:
     ({**PG_CONFIG, "type": "mysql"}, "config.json: field 'type': expected 'postgres', found 'mysql'"),
     ({**PG_CONFIG, "chunk_rows": 0}, "config.json: field 'chunk_rows': 0 is less than the minimum of 1"),
     ({**PG_CONFIG, "schemas": ["public", 7]}, "config.json: field 'schemas[1]': 7 is not of type 'string'"),
+    ({**PG_CONFIG, "logical_decoding_work_mem_mb": "1GB"},
+     "config.json: field 'logical_decoding_work_mem_mb': '1GB' is not of type 'integer'"),
+    ({**PG_CONFIG, "logical_decoding_work_mem_mb": 0},
+     "config.json: field 'logical_decoding_work_mem_mb': 0 is less than the minimum of 1"),
+    ({**PG_CONFIG, "logical_decoding_work_mem_mb": 65536},
+     "config.json: field 'logical_decoding_work_mem_mb': 65536 is greater than the maximum of 4096"),
     ([PG_CONFIG], "config.json: expected a JSON object, found an array"),
 ])
 def test_validation_errors_are_one_line_naming_the_field(config: object, expected: str) -> None:
@@ -101,7 +107,7 @@ def test_valid_configs_pass_and_defaults_fill_in() -> None:
     assert filled == {**PG_CONFIG, "port": 5432, "password": "", "schemas": ["public"], "sslmode": "prefer",
                       "connect_timeout": 10, "lock_timeout": 5, "chunk_strategy": "ctid", "chunk_rows": 250000,
                       "create_slot_and_publication": False, "on_position_lost": "resync",
-                      "batch_rows": 10000}
+                      "logical_decoding_work_mem_mb": 256, "batch_rows": 10000}
     assert "port" not in PG_CONFIG  # a new dict
     filled["schemas"].append("sales")
     assert apply_defaults(PG_CONFIG, "source-postgres")["schemas"] == ["public"]

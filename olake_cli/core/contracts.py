@@ -196,8 +196,10 @@ class Destination(Protocol):
         """Learn which load the records that follow belong to."""
         ...
 
-    def commit(self, state: "State") -> None:
-        """Make every buffered record of the streams ``state`` names durable and visible, with it."""
+    def commit(self, state: "State") -> "State":
+        """Make every buffered record of the streams ``state`` names durable and visible, with it;
+        returns ``state`` itself, or (when the destination no longer holds the data of a load ``state``
+        continues) a copy in which that stream is a re-sync marker (``core.resync``), its records dropped."""
         ...
 
     def has_uncommitted(self) -> bool:

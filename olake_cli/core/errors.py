@@ -76,6 +76,18 @@ class SourceChangedError(OlakeError):
     failure_type = "transient_error"
 
 
+class SchemaDrift(SourceError):
+    """A chunk or change met values the stream's column types cannot hold; ``json_schema`` is the
+    stream's schema widened to hold them (the read pipeline goes on with it, see core/schema_drift)."""
+
+    def __init__(self, message: str, json_schema: dict) -> None:
+        super().__init__(message)
+        self.json_schema = json_schema
+
+    def __reduce__(self):
+        return (type(self), (self.message, self.json_schema))
+
+
 class PositionLostError(ConfigError):
     """A change-log position is no longer available (dropped slot, rolled-over oplog)."""
 

@@ -2,7 +2,9 @@
 
 A record's data may carry ``_olake_op`` (``r`` full load or incremental row, ``c``/``u``/``d``
 changes), ``_olake_op_id`` (a ``[commit, sequence]`` pair, stored as 32 hex digits so that text
-order is operation order), ``_olake_commit_ts`` (microseconds) and ``_olake_toast_unchanged``.
+order is operation order), ``_olake_commit_ts`` (microseconds) and ``_olake_toast_unchanged`` (the
+PostgreSQL-only list of unchanged TOASTed columns: a stream whose json_schema says every update of its
+source carries every value, ``"x-olake-updates-complete": true`` as MongoDB discovery writes, has none).
 Rows without an operation id rank at ``default_op_id`` (a full load of a ``cdc`` stream: the position
 its snapshot was taken at). The three builders give the same columns from record dicts, from a
 block-decoded table's wire columns, or for a plain full-load batch.
@@ -23,6 +25,7 @@ OP, OP_ID, COMMIT_TS, SYNCED_AT, TOAST = ("_olake_op", "_olake_op_id", "_olake_c
 WIRE_FIELDS = [pa.field(OP, pa.string()), pa.field(OP_ID, pa.list_(pa.uint64())),
                pa.field(COMMIT_TS, pa.int64()), pa.field(TOAST, pa.list_(pa.string()))]
 WIRE_NAMES = tuple(f.name for f in WIRE_FIELDS)
+UPDATES_COMPLETE = "x-olake-updates-complete"
 _TS = pa.timestamp("us", tz="UTC")
 
 
@@ -39,6 +42,12 @@ class RowMetadata:
         """op, op id, commit time, write time, unchanged-TOAST columns, in the documented order."""
         synced = pa.array(numpy.full(len(self.ops), synced_at_us, dtype=numpy.int64)).cast(_TS)
         return [self.ops, self.op_ids, self.commit_ts, synced, self.unchanged]
+
+
+def carries_unchanged(json_schema: dict) -> bool:
+    """Whether a stream's rows have ``_olake_toast_unchanged`` (not when its json_schema says every
+    update carries every value)."""
+    return json_schema.get(UPDATES_COMPLETE) is not True
 
 
 def format_op_id(op_id: Any) -> str:

@@ -18,6 +18,8 @@ from olake_cli.core import messages
 from olake_cli.core.catalog import CatalogStream
 from olake_cli.core.contracts import ChangeBatch, ChangeCapture
 from olake_cli.core.record_lines import encode_change_lines
+from olake_cli.core.resync import resync_marker
+from olake_cli.core.schema_drift import record_in_state
 from olake_cli.core.state import State, StreamState
 
 
@@ -87,13 +89,13 @@ class _ChangeEmitter:
         return emitted
 
     def _resync(self, key: tuple, reason: str) -> None:
-        """Stop capturing a stream and mark it for a fresh full load on the next run."""
+        """Stop capturing a stream and mark it for a fresh full load on the next run (the destination
+        keeps its contents until that load replaces them)."""
         stream = self.active.pop(key, None)
         self.positions.pop(key, None)
         if stream is None:
             return
-        ss = StreamState("full-load", stream.name, stream.namespace, None, [],
-                         {"sync_mode": stream.sync_mode, "columns": stream.columns})
+        ss = record_in_state(resync_marker(stream.name, stream.namespace, stream.sync_mode, stream.columns), stream)
         self.state.upsert(ss)
         self.out.write(messages.state_message(State(level="stream", streams=[ss])))
         self.log(f"{stream.label}: {reason}")

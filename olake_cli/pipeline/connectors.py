@@ -78,8 +78,10 @@ def run_sync(source_path: str, dest_path: str, catalog_path: str, state_path: st
     """``olake sync``: read and write in one process; full-load chunks are written by the tasks.
 
     Holds the state file's read and write locks from the start, and the destination's lock from the
-    moment the source is open and checked: a source that fails leaves the destination untouched.
+    moment the source is open and checked: a source that fails leaves the destination untouched. A
+    stream whose load the destination lost is then loaded anew (``recover.reload_lost_streams``).
     """
+    from olake_cli.pipeline.recover import reload_lost_streams
     from olake_cli.pipeline.sync import run_in_process
 
     _, source_kind, source_config = load_config(source_path, role="source")
@@ -99,6 +101,7 @@ def run_sync(source_path: str, dest_path: str, catalog_path: str, state_path: st
         def open_destination() -> None:  # before any task stages files: rolls back/forward an interrupted run
             locks.enter_context(acquire(destination.lock_path(), f"the destination of {dest_path}", "olake sync"))
             destination.open(catalog)
+            reload_lost_streams(state, destination.committed_state, catalog, log)  # before planning
 
         runner = _runner(master, max_parallel or source_config.get("max_parallel"), log)
         try:

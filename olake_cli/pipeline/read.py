@@ -14,9 +14,12 @@ from typing import Any, Callable
 
 from olake_cli.core import messages
 from olake_cli.core.catalog import Catalog, CatalogStream
-from olake_cli.core.errors import OlakeError, SnapshotLostError, SourceChangedError
+from olake_cli.core.errors import OlakeError, SchemaDrift, SnapshotLostError, SourceChangedError
 from olake_cli.core.contracts import ChangeCapture, ReadSession, Source
+from olake_cli.core.resync import is_resync_marker
 from olake_cli.core.schema_change import INCOMPATIBLE, olake_type_of, type_change
+from olake_cli.core.schema_drift import (apply_to_catalog, changed_columns, column_type, needs_reload,
+                                         record_in_state, widened)
 from olake_cli.core.state import Chunk, State, StreamState, finish_full_load_if_done
 from olake_cli.pipeline.chunk_job import ChunkJob, run_chunk_job
 from olake_cli.pipeline.progress import LineView, Progress, ProgressView
@@ -33,10 +36,12 @@ class StreamRun:
     state: StreamState
     kind: str = "full"  # full | incremental | cdc
     next_position: Any = None
+    upto: Any = None  # incremental: the cursor value the pass reads up to (None: only NaN/infinite ones)
     op_id: list[int] | None = None  # incremental: the operation id of this pass's rows
     jobs: list[ChunkJob] = field(default_factory=list)
     row_estimate: int | None = None
     failed: bool = False
+    drifted: bool = False  # its schema drifted in this run: its chunks go through the pipe, not a sink
 
 
 def decide_work(stream: CatalogStream, previous: StreamState | None) -> str:
@@ -102,6 +107,7 @@ class ReadPipeline:
         self.statuses: dict[tuple, str] = {}  # stream key -> the last STREAM_STATUS emitted
         self.lost: set[tuple] = set()  # streams whose change position was lost this run
         self.on_source_open = on_source_open  # sync: locks and opens the destination, once the source is open
+        apply_to_catalog(catalog, state)  # columns a source widened in earlier runs
 
     def run(self) -> None:
         """Emit the CATALOG, every selected stream's records with a STATE after each chunk, a final STATE;
@@ -143,8 +149,10 @@ class ReadPipeline:
             getattr(self.runner, "prestart", lambda: None)()
         with session:
             runs = [self._prepare(stream, session) for stream in streams]
-            self._scan_all(runs)
+            self._scan_all(runs, session)
         if self.capture is not None and not self.errors:
+            current = {s.key: s for s in self.catalog.streams}  # with any drift of the scans
+            cdc_streams = [current[s.key] for s in cdc_streams]
             labels = {s.key: s.label for s in cdc_streams}
             self.progress.capture_started(s.label for s in capturing(cdc_streams, self.state))
             run_change_phase(self.capture, cdc_streams, self.state, self.out, self.log,
@@ -176,10 +184,7 @@ class ReadPipeline:
             self.log(f"{stream.label}: resuming full load, "
                      f"{sum(c.status != 'succeed' for c in ss.chunks)} of {len(ss.chunks)} chunk(s) left")
         else:
-            reason = previous is not None and (reload_reason(stream, previous) or (
-                "sync mode or columns changed" if previous.sync_type != "full-load" else None))
-            if reason:
-                self.log(f"{stream.label}: {reason} since the last load; loading it anew")
+            self._log_reload(stream, previous)
             ss, estimate = self._new_load(stream, session)
             if previous is not None and "pass_op_id" in (previous.extra or {}):
                 ss.extra["pass_op_id"] = previous.extra["pass_op_id"]  # later passes still rank above
@@ -211,6 +216,17 @@ class ReadPipeline:
         self._publish(ss)
         return StreamRun(stream, ss, kind="cdc")
 
+    def _log_reload(self, stream: CatalogStream, previous: StreamState | None) -> None:
+        """Say why a stream that has a state is loaded anew (nothing for a ``full_refresh`` stream's next copy)."""
+        if previous is None:
+            return
+        reason = reload_reason(stream, previous) or (
+            "sync mode or columns changed" if previous.sync_type != "full-load" else None)
+        if reason:
+            self.log(f"{stream.label}: {reason} since the last load; loading it anew")
+        elif stream.sync_mode != "full_refresh" and is_resync_marker(previous.to_dict()):
+            self.log(f"{stream.label}: marked to load anew by an earlier run; loading it anew")
+
     def _new_load(self, stream: CatalogStream, session: ReadSession) -> tuple[StreamState, int | None]:
         """The state of a fresh full load (chunks planned in the session, the position before it) and
         the planner's row estimate, also emitted as a TRACE ESTIMATE."""
@@ -221,6 +237,7 @@ class ReadPipeline:
                          cursor_field=None, chunks=[Chunk("pending", lo, hi) for lo, hi in plan.bounds],
                          extra={**plan.extra, "load_id": uuid.uuid4().hex[:12], "sync_mode": stream.sync_mode,
                                 "columns": stream.columns, "column_types": column_types(stream)})
+        ss = record_in_state(ss, stream)
         if stream.sync_mode == "incremental":
             ss.extra["cursor_column"] = stream.cursor_column
             ss.cursor_field = session.max_cursor(stream) if stream.cursor_column else None
@@ -237,7 +254,7 @@ class ReadPipeline:
     def _prepare_incremental(self, stream: CatalogStream, session: ReadSession, previous: StreamState) -> StreamRun:
         cursor = stream.cursor_column
         upto = session.max_cursor(stream)
-        run = StreamRun(stream, previous, kind="incremental",
+        run = StreamRun(stream, previous, kind="incremental", upto=upto,
                         next_position=previous.cursor_field if upto is None else upto,
                         op_id=pass_op_id(previous, self.clock()))
         lookback = f" (look-back {stream.cursor_lookback})" if stream.cursor_lookback is not None else ""
@@ -247,11 +264,15 @@ class ReadPipeline:
         else:
             self.log(f"{stream.label}: incremental on '{cursor}' from {previous.cursor_field!r}{lookback} "
                      f"up to {upto!r}")
-        after = previous.cursor_field if upto is not None else None
-        reader = session.incremental_reader(stream, after, upto)
-        run.jobs.append(self._job(stream, session, 0, reader, {"_olake_op_id": run.op_id}))
+        run.jobs.append(self._incremental_job(run, session))
         self.progress.stream_started(stream.label, 1)
         return run
+
+    def _incremental_job(self, run: StreamRun, session: ReadSession) -> ChunkJob:
+        """The job of an incremental pass from the run's saved cursor up to ``run.upto``."""
+        after = run.state.cursor_field if run.upto is not None else None
+        reader = session.incremental_reader(run.stream, after, run.upto)
+        return self._job(run.stream, session, 0, reader, {"_olake_op_id": run.op_id})
 
     def _job(self, stream: CatalogStream, session: ReadSession, index: int, reader,
              extra_data: dict[str, Any] | None = None) -> ChunkJob:
@@ -259,17 +280,30 @@ class ReadPipeline:
                         json_schema=stream.json_schema, key_columns=session.key_columns(stream),
                         extra_data=extra_data, spool_dir=getattr(self.runner, "spool_dir", None))
 
-    def _scan_all(self, runs: list[StreamRun]) -> None:
+    def _scan_all(self, runs: list[StreamRun], session: ReadSession) -> None:
+        """Scan every run's jobs; streams whose schema drifted are announced wider and read again."""
+        while runs:
+            drifted = self._scan_round(runs)
+            runs = [self._after_drift(run, found, session) for run, found in drifted.values() if not run.failed]
+
+    def _scan_round(self, runs: list[StreamRun]) -> dict[tuple, tuple[StreamRun, list]]:
+        """Run the jobs, emitting each chunk's rows and state; returns the results that met schema drift
+        (stream key -> its run and those results); their chunks stay pending."""
         by_key = {(r.stream.namespace, r.stream.name): r for r in runs}
         jobs = [self._with_sink(run, job) for run in runs if run.kind == "full" for job in run.jobs]
         passes = [job for run in runs if run.kind == "incremental" for job in run.jobs]
         pending = {key: len(run.jobs) for key, run in by_key.items()}
+        drifted: dict[tuple, tuple[StreamRun, list]] = {}
         # Full-load chunks are Spark tasks; an incremental pass is one range read on the driver, so a
         # run with no full load never starts a JVM.
         scans = self.runner.run(run_chunk_job, jobs)
         results = itertools.chain(scans, map(run_chunk_job, passes))
         for result in results:
             run = by_key[(result.namespace, result.stream)]
+            pending[run.stream.key] -= 1
+            if isinstance(result.error, SchemaDrift):
+                drifted.setdefault(run.stream.key, (run, []))[1].append(result)
+                continue
             if result.error is not None:
                 self.errors.append(result.error)
                 run.failed = True
@@ -282,14 +316,49 @@ class ReadPipeline:
             if result.error is None and self._tasks_write(run):
                 self.rows_by_tasks += result.rows
             self._after_task(run, result)
-            pending[run.stream.key] -= 1
             if result.error is None and self.statuses.get(run.stream.key) == "STARTED":
                 self._status(run.stream, "RUNNING")
-            if not pending[run.stream.key]:
+            if not pending[run.stream.key] and run.stream.key not in drifted:
                 self._stream_done(run)
             if isinstance(result.error, (SourceChangedError, SnapshotLostError)):  # later chunks would fail too
                 getattr(scans, "close", lambda: None)()  # no further chunk starts; those in flight are cancelled
                 break
+        return drifted
+
+    def _after_drift(self, run: StreamRun, found: list, session: ReadSession) -> StreamRun:
+        """Announce the stream widened to hold what its chunks met (a CATALOG before any row that needs
+        it) and read it again: the drifting chunks when every change is in place, else the whole
+        stream as a new load (a column's type is replaced; see core/schema_drift)."""
+        before = run.stream
+        properties = dict(before.json_schema.get("properties", {}))
+        for result in found:  # two chunks that widened one column differently: the next round settles it
+            for name, prop in result.error.json_schema.get("properties", {}).items():
+                if properties.get(name) == before.json_schema["properties"].get(name):
+                    properties[name] = prop
+        stream = widened(before, {"properties": properties})
+        self.catalog.streams = [stream if s.key == stream.key else s for s in self.catalog.streams]
+        self.out.write(messages.catalog_message({"streams": [stream.to_dict()]}))
+        changes = ", ".join(f"'{name}' {column_type(before, name)} -> {column_type(stream, name)}"
+                            for name in changed_columns(before, stream))
+        if needs_reload(before, stream):
+            self.log(f"{stream.label}: schema drift: {changes}; the stream is loaded anew with the new type(s)")
+            ss, estimate = self._new_load(stream, session)
+            if "pass_op_id" in (run.state.extra or {}):
+                ss.extra["pass_op_id"] = run.state.extra["pass_op_id"]  # later passes still rank above
+            again = StreamRun(stream, ss, row_estimate=estimate, drifted=True)
+            indexes: list[int] = list(range(len(ss.chunks)))
+        else:
+            self.log(f"{stream.label}: schema drift: {changes}; {len(found)} chunk(s) are read again")
+            ss = record_in_state(run.state, stream)
+            again = replace(run, stream=stream, state=ss, jobs=[], drifted=True)
+            indexes = [result.chunk_index for result in found]
+        self._publish(ss)
+        if again.kind == "incremental":
+            again.jobs = [self._incremental_job(again, session)]
+        else:
+            again.jobs = [self._job(stream, session, i, session.chunk_reader(stream, ss, i)) for i in indexes]
+        self.progress.stream_started(stream.label, len(again.jobs), again.row_estimate)
+        return again
 
     def _stream_done(self, run: StreamRun) -> None:
         """Every chunk of a stream is done: its summary, and COMPLETE unless change capture follows."""
@@ -316,8 +385,10 @@ class ReadPipeline:
 
     def _tasks_write(self, run: StreamRun) -> bool:
         """Whether the stream's tasks write their rows to the destination themselves (sync, full load);
-        a stream with a row filter or transform goes through the writer, which applies them."""
-        return self.sink is not None and run.kind == "full" and not (run.stream.row_filter or run.stream.transform)
+        a stream with a row filter or transform, or whose schema drifted in this run, goes through
+        the writer."""
+        return (self.sink is not None and run.kind == "full" and not run.drifted
+                and not (run.stream.row_filter or run.stream.transform))
 
     def _with_sink(self, run: StreamRun, job: ChunkJob) -> ChunkJob:
         """For sync: full-load tasks write their own files under the stream's load id."""

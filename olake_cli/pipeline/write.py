@@ -24,6 +24,7 @@ from olake_cli.core.record_lines import record_prefix
 from olake_cli.core.row_hooks import RowHooks, catalog_hooks
 from olake_cli.core.row_metadata import OP
 from olake_cli.core.schema_change import SchemaDiff, compare_columns, olake_type_of
+from olake_cli.core.schema_drift import apply_to_catalog, changed_columns, column_type, explained
 from olake_cli.core.state import FileStateStore, parse_state
 from olake_cli.core.validation import validate_message
 from olake_cli.pipeline.stdin_runs import RunReader
@@ -220,7 +221,9 @@ class WritePipeline:
     def _commit_state(self, msg: dict[str, Any]) -> None:
         state = parse_state(msg["state"], what="STATE message")
         self._open()
-        self.destination.commit(state)  # the rows before it become live with it (manifest)
+        committed = self.destination.commit(state)  # the rows before it become live with it (manifest)
+        if committed is not state:  # a stream whose data the destination lost is marked to load anew
+            state, msg = committed, messages.state_message(committed)
         if self.store is not None:
             self.store.merge_and_save(state)
             crash_point("state-saved")
@@ -242,15 +245,20 @@ class WritePipeline:
                 raise CatalogError(f"catalog: stream '{stream.namespace}.{stream.name}' from the reader "
                                    f"is not in --catalog")
             diff = compare_columns(mine.json_schema.get("properties", {}), _olake_types(stream))
+            drift = explained(mine, stream)  # columns the reader's source widened (core/schema_drift)
+            diff.added = [c for c in diff.added if c not in drift]
+            diff.incompatible = {c: t for c, t in diff.incompatible.items() if c not in drift}
             if diff.added or diff.dropped or diff.incompatible:
                 raise CatalogError(f"catalog: the reader's schema of '{stream.namespace}.{stream.name}' "
                                    f"differs from the one in use: {_describe(diff)} (run discover again)")
-            if diff.widened:
+            changed = list(diff.widened) + [c for c in changed_columns(mine, stream) if c in drift
+                                            and c not in diff.widened]
+            if changed:
                 self.destination.widen(stream)
                 self.catalog.streams[self.catalog.streams.index(mine)] = stream
                 self._add_decoder(stream)
                 self.hooks.update(catalog_hooks(Catalog([stream])))
-                changes = ", ".join(f"'{c}' {old} -> {new}" for c, (old, new) in diff.widened.items())
+                changes = ", ".join(f"'{c}' {column_type(mine, c)} -> {column_type(stream, c)}" for c in changed)
                 self.log(f"{stream.label}: column(s) widened: {changes}; later files use the wider type")
 
     def _add_decoder(self, stream) -> None:
@@ -259,6 +267,7 @@ class WritePipeline:
         self.decoders[stream.key] = decoder
 
     def _adopt(self, catalog: Catalog) -> None:
+        apply_to_catalog(catalog, self.known_state)  # columns the source widened in earlier runs
         self.catalog = catalog
         self.keys = {s.key for s in catalog.streams}
         self.hooks = catalog_hooks(catalog)

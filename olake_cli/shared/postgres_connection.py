@@ -166,6 +166,9 @@ def is_transient(exc: BaseException) -> bool:
     if state:
         return state[:2] in _TRANSIENT_CLASSES or state in _TRANSIENT_CODES
     text = str(exc).lower()
+    if "failed to connect" in text or "could not connect" in text or "shutting down" in text \
+            or "starting up" in text:  # an earlier connection worked: a server restarting, not a wrong address
+        return True
     return "terminating connection" in text or "connection" in text and ("closed" in text or "reset" in text)
 
 

@@ -9,8 +9,9 @@ import duckdb
 import pyarrow as pa
 
 
-def current_view_sql(folder: str, columns: list[str], key: list[str]) -> str:
-    """The documented query: newest version per key, unchanged TOAST values carried forward."""
+def current_view_sql(folder: str, columns: list[str], key: list[str], unchanged: bool = True) -> str:
+    """The documented query: newest version per key, unchanged TOAST values carried forward (streams
+    without ``_olake_toast_unchanged``, as MongoDB's, ``unchanged=False``: the query without FILTER)."""
     def q(name: str) -> str:
         return '"' + name.replace('"', '""') + '"'
 
@@ -18,17 +19,18 @@ def current_view_sql(folder: str, columns: list[str], key: list[str]) -> str:
         return "'" + name.replace("'", "''") + "'"
 
     keys = ", ".join(q(k) for k in key)
-    values = ",\n  ".join(
-        f"arg_max_null({q(c)}, _olake_op_id) FILTER "
-        f"(WHERE NOT list_contains(coalesce(_olake_toast_unchanged, []), {lit(c)})) AS {q(c)}"
-        for c in columns if c not in key)
+    def value(c: str) -> str:
+        kept = f" FILTER (WHERE NOT list_contains(coalesce(_olake_toast_unchanged, []), {lit(c)}))" if unchanged else ""
+        return f"arg_max_null({q(c)}, _olake_op_id){kept} AS {q(c)}"
+
+    values = ",\n  ".join(value(c) for c in columns if c not in key)
     return (f"SELECT {keys},\n  {values}\nFROM read_parquet({lit(folder + '/*.parquet')}, union_by_name = true)\n"
             f"GROUP BY {keys}\nHAVING arg_max_null(_olake_op, _olake_op_id) <> 'd'")
 
 
-def current_view(folder: str, columns: list[str], key: list[str]) -> pa.Table:
+def current_view(folder: str, columns: list[str], key: list[str], unchanged: bool = True) -> pa.Table:
     """Run the documented query with DuckDB; columns come back in ``columns`` order."""
-    table = duckdb.sql(current_view_sql(folder, columns, key)).to_arrow_table()
+    table = duckdb.sql(current_view_sql(folder, columns, key, unchanged)).to_arrow_table()
     return table.select(columns)
 
 

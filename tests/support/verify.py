@@ -26,8 +26,14 @@ INT32_MAX, INT32_MIN = 2**31 - 1, -(2**31)
 
 
 def read_parquet(folder: str) -> pa.Table:
-    """Every file of one stream's folder as one table."""
-    return ds.dataset(folder, format="parquet").to_table()
+    """Every file of one stream's folder as one table; files written before a column was added or
+    widened are read under the widest schema (as DuckDB's ``union_by_name`` reads them)."""
+    dataset = ds.dataset(folder, format="parquet")
+    fragments = [fragment.physical_schema for fragment in dataset.get_fragments()]
+    if len(fragments) < 2:
+        return dataset.to_table()
+    schema = pa.unify_schemas(fragments, promote_options="permissive")
+    return ds.dataset(folder, format="parquet", schema=schema).to_table()
 
 
 def latest_versions(table: pa.Table, key: list[str]) -> pa.Table:

@@ -48,6 +48,12 @@ class StreamBuffer:
     truncated: bool = False
     replayed: int = 0  # changes dropped as replays since the last commit
     warned: set[str] = field(default_factory=set)
+    replacement: Any = None  # TableMetadata whose schema the coming load's rows take (retype.py)
+
+    @property
+    def write_metadata(self) -> Any:
+        """The metadata full-load rows are written with: the replacement's while one is pending."""
+        return self.table.metadata if self.replacement is None else self.replacement
 
     @property
     def keyed(self) -> bool:
@@ -134,6 +140,12 @@ class StreamBuffer:
                                             stream=self.stream.label, key_columns=tuple(self.key_columns))
         self._warn(warnings, log)
         return with_metadata(table, row_metadata.of_rows(rows, self.load_op_key))
+
+    def discard(self) -> list[DataFile]:
+        """Drop every row buffered since the last commit; returns the data files already written for them."""
+        self.load_rows, self.change_rows, self.load_tables, self.change_tables = [], [], [], []
+        written, self.written, self.load_table_rows, self.truncated = self.written, [], 0, False
+        return written
 
     def _warn(self, warnings: list[str], log: Callable[[str], None]) -> None:
         for warning in warnings:

@@ -11,7 +11,9 @@ Full loads: a stream's first load (or any load into an empty table) is appended 
 later load (``full_refresh`` run, re-sync, new load after a catalog change) is staged: its data files
 are written and listed in ``olake.staged-load`` with each chunk's state, and the commit of its last
 chunk removes every old file and adds all staged ones in one snapshot, so readers see the old
-contents until the new ones are complete.
+contents until the new ones are complete. A re-sync marker (``core.resync``) names no load: its
+commit keeps the table's contents, which the next run's load replaces. A STATE that continues a
+load the table does not hold (the table was dropped and created again) commits a marker instead.
 """
 
 from __future__ import annotations
@@ -27,11 +29,13 @@ from pyiceberg.manifest import DataFile
 
 from olake_cli.core.faults import crash_point
 from olake_cli.core.load_progress import load_complete, load_id_of, merged_stream_state, newly_done_chunks
+from olake_cli.core.resync import is_resync_marker, lost_load, marker_replacing
 from olake_cli.core.state import StreamState
 from olake_cli.destinations.iceberg.buffer import StreamBuffer
 from olake_cli.destinations.iceberg.files import data_file_of, write_position_deletes, write_rows
 from olake_cli.destinations.iceberg.maintenance import maintain
 from olake_cli.destinations.iceberg.merge import TOAST, plan_changes
+from olake_cli.destinations.iceberg.retype import check_pending_rows, make_current
 from olake_cli.destinations.iceberg.schema import table_arrow_schema
 from olake_cli.destinations.iceberg.snapshot import RowDelta
 from olake_cli.destinations.iceberg.tables import PROP_MAX_OP, PROP_STAGED, PROP_STATE, dumps, has_rows
@@ -47,10 +51,15 @@ class CommitOptions:
     sink_files: bool = False  # ``olake sync``: full-load chunks arrive as files Spark tasks wrote
 
 
-def commit_stream(buf: StreamBuffer, ss: StreamState, options: CommitOptions) -> None:
-    """Commit the rows buffered for ``buf``'s stream together with its state ``ss``."""
+def commit_stream(buf: StreamBuffer, ss: StreamState, options: CommitOptions) -> StreamState:
+    """Commit the rows buffered for ``buf``'s stream together with its state ``ss``; returns the state
+    committed: ``ss``, or a re-sync marker when the table holds none of the load ``ss`` continues
+    (then the rows are dropped, and the next run loads the stream anew)."""
+    ss = _marker_if_lost(buf, ss, options)
     table, txn = buf.table, buf.table.transaction()
     load_id = (ss.extra or {}).get("load_id") or buf.load_id
+    if buf.replacement is not None:
+        check_pending_rows(buf, load_id_of(buf.committed) != load_id or (buf.staged or {}).get("load_id") == load_id)
     delta = RowDelta(txn)
     staged, watermark = _add_load(buf, ss, load_id, txn, delta, options)
     if buf.truncated:
@@ -71,16 +80,41 @@ def commit_stream(buf: StreamBuffer, ss: StreamState, options: CommitOptions) ->
         buf.table = txn.commit_transaction()
         crash_point("iceberg-committed")
         buf.committed, buf.watermark, buf.staged = merged, watermark, staged
+        if buf.replacement is not None and buf.table.schema().schema_id == buf.replacement.current_schema_id:
+            buf.replacement = None  # swapped in with the new load
     buf.truncated, buf.replayed, buf.load_id = False, 0, load_id
     if had_changes and delta.has_changes:
         buf.table = maintain(buf.table, options.compression, options.log)
+    return ss
+
+
+def _marker_if_lost(buf: StreamBuffer, ss: StreamState, options: CommitOptions) -> StreamState:
+    """``ss``, or a re-sync marker (the buffered rows dropped) when the table holds none of its load."""
+    lost = lost_load(ss, buf.committed)
+    if lost is None:
+        return ss
+    _delete_quietly(buf.table.io, buf.discard())
+    marker = marker_replacing(ss)
+    if marker.to_dict() != buf.committed:
+        options.log(f"{buf.stream.label}: {lost}; the stream is loaded anew on the next run")
+    return marker
 
 
 def _add_load(buf: StreamBuffer, ss: StreamState, load_id: str, txn: Any, delta: RowDelta,
               options: CommitOptions) -> tuple[dict | None, str | None]:
-    """Add (or stage) the full-load rows this STATE covers; returns (staged load, highest op id)."""
-    metadata, io = txn.table_metadata, buf.table.io
+    """Add (or stage) the full-load rows this STATE covers; returns (staged load, highest op id).
+
+    A re-sync marker names no load: the table keeps its contents (and any staged load) until the
+    next run's load replaces them."""
+    if is_resync_marker(ss.to_dict()):
+        return buf.staged, buf.watermark
     new_load = load_id_of(buf.committed) != load_id
+    swaps = new_load or (buf.staged or {}).get("load_id") == load_id
+    if buf.replacement is not None and swaps and load_complete(ss):  # its columns change type with it
+        make_current(txn, buf.replacement)
+    metadata, io = txn.table_metadata, buf.table.io
+    if buf.replacement is not None and metadata.current_schema_id != buf.replacement.current_schema_id:
+        metadata = buf.replacement  # rows of the coming load take the replacement schema until it swaps in
     newly = newly_done_chunks(buf.committed, ss, load_id)
     load_files = _load_files(buf, metadata, io, options)
     if not new_load and not newly and load_files:

@@ -17,14 +17,15 @@ import pyarrow as pa
 
 from olake_cli.core.catalog import Catalog, CatalogStream
 from olake_cli.core.errors import ConfigError, DestinationError, OlakeError
-from olake_cli.core.state import State
+from olake_cli.core.state import State, StreamState
 from olake_cli.destinations.iceberg.buffer import DECODE_EVERY, StreamBuffer
 from olake_cli.destinations.iceberg.chunk_sink import IcebergChunkSink, SinkTable
 from olake_cli.destinations.iceberg.commit import CommitOptions, commit_stream
 from olake_cli.destinations.iceberg.config import lock_path, open_catalog, parse_config, prepare_embedded, redact
 from olake_cli.destinations.iceberg.files import write_rows
 from olake_cli.destinations.iceberg.merge import TOAST
-from olake_cli.destinations.iceberg.tables import (check_table, create_table, evolve_table, load_table,
+from olake_cli.destinations.iceberg.retype import replace_now, replaced_columns, replacement
+from olake_cli.destinations.iceberg.tables import (check_table, create_table, evolve_table, has_rows, load_table,
                                                    olake_properties)
 
 
@@ -80,16 +81,33 @@ class IcebergDestination:
         for stream in streams:
             identifier = self.cfg.table_identifier(stream.namespace, stream.name)
             table = load_table(self.catalog, identifier)
-            found[stream.key] = (identifier, table, check_table(table, stream, stream.label))
+            replaced = [] if table is None else replaced_columns(table, stream)
+            found[stream.key] = (identifier, table, replaced, check_table(table, stream, replaced))
         for stream in streams:
-            identifier, table, needs_evolution = found[stream.key]
+            identifier, table, replaced, needs_evolution = found[stream.key]
             if table is None:
                 table = create_table(self.catalog, self.cfg, identifier, stream)
                 self.log(f"{stream.label}: created Iceberg table {'.'.join(identifier)}")
             elif needs_evolution:
-                table = evolve_table(table, stream)
+                table = evolve_table(table, stream, replaced)
                 self.log(f"{stream.label}: table {'.'.join(identifier)} gained or widened columns")
             self._adopt_table(stream, identifier, table)
+            self._replace_columns(self.buffers[stream.key], replaced)
+
+    def _replace_columns(self, buf: StreamBuffer, replaced: list[str]) -> None:
+        """Columns whose type Iceberg cannot promote take the stream's type: at once in an empty table,
+        else in the commit that swaps the stream's new load in (see retype.py)."""
+        if not replaced:
+            return
+        pending = replacement(buf.table, buf.stream, replaced)
+        if has_rows(buf.table):
+            buf.replacement = pending
+            self.log(f"{buf.stream.label}: column(s) {', '.join(replaced)} change type when the stream's new "
+                     f"load replaces the table's contents")
+        else:
+            buf.table = replace_now(buf.table, pending)
+            self.log(f"{buf.stream.label}: column(s) {', '.join(replaced)} changed type (the table is empty)")
+        self._register_sink(buf)
 
     def _adopt_table(self, stream: CatalogStream, identifier: tuple[str, str], table: Any) -> None:
         committed, watermark, staged = olake_properties(table)
@@ -103,8 +121,8 @@ class IcebergDestination:
 
     def _register_sink(self, buf: StreamBuffer) -> None:
         if self.sink is not None:
-            table = buf.table
-            self.sink.tables[buf.stream.key] = SinkTable(table.location(), table.schema().model_dump_json(),
+            table, schema = buf.table, buf.write_metadata.schema()
+            self.sink.tables[buf.stream.key] = SinkTable(table.location(), schema.model_dump_json(),
                                                          table.spec().model_dump_json())
 
     def committed_state(self, stream: CatalogStream) -> dict | None:
@@ -134,18 +152,20 @@ class IcebergDestination:
         """Write the decoded full-load rows as data files (referenced at the next commit)."""
         table = buf.take_load(self.log)
         if table is not None:
-            metadata = buf.table.metadata
-            buf.written += write_rows(metadata, buf.table.io, table.drop_columns([TOAST]), self.cfg.compression)
+            buf.written += write_rows(buf.write_metadata, buf.table.io, table.drop_columns([TOAST]),
+                                      self.cfg.compression)
 
     def widen(self, stream: CatalogStream) -> None:
         """Later records of ``stream`` use its new, wider schema: the table gains or widens columns."""
         buf = self.buffers[stream.key]
         buf.decode_load(self.log)
         buf.decode_changes(self.log)
-        if check_table(buf.table, stream, stream.label):
-            buf.table = evolve_table(buf.table, stream)
+        replaced = replaced_columns(buf.table, stream)
+        if check_table(buf.table, stream, replaced):
+            buf.table = evolve_table(buf.table, stream, replaced)
             self._register_sink(buf)
         buf.stream = stream
+        self._replace_columns(buf, replaced)
 
     def observe_state(self, state: State) -> None:
         """Learn which load the records that follow belong to (and the rank of its rows)."""
@@ -158,22 +178,29 @@ class IcebergDestination:
             if buf is not None and extra.get("load_op_key"):
                 buf.load_op_key = extra["load_op_key"]
 
-    def commit(self, state: State) -> None:
-        """Commit every buffered record of the streams ``state`` names, with it, one table at a time."""
+    def commit(self, state: State) -> State:
+        """Commit every buffered record of the streams ``state`` names, with it, one table at a time;
+        returns ``state``, or a copy in which a stream whose table lost its load is a re-sync marker."""
+        streams = []
         for ss in state.streams:
             buf = self.buffers.get(ss.key)
-            if buf is None:
-                continue
-            try:
-                commit_stream(buf, ss, self.options)
-            except OlakeError:
-                raise
-            except OSError as exc:
-                raise DestinationError(f"iceberg: {buf.stream.label}: {exc.strerror or exc}") from None
-            except Exception as exc:  # pyiceberg and catalog errors come in many types
-                raise DestinationError(f"iceberg: {buf.stream.label}: commit failed: {type(exc).__name__}: "
-                                       f"{redact(str(exc), self.cfg)}") from None
+            streams.append(ss if buf is None else self._commit_stream(buf, ss))
+        if any(new is not old for new, old in zip(streams, state.streams)):
+            state = State(state.level, state.version, streams)
         self.observe_state(state)
+        return state
+
+    def _commit_stream(self, buf: StreamBuffer, ss: StreamState) -> StreamState:
+        """One table's commit (``commit.commit_stream``), its errors as one DestinationError line."""
+        try:
+            return commit_stream(buf, ss, self.options)
+        except OlakeError:
+            raise
+        except OSError as exc:
+            raise DestinationError(f"iceberg: {buf.stream.label}: {exc.strerror or exc}") from None
+        except Exception as exc:  # pyiceberg and catalog errors come in many types
+            raise DestinationError(f"iceberg: {buf.stream.label}: commit failed: {type(exc).__name__}: "
+                                   f"{redact(str(exc), self.cfg)}") from None
 
     def has_uncommitted(self) -> bool:
         """Whether records arrived that no STATE has covered yet (they are never committed)."""

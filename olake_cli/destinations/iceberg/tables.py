@@ -19,8 +19,10 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pyarrow as pa
 from pyiceberg.catalog import MetastoreCatalog
 from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from olake_cli.core.catalog import CatalogStream
@@ -49,11 +51,13 @@ def load_table(catalog: Any, identifier: tuple[str, str]) -> Table | None:
         return None
 
 
-def check_table(table: Table | None, stream: CatalogStream, label: str) -> bool:
-    """Whether an existing table must gain or widen columns (a DestinationError if it cannot)."""
+def check_table(table: Table | None, stream: CatalogStream, replaced: list[str] = ()) -> bool:
+    """Whether an existing table must gain or widen columns (a DestinationError if it cannot), the
+    ``replaced`` columns aside (their type changes with a new load, see retype.py)."""
     if table is None:
         return False
-    return check_evolution(table.schema(), stream_iceberg_schema(stream), label)
+    wanted = [f for f in stream_iceberg_schema(stream).fields if f.name not in replaced]
+    return check_evolution(table.schema(), Schema(*wanted), stream.label)
 
 
 def create_table(catalog: Any, cfg: IcebergConfig, identifier: tuple[str, str], stream: CatalogStream) -> Table:
@@ -96,10 +100,11 @@ def new_table_location(catalog: Any, cfg: IcebergConfig, identifier: tuple[str, 
     return f"{base.rstrip('/')}/{encode_name(table)}"
 
 
-def evolve_table(table: Table, stream: CatalogStream) -> Table:
-    """Add the stream's new columns and promote widened ones (checked by ``check_table`` first)."""
+def evolve_table(table: Table, stream: CatalogStream, replaced: list[str] = ()) -> Table:
+    """Add the stream's new columns and promote widened ones, the ``replaced`` columns aside (checked
+    by ``check_table`` first)."""
     with table.update_schema() as update:
-        update.union_by_name(stream_arrow_schema(stream))
+        update.union_by_name(pa.schema([f for f in stream_arrow_schema(stream) if f.name not in replaced]))
     return table
 
 

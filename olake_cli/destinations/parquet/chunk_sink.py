@@ -40,7 +40,7 @@ class ParquetChunkSink:
             for batch, wire_columns in batches:
                 table, batch_warnings = codec_decode.to_destination(batch, json_schema, label, key_columns, wire_columns)
                 warnings += [w for w in batch_warnings if w not in warnings]
-                table = append_metadata(table, row_metadata.of_load(table.num_rows, load_op_key))
+                table = append_metadata(table, row_metadata.of_load(table.num_rows, load_op_key), json_schema)
                 table = conform(table, schema, label)
                 while table.num_rows:
                     if staged is None:

@@ -9,7 +9,7 @@ names.
 Loads: a stream's first load is live from its first commit (its chunks appear as they commit). A later
 load (full_refresh run, re-sync, new load after a catalog change) is written beside the live one and
 replaces it only when its last chunk commits, by one symlink swap; the old directory is deleted at the
-stream's next commit.
+stream's next commit. A re-sync marker (``core.resync``) names no load and changes no directory.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import hashlib
 import orjson
 
 from olake_cli.core.load_progress import load_complete
+from olake_cli.core.resync import is_resync_marker
 from olake_cli.core.state import StreamState
 from olake_cli.destinations.parquet.manifest import Manifest
 
@@ -49,6 +50,8 @@ def next_manifest(current: Manifest, ss: StreamState, load_id: str,
         entry = new.loads.setdefault(dir_id, {"load_id": dir_load, "files": []})
         groups = {_group(name) for name in names}  # a re-committed chunk replaces all its parts
         entry["files"] = [f for f in entry["files"] if _group(f) not in groups] + names
+    if is_resync_marker(new.state):  # names no load: the live one stays until the next run's replaces it
+        return new
     load_dir = new.dir_of(load_id)
     if load_dir is None:
         load_dir = load_id

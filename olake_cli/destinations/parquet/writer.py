@@ -22,6 +22,7 @@ from olake_cli.core import codec, codec_decode, row_metadata
 from olake_cli.core.catalog import Catalog, CatalogStream
 from olake_cli.core.errors import ConfigError, DestinationError
 from olake_cli.core.locks import LOCK_FILE
+from olake_cli.core.resync import lost_load, marker_replacing
 from olake_cli.core.state import State, StreamState
 from olake_cli.core.load_progress import newly_done_chunks
 from olake_cli.destinations.parquet.commit_plan import commit_key, next_manifest
@@ -138,7 +139,8 @@ class ParquetDestination:
         self._decode(buf)  # records added one by one before these keep their place
         self._warn(buf, warnings)
         metadata = row_metadata.of_block(table, self.snapshot_keys.get(buf.stream.key))
-        table = append_metadata(table.drop_columns(list(row_metadata.WIRE_NAMES)), metadata)
+        table = append_metadata(table.drop_columns(list(row_metadata.WIRE_NAMES)), metadata,
+                                buf.stream.json_schema)
         buf.tables.append(conform(table, buf.schema, buf.stream.label))
         buf.table_rows += table.num_rows
         if buf.table_rows >= self.rows_per_file:
@@ -161,19 +163,31 @@ class ParquetDestination:
             if (ss.extra or {}).get("load_op_key"):
                 self.snapshot_keys[ss.key] = ss.extra["load_op_key"]
 
-    def commit(self, state: State) -> None:
-        """Make the rows before ``state`` of each stream it names live, together with that state."""
+    def commit(self, state: State) -> State:
+        """Make the rows before ``state`` of each stream it names live, together with that state; returns
+        ``state``, or a copy in which a stream whose files lost its load is a re-sync marker."""
+        streams = []
         for ss in state.streams:
             buf = self.buffers.get(ss.key)
-            if buf is not None:
-                self._commit_stream(buf, ss)
+            streams.append(ss if buf is None else self._commit_stream(buf, ss))
+        if any(new is not old for new, old in zip(streams, state.streams)):
+            state = State(state.level, state.version, streams)
         self.observe_state(state)
+        return state
 
     def has_uncommitted(self) -> bool:
         """Whether rows arrived that no STATE has covered yet (they are never made live)."""
         return any(b.rows or b.table_rows or b.spills for b in self.buffers.values())
 
-    def _commit_stream(self, buf: StreamBuffer, ss: StreamState) -> None:
+    def _commit_stream(self, buf: StreamBuffer, ss: StreamState) -> StreamState:
+        """Commit ``buf``'s rows with ``ss``; returns the stream state committed (a re-sync marker, its
+        rows dropped, when the manifest holds none of the load ``ss`` continues)."""
+        lost = lost_load(ss, buf.manifest.state)
+        if lost is not None:
+            self._discard(buf)
+            ss = marker_replacing(ss)
+            if ss.to_dict() != buf.manifest.state:
+                self.log(f"{buf.stream.label}: {lost}; the stream is loaded anew on the next run")
         self._spill(buf)
         load_id = (ss.extra or {}).get("load_id") or buf.load_id
         done = newly_done_chunks(buf.manifest.state, ss, load_id)
@@ -186,6 +200,7 @@ class ParquetDestination:
         save_manifest(buf.paths, manifest)
         roll_forward(buf.paths, manifest, delete=buf.manifest.retired)
         buf.manifest, buf.spills, buf.truncated_into = manifest, [], None
+        return ss
 
     def _name_spills(self, buf: StreamBuffer, key: str, chunk: int | None,
                      load_id: str) -> dict[tuple[str, str], list[str]]:
@@ -220,10 +235,19 @@ class ParquetDestination:
                                             stream=buf.stream.label,
                                             key_columns=tuple(buf.stream.primary_key_columns))
         self._warn(buf, warnings)
-        table = append_metadata(table, row_metadata.of_rows(buf.rows, self.snapshot_keys.get(buf.stream.key)))
+        table = append_metadata(table, row_metadata.of_rows(buf.rows, self.snapshot_keys.get(buf.stream.key)),
+                                buf.stream.json_schema)
         buf.tables.append(conform(table, buf.schema, buf.stream.label))
         buf.table_rows += table.num_rows
         buf.rows = []
+
+    @staticmethod
+    def _discard(buf: StreamBuffer) -> None:
+        """Drop every row buffered since the last commit (and the spill files holding some)."""
+        buf.rows, buf.tables, buf.table_rows = [], [], 0
+        for _, _, path in buf.spills:
+            os.remove(path)
+        buf.spills, buf.truncated_into = [], None
 
     def _warn(self, buf: StreamBuffer, warnings: list[str]) -> None:
         for warning in warnings:
@@ -248,10 +272,7 @@ class ParquetDestination:
 
     def _truncate(self, buf: StreamBuffer) -> None:
         """The source table was truncated: at the next commit the stream's earlier files stop being live."""
-        buf.rows, buf.tables, buf.table_rows = [], [], 0
-        for _, _, path in buf.spills:
-            os.remove(path)
-        buf.spills = []
+        self._discard(buf)
         buf.truncated_into = f"{buf.load_id}.t{buf.manifest.commit + 1}"
         self.log(f"{buf.stream.label}: truncated at the source; the stream is emptied at the next commit")
 
@@ -264,7 +285,14 @@ def destination_schema(stream: CatalogStream) -> pa.Schema:
 
 def file_schema(json_schema: dict, key_columns: tuple | list, with_changes: bool) -> pa.Schema:
     """The Arrow schema of the files of a stream with this schema and key (``destination_schema``)."""
-    return pa.schema(list(codec.stored_schema(json_schema, key_columns, with_changes)) + METADATA_FIELDS)
+    columns = codec.stored_schema(json_schema, key_columns, with_changes)
+    return pa.schema(list(columns) + metadata_fields(json_schema))
+
+
+def metadata_fields(json_schema: dict) -> list[pa.Field]:
+    """The _olake_* columns of a stream's files (``_olake_toast_unchanged`` only where updates can
+    leave values out, see ``row_metadata.carries_unchanged``)."""
+    return METADATA_FIELDS if row_metadata.carries_unchanged(json_schema) else METADATA_FIELDS[:-1]
 
 
 def conform(table: pa.Table, schema: pa.Schema, label: str) -> pa.Table:
@@ -292,9 +320,10 @@ def check_root(root: str) -> None:
         raise ConfigError(f"parquet: cannot write into '{root}': Not a directory ('{existing}' is a file)")
 
 
-def append_metadata(table: pa.Table, metadata: row_metadata.RowMetadata) -> pa.Table:
-    """``table`` with the _olake_* columns appended (full-load rows rank at their snapshot's position)."""
-    for meta, column in zip(METADATA_FIELDS, metadata.columns(int(time.time() * 1_000_000))):
+def append_metadata(table: pa.Table, metadata: row_metadata.RowMetadata, json_schema: dict) -> pa.Table:
+    """``table`` with the stream's _olake_* columns appended (full-load rows rank at their snapshot's
+    position)."""
+    for meta, column in zip(metadata_fields(json_schema), metadata.columns(int(time.time() * 1_000_000))):
         table = table.append_column(meta, column)
     return table
 

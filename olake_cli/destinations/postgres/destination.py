@@ -187,7 +187,7 @@ class PostgresDestination:
             if buf is not None and extra.get("load_op_key"):
                 buf.load_op_key = extra["load_op_key"]
 
-    def commit(self, state: State) -> None:
+    def commit(self, state: State) -> State:
         """Commit every buffered record of the streams ``state`` names, with it, one transaction each."""
         context = self.context
         for ss in state.streams:
@@ -203,6 +203,7 @@ class PostgresDestination:
             if applied is not None:
                 self._count(applied)
         self.observe_state(state)
+        return state
 
     def _count(self, applied: Applied) -> None:
         for line in applied.conflict_lines:

@@ -2,9 +2,12 @@
 
 Each field's x-olake-type (inferred by ``bson_schema.infer_json_schema``) fixes what it holds:
 
-    bool, int32, float64, string   the BSON bool, int (Int32), double, string, exactly
+    bool, int32, string            the BSON bool, int (Int32), string, exactly
     int64                          BSON long (Int64); an Int32 value widens exactly
-    objectid, decimal128           str(ObjectId) (24 lowercase hex digits), str(Decimal128)
+    float64                        BSON double; an int or long that is exactly a double widens
+    objectid                       str(ObjectId) (24 lowercase hex digits)
+    decimal128                     str(Decimal128); an int or long as its digits, a double as the
+                                   shortest text that reads back as it ("0.1", "1E+300", "NaN")
     datetime_ms                    BSON date: milliseconds since 1970 (DatetimeMS or datetime)
     bytes, uuid                    Binary subtype 0; subtype 4 of 16 bytes (or uuid.UUID)
     bson                           any value, as canonical Extended JSON text
@@ -44,7 +47,7 @@ from olake_cli.core.codec import (
 )
 from olake_cli.core.errors import CatalogError, SourceError
 from olake_cli.sources.mongodb.bson_schema import (
-    BSON_CODEC_OPTIONS, as_bson_document, bson_type_name, infer_json_schema,
+    BSON_CODEC_OPTIONS, as_bson_document, bson_type_name, infer_json_schema, is_exact_double,
 )
 
 EJSON_OPTIONS: JSONOptions = CANONICAL_JSON_OPTIONS.with_options(
@@ -93,6 +96,31 @@ def _decimal_text(value: Decimal128) -> str:
     return str(Decimal(f"{sign}{coefficient}E{((high >> 49) & 0x3FFF) - 6176}"))
 
 
+def _fits_float64(value: Any) -> bool:
+    kind = type(value)
+    return kind is float or (kind in (int, Int64) and is_exact_double(value))
+
+
+def _float64_array(values: list) -> pa.Array:
+    """Doubles, and integers that are exactly doubles (Arrow refuses those beyond 2^53 unconverted)."""
+    try:
+        return pa.array(values, pa.float64())
+    except pa.ArrowInvalid:
+        return pa.array([v if v is None or type(v) is float else float(v) for v in values], pa.float64())
+
+
+def _number_text(value: Any) -> str:
+    """A BSON number as Decimal128 text (see the module's table)."""
+    kind = type(value)
+    if kind is Decimal128:
+        return _decimal_text(value)
+    if kind is float:
+        if value != value or value in (float("inf"), float("-inf")):
+            return _float_wire(value)
+        return str(Decimal128(repr(value)))
+    return str(int(value))
+
+
 def _uuid_bytes(value: uuid.UUID | Binary) -> bytes:
     return value.bytes if type(value) is uuid.UUID else bytes(value)
 
@@ -120,13 +148,15 @@ _SCALARS: dict[str, _Scalar] = {
     "int64": _Scalar(frozenset({int, Int64}),
                      lambda v: type(v) in (int, Int64) and INT64_MIN <= v <= INT64_MAX,
                      None, int, _typed(pa.int64())),
-    "float64": _Scalar(frozenset({float}), lambda v: type(v) is float, None, _float_wire,
-                       _typed(pa.float64())),
+    "float64": _Scalar(frozenset({float}), _fits_float64, None, lambda v: _float_wire(float(v)),
+                       _float64_array),
     "string": _Scalar(frozenset({str}), lambda v: type(v) is str, None, _same, _typed(pa.string())),
     "objectid": _Scalar(frozenset({ObjectId}), lambda v: type(v) is ObjectId, str, str,
                         _typed(pa.string())),
-    "decimal128": _Scalar(frozenset({Decimal128}), lambda v: type(v) is Decimal128, _decimal_text,
-                          _decimal_text, _typed(pa.string())),
+    "decimal128": _Scalar(frozenset({Decimal128}),
+                          lambda v: type(v) in (Decimal128, float, Int64) or (type(v) is int and
+                                                                            INT64_MIN <= v <= INT64_MAX),
+                          _number_text, _number_text, _typed(pa.string())),
     "datetime_ms": _Scalar(frozenset({DatetimeMS}), lambda v: type(v) in (DatetimeMS, dt.datetime),
                            _millis, _millis,
                            lambda values: pa.array(values, pa.int64()).cast(pa.timestamp("ms", "UTC"))),
@@ -175,9 +205,16 @@ def _source_error(stream_label: str, document: Mapping, bad: FieldMisfit) -> Sou
                        bad.detail)
 
 
-def _is_nullable(prop: dict) -> bool:
+def is_nullable(prop: dict) -> bool:
+    """Whether a property's JSON type allows null."""
     json_type = prop.get("type", [])
     return json_type == "null" or (isinstance(json_type, list) and "null" in json_type)
+
+
+def scalar_fits(olake_type: str, value: Any) -> bool | None:
+    """Whether ``value`` fits a scalar x-olake-type (None: not a MongoDB scalar type)."""
+    spec = _SCALARS.get(olake_type)
+    return None if spec is None else spec.fits(value)
 
 
 def _scalar(olake_type: str, path: str) -> _Scalar:
@@ -337,7 +374,7 @@ def document_to_wire(document: Mapping, json_schema: dict, stream_label: str) ->
     try:
         if not known.issuperset(doc):
             raise _unknown(0, "", doc, known)
-        return {name: _wire_value(doc.get(name), prop, name, _is_nullable(prop))
+        return {name: _wire_value(doc.get(name), prop, name, is_nullable(prop))
                 for name, prop in properties.items()}
     except FieldMisfit as bad:
         raise _source_error(stream_label, doc, bad) from None
@@ -376,11 +413,11 @@ def _document_wire(value: Any, prop: dict, path: str) -> dict:
     wire = {}
     for name, sub in properties.items():
         sub_value = value.get(name)
-        if sub_value is None and not _is_nullable(sub):
+        if sub_value is None and not is_nullable(sub):
             raise _no_value(0, f"{path}.{name}")
         wire[name] = _wire_value(sub_value, sub, f"{path}.{name}", True)
     return wire
 
 
 __all__ = ["BSON_CODEC_OPTIONS", "EJSON_OPTIONS", "FieldMisfit", "bson_type_name", "document_to_wire",
-           "documents_to_batch", "infer_json_schema"]
+           "documents_to_batch", "infer_json_schema", "is_nullable", "scalar_fits"]

@@ -8,13 +8,23 @@ never splits a transaction and its op ids stay those of the first reading.
 A run is bounded: it reads up to the cluster time captured when it starts, then stops. The position
 captured before a full load is taken the same way, so every change made during the load is replayed
 after it; the destination keeps the version with the highest operation id, so replays converge.
-Updates carry the post-image (``fullDocument: updateLookup``); an update whose document is gone by
-the time it is read is skipped, because its delete follows in the log.
+
+Updates carry the post-image (``fullDocument: updateLookup``). When it is missing (the document was
+deleted before the lookup, or a server could not look it up), the document is looked up again by its
+key (majority read): found, the update carries that version. Gone, the update is skipped only because
+its delete follows: the run reads on, past its bound if need be, until it has read that delete, and
+sets no checkpoint in between; a delete that never comes fails the run.
+
+A change whose document does not fit the stream's types widens the stream (``drift``): in place (a new
+column, int32 to int64) it is announced with the batch and recorded in the stream's later positions;
+a column whose type is replaced ends the stream's capture, and the stream is loaded anew on the next
+run (whose full load widens it again).
 """
 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -24,6 +34,7 @@ from olake_cli.core.contracts import ChangeBatch
 from olake_cli.core.errors import ConfigError, SourceError
 from olake_cli.core.opid import OpId
 from olake_cli.core.position_lost import handle_lost_position
+from olake_cli.core.schema_drift import column_type, changed_columns, needs_reload, record_in_state, widened
 from olake_cli.core.state import State, StreamState
 
 HISTORY_LOST, INVALID_TOKEN = 286, 280
@@ -31,6 +42,7 @@ _OPS = {"insert": "c", "replace": "u", "update": "u", "delete": "d"}
 _ENDS = ("drop", "rename", "dropDatabase", "invalidate")
 CHECKPOINT_EVERY = max(1, int(os.environ.get("OLAKE_CDC_CHECKPOINT_EVERY", "20000")))
 BATCH_CHANGES = 1000
+GONE_WAIT_S = 10.0  # how long a run waits for the delete of a document an update found gone
 
 
 @dataclass(frozen=True)
@@ -52,6 +64,7 @@ class MongoChangeCapture:
     def __init__(self, settings, streams: list[CatalogStream], log: Callable[[str], None]) -> None:
         self.settings, self.streams, self.log = settings, streams, log
         self._start: MongoPosition | None = None
+        self.widened: dict[tuple, CatalogStream] = {}  # streams widened in place by this run's changes
 
     # -- positions ---------------------------------------------------------------------------
 
@@ -65,7 +78,7 @@ class MongoChangeCapture:
 
     def with_position(self, ss: StreamState, position: MongoPosition) -> StreamState:
         """A copy of ``ss`` positioned at ``position``."""
-        new = ss.copy()
+        new = ss.copy() if ss.key not in self.widened else record_in_state(ss, self.widened[ss.key])
         new.cursor_field = position.token
         new.extra = {**(new.extra or {}), "op_id": position.op.to_json()}
         return new
@@ -137,16 +150,22 @@ class MongoChangeCapture:
             upto = cluster_op(self._command(client, "hello")["operationTime"])
             self.log(f"change capture: database '{self.settings.database}' from {start.op} up to {upto}")
             with self._watch(client, {"_data": start.token}) as stream:
-                yield from _EventReader(self, streams, upto).batches(stream)
+                yield from _EventReader(self, streams, upto, self._database(client)).batches(stream)
 
-    def _watch(self, client, resume_after: dict | None):
+    def _database(self, client):
+        """The configured database, decoding as the converters expect, reading majority-committed data."""
+        from pymongo.read_concern import ReadConcern
+
         from olake_cli.sources.mongodb.bson_schema import BSON_CODEC_OPTIONS
 
+        return client.get_database(self.settings.database, codec_options=BSON_CODEC_OPTIONS,
+                                   read_concern=ReadConcern("majority"))
+
+    def _watch(self, client, resume_after: dict | None):
         names = [s.name for s in self.streams]
         match = {"$match": {"ns.coll": {"$in": names}}}
-        database = client.get_database(self.settings.database, codec_options=BSON_CODEC_OPTIONS)
-        return database.watch([match], full_document="updateLookup", resume_after=resume_after,
-                              max_await_time_ms=200)
+        return self._database(client).watch([match], full_document="updateLookup", resume_after=resume_after,
+                                             max_await_time_ms=200)
 
     def _command(self, client, name: str) -> dict:
         import pymongo.errors
@@ -160,23 +179,26 @@ class MongoChangeCapture:
 class _EventReader:
     """Turns change events into ChangeBatches, checkpointing between cluster times."""
 
-    def __init__(self, capture: MongoChangeCapture, streams: list[CatalogStream], upto: OpId) -> None:
-        self.capture, self.upto = capture, upto
+    def __init__(self, capture: MongoChangeCapture, streams: list[CatalogStream], upto: OpId, database) -> None:
+        self.capture, self.upto, self.database = capture, upto, database
         self.streams = {s.name: s for s in streams}
         self.namespace = {s.name: s.key for s in streams}
+        self.gone: dict[tuple[str, bytes], str] = {}  # updates skipped until their delete is read
 
     def batches(self, stream) -> Iterator[ChangeBatch]:
-        """Events up to ``upto``: a checkpoint after every complete cluster time once enough changed."""
+        """Events up to ``upto`` (further while a skipped update waits for its delete): a checkpoint
+        after every complete cluster time once enough changed, none while an update waits."""
         import pymongo.errors
 
         batch, changes, since, group, seq, last = ChangeBatch(), [], 0, None, 0, None
         try:
-            while (event := stream.try_next()) is not None:
+            for event in self._events(stream):
                 op = cluster_op(event["clusterTime"])
-                if op.commit > self.upto.commit:
+                if op.commit > self.upto.commit and not self.gone:
                     break
                 if op.commit != group:
-                    if last is not None and (since >= CHECKPOINT_EVERY or len(changes) >= BATCH_CHANGES):
+                    if last is not None and not self.gone and (since >= CHECKPOINT_EVERY
+                                                               or len(changes) >= BATCH_CHANGES):
                         batch.position, batch.runs, since = last, runs_of_changes(changes), 0
                         yield batch
                         batch, changes = ChangeBatch(), []
@@ -196,9 +218,26 @@ class _EventReader:
         batch.position, batch.runs = last, runs_of_changes(changes)
         yield batch
 
-    def _change(self, event: dict, op_id: OpId, batch: ChangeBatch) -> Change | None:
-        from olake_cli.sources.mongodb.bson_types import document_to_wire
+    def _events(self, stream) -> Iterator[dict]:
+        """The stream's events until it has none now; while a skipped update waits for its delete,
+        up to ``GONE_WAIT_S`` more (then a SourceError: the document vanished without a delete)."""
+        deadline = None
+        while True:
+            event = stream.try_next()
+            if event is not None:
+                deadline = None
+                yield event
+            elif not self.gone:
+                return
+            elif deadline is None:
+                deadline = time.monotonic() + GONE_WAIT_S
+            elif time.monotonic() > deadline:
+                label = next(iter(self.gone.values()))
+                raise SourceError(f"mongodb: {label}: a document was updated, then vanished without a delete "
+                                  f"in the change stream (waited {GONE_WAIT_S:.0f}s); nothing after the last "
+                                  f"checkpoint is acknowledged; run again")
 
+    def _change(self, event: dict, op_id: OpId, batch: ChangeBatch) -> Change | None:
         kind = event["operationType"]
         name = (event.get("ns") or {}).get("coll")
         stream = self.streams.get(name)
@@ -209,21 +248,67 @@ class _EventReader:
                 batch.resync[stream.key] = (f"the collection saw '{kind}'; its stream ends here and is "
                                             f"loaded anew on the next run (run discover again if it is gone)")
             del self.streams[name]
+            self.gone = {k: v for k, v in self.gone.items() if k[0] != name}
             return None
         if kind not in _OPS:
             return None
         if kind == "delete":
-            data = document_to_wire({"_id": event["documentKey"]["_id"]}, _key_schema(stream), stream.label)
+            self.gone.pop((name, _key_bytes(event)), None)
+            document = {"_id": event["documentKey"]["_id"]}
         else:
             document = event.get("fullDocument")
             if document is None:
-                return None  # updated, then deleted before it could be looked up: the delete follows
-            data = document_to_wire(document, stream.json_schema, stream.label)
+                document = self._look_up(name, event["documentKey"])
+            if document is None:  # deleted since: skipped, and the run reads on until that delete
+                self.gone[(name, _key_bytes(event))] = stream.label
+                return None
+        data = self._wire(stream, document, kind == "delete", batch)
+        if data is None:
+            return None
         data["_olake_op"] = _OPS[kind]
         data["_olake_op_id"] = [op_id.commit, op_id.seq]
         wall = event.get("wallTime")
         data["_olake_commit_ts"] = _micros(wall) if wall is not None else event["clusterTime"].time * 1_000_000
         return Change(stream.key, op_id, data)
+
+    def _wire(self, stream: CatalogStream, document: dict, key_only: bool, batch: ChangeBatch) -> dict | None:
+        """The change's RECORD data; a document that does not fit widens the stream first (in place:
+        announced with ``batch``), or ends its capture for a reload (None)."""
+        from olake_cli.sources.mongodb.bson_types import document_to_wire
+        from olake_cli.sources.mongodb.drift import widened_schema
+
+        schema = _key_schema(stream) if key_only else stream.json_schema
+        try:
+            return document_to_wire(document, schema, stream.label)
+        except SourceError:
+            wider = widened_schema(stream.json_schema, [document])
+            if wider is stream.json_schema:
+                raise
+        after = widened(stream, wider)
+        changes = ", ".join(f"'{c}' {column_type(stream, c)} -> {column_type(after, c)}"
+                            for c in changed_columns(stream, after))
+        if needs_reload(stream, after):
+            batch.resync[stream.key] = (f"schema drift: {changes} (a column's type is replaced); the stream "
+                                        f"is loaded anew on the next run with the new type(s)")
+            del self.streams[stream.name]
+            return None
+        self.capture.log(f"{stream.label}: schema drift: {changes}; later changes carry the new column type(s)")
+        self.streams[stream.name] = self.capture.widened[stream.key] = after
+        batch.widened = [s for s in batch.widened if s.key != after.key] + [after]
+        return document_to_wire(document, _key_schema(after) if key_only else after.json_schema, after.label)
+
+    def _look_up(self, collection: str, key: dict) -> dict | None:
+        """The document of ``key`` (a documentKey) now, or None when it no longer exists."""
+        return self.database[collection].find_one({name: {"$eq": value} for name, value in key.items()})
+
+
+def _key_bytes(event: dict) -> bytes:
+    """A change event's documentKey as BSON: equal for the update and the delete of one document."""
+    import bson
+
+    from olake_cli.sources.mongodb.bson_schema import BSON_CODEC_OPTIONS
+
+    return bson.encode(event["documentKey"], codec_options=BSON_CODEC_OPTIONS)
 
 
 def _key_schema(stream: CatalogStream) -> dict:

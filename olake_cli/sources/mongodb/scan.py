@@ -1,13 +1,19 @@
-"""The chunk reader of a MongoDB stream: runs inside a Spark task and yields Arrow record batches."""
+"""The chunk reader of a MongoDB stream: runs inside a Spark task and yields Arrow record batches.
+
+A document holding a value its field's type cannot take (schema drift) stops the chunk with a
+``SchemaDrift`` carrying the stream's schema widened to hold the whole chunk (``drift``): the rest of
+the chunk is read for its types only, so one chunk asks for one widening.
+"""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import bson
 
-from olake_cli.core.errors import OlakeError, SourceChangedError
+from olake_cli.core.errors import OlakeError, SchemaDrift, SourceChangedError, SourceError
 from olake_cli.sources.mongodb.bson_schema import BSON_CODEC_OPTIONS
 from olake_cli.sources.mongodb.connection import MongoSettings, read_error
 
@@ -88,14 +94,27 @@ class MongoChunkReader:
                 "anew, a missing one is reported")
 
     def _batches(self) -> Iterator[Any]:
-        from olake_cli.sources.mongodb.bson_types import documents_to_batch
-
         size = max(1, self.settings.batch_documents)
         pending: list[dict] = []
-        for document in self.documents():
+        documents = self.documents()
+        for document in documents:
             pending.append(document)
             if len(pending) >= size:
-                yield documents_to_batch(pending, self.json_schema, self.label)
+                yield self._batch(pending, documents)
                 pending = []
         if pending:
-            yield documents_to_batch(pending, self.json_schema, self.label)
+            yield self._batch(pending, documents)
+
+    def _batch(self, documents: list[dict], rest: Iterator[dict]) -> Any:
+        """The documents as a record batch; a SchemaDrift (widened for them and ``rest``, the chunk's
+        documents still unread) when they do not fit the stream's types but a wider schema holds them."""
+        from olake_cli.sources.mongodb.bson_types import documents_to_batch
+        from olake_cli.sources.mongodb.drift import widened_schema
+
+        try:
+            return documents_to_batch(documents, self.json_schema, self.label)
+        except SourceError as exc:
+            widened = widened_schema(self.json_schema, itertools.chain(documents, rest))
+            if widened is self.json_schema:
+                raise
+            raise SchemaDrift(f"chunk {self.chunk_index}: {exc}", widened) from None

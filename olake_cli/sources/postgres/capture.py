@@ -44,6 +44,7 @@ class PostgresChangeCapture:
         self.tables: dict = {}
         self._start: OpId | None = None
         self._members: dict[tuple, Membership] = {}  # stream key -> the publication rows last seen
+        self._session_settings: dict[str, str] = {}  # set on the feed's connection (decoding memory)
 
     # -- positions ---------------------------------------------------------------------------
 
@@ -191,17 +192,20 @@ class PostgresChangeCapture:
     def read(self, streams: list[CatalogStream], state: State) -> Iterator[ChangeBatch]:
         """Confirm committed positions to the slot, then read its changes up to the WAL position now."""
         from olake_cli.sources.postgres.change_feed import RUN_ROWS, advance_slot, current_wal_lsn, read_changes
+        from olake_cli.sources.postgres.decoding import DecodingProgress, measure
         from olake_cli.sources.postgres.moved_rows import MovedRowValues
         from olake_cli.sources.postgres.relation_watch import RelationWatch
 
         held = [self.position_of(state.find(s.namespace, s.name)) for s in self.streams]
         confirm = min(p.commit for p in held if p is not None)
         active = {s.key: s for s in streams}
+        slot = self.settings.replication_slot
         with connect(self.settings) as conn:
-            advance_slot(conn, self.settings.replication_slot, confirm)
+            advance_slot(conn, slot, confirm)
             upto = current_wal_lsn(conn)
             lost = self._publication_gaps(conn, streams, state)  # seen after upto: covers what is read
             routing = self._routing(conn, active)
+            decoding = measure(conn, slot, upto, self.settings.logical_decoding_work_mem_mb)
         for stream, reason in lost:
             if self.settings.on_position_lost == "fail":
                 self._lost(state, stream, reason)
@@ -211,24 +215,28 @@ class PostgresChangeCapture:
                                       for s, reason in lost})
         if not active:
             return
-        self.log(f"change capture: reading slot '{self.settings.replication_slot}' up to {format_lsn(upto)}")
+        self.log(decoding.describe())
+        self._session_settings = decoding.session_settings()
         watch, moved = RelationWatch(lambda: connect(self.settings), self.log), MovedRowValues(self._feed_connection)
+        progress = DecodingProgress(decoding, lambda: connect(self.settings), self.log)
         try:
-            with read_changes(self._feed_connection, self.settings.replication_slot, self.settings.publication,
-                              upto, routing=routing, run_rows=min(RUN_ROWS, CHECKPOINT_EVERY)) as feed:
+            with read_changes(self._feed_connection, slot, self.settings.publication, upto, routing=routing,
+                              run_rows=min(RUN_ROWS, CHECKPOINT_EVERY), waiting=progress) as feed:
                 yield from _ChangeReader(self, active, state, watch, moved).batches(feed)
             if feed.skipped_transactions:
                 self.log(f"change capture: left out {feed.skipped_transactions} transaction(s) applied under "
                          f"skipped origins (skip_origins)")
         finally:
+            progress.close()
             watch.close()
             moved.close()
 
     def _feed_connection(self):
+        """A connection for the slot read: the scan's text formats, and the decoding memory (see decoding.py)."""
         from olake_cli.sources.postgres.types import SCAN_SESSION_SETTINGS
 
         conn = connect(self.settings)
-        for name, value in SCAN_SESSION_SETTINGS.items():
+        for name, value in {**SCAN_SESSION_SETTINGS, **self._session_settings}.items():
             conn.execute(f"SET {name} = '{value}'")
         return conn
 

@@ -1,9 +1,10 @@
 """PostgreSQL change feed: read a pgoutput logical slot over plain SQL and yield committed changes.
 
 psycopg 3 has no replication protocol, so the slot is read with
-``pg_logical_slot_peek_binary_changes`` through ONE named (server-side) cursor: the bounded LSN
-range is decoded once by the server and streamed in ``batch_size`` fetches. Never page with
-repeated peek calls: each call decodes again from the slot's confirmed position (quadratic).
+``pg_logical_slot_peek_binary_changes`` through ONE named (server-side) cursor: the server decodes
+the bounded LSN range once, from the slot's ``restart_lsn``, into the function's result set (all of it
+before the first row is returned), which is then fetched ``batch_size`` rows at a time. Never page
+with repeated peek calls: each call decodes again from the slot's restart position (quadratic).
 
 Peeking does not consume; the slot only moves when the pipeline calls :func:`advance_slot` with a
 position its destination has committed. Positions, as PostgreSQL defines them:
@@ -24,7 +25,7 @@ import struct
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Union
+from typing import Any, Callable, Iterator, Protocol, Union
 
 import psycopg
 from psycopg import sql
@@ -104,24 +105,25 @@ def advance_slot(conn: psycopg.Connection, slot: str, lsn: int) -> None:
 
 
 def read_changes(source: ConnectionSource, slot: str, publication: str, upto_lsn: int,
-                 batch_size: int = 10000, flush_wait_s: float = 10.0,
-                 routing: FeedRouting | None = None, run_rows: int = RUN_ROWS) -> ChangeStream:
+                 batch_size: int = 10000, routing: FeedRouting | None = None, run_rows: int = RUN_ROWS,
+                 waiting: Waiting | None = None) -> ChangeStream:
     """Stream committed changes of ``slot`` (pgoutput, ``publication``) up to ``upto_lsn``, in commit order.
 
     ``source`` is an open connection (left open) or a factory (its connection is closed at the end).
     The returned :class:`ChangeStream` gives :class:`FeedRun`s (``runs()``) or, iterated, one
     :class:`ChangeEvent` per change; it also reports the last commit seen and, once exhausted, the
-    position the whole range was read to.
+    position the whole range was read to. ``waiting`` is told how long a fetch has been awaited, every
+    ``waiting.every_s`` seconds, while the server decodes.
     """
-    return ChangeStream(source, slot, publication, upto_lsn, batch_size, flush_wait_s, routing or FeedRouting(),
-                        max(1, run_rows))
+    return ChangeStream(source, slot, publication, upto_lsn, batch_size, routing or FeedRouting(),
+                        max(1, run_rows), waiting)
 
 
 class ChangeStream:
     """Runs of changes (or ChangeEvents) from one bounded peek; its attributes tell how far it got."""
 
     def __init__(self, source: ConnectionSource, slot: str, publication: str, upto_lsn: int,
-                 batch_size: int, flush_wait_s: float, routing: FeedRouting, run_rows: int) -> None:
+                 batch_size: int, routing: FeedRouting, run_rows: int, waiting: Waiting | None) -> None:
         self.slot, self.publication, self.upto_lsn = slot, publication, upto_lsn
         self.read_upto_lsn: int | None = None  # upto_lsn clamped to the flushed WAL
         self.last_commit_lsn: int | None = None
@@ -130,7 +132,7 @@ class ChangeStream:
         self.transactions = 0
         self.skipped_transactions = 0  # applied under an origin the routing skips
         self.finished = False
-        self._source, self._batch_size, self._flush_wait_s = source, batch_size, flush_wait_s
+        self._source, self._batch_size, self._waiting = source, batch_size, waiting
         self._routing, self._run_rows = routing, run_rows
         self._runs = self._generate()
 
@@ -164,15 +166,15 @@ class ChangeStream:
         owned = not isinstance(self._source, psycopg.Connection)
         conn = self._source() if owned else self._source
         try:
+            self.read_upto_lsn = _flush_wal(conn, self.upto_lsn)
             encoding = _check_ready(conn, self.slot, self.publication)
-            self.read_upto_lsn = _wait_for_flush(conn, self.upto_lsn, self._flush_wait_s)
             with conn.transaction():
                 cur = conn.cursor(name=f"olake_cdc_{id(self):x}", binary=True)
                 cur.itersize = self._batch_size
                 try:
                     cur.execute(_PEEK_SQL, (self.slot, format_lsn(self.read_upto_lsn),
                                             quote_publication(self.publication)))
-                    with _Prefetch(lambda: cur.fetchmany(self._batch_size)) as fetches:
+                    with _Prefetch(lambda: cur.fetchmany(self._batch_size), self._waiting) as fetches:
                         yield from self._decode_rows(fetches, encoding)
                 finally:
                     cur.close()
@@ -252,12 +254,21 @@ class ChangeStream:
         self.transactions += 1
 
 
-class _Prefetch:
-    """Fetches made by a thread one step ahead of their use, so that the server decodes the next
-    stretch of the slot while this process converts the last one (iterate inside ``with``)."""
+class Waiting(Protocol):
+    """Told, every ``every_s`` seconds that a fetch keeps the feed waiting, how long it has waited."""
 
-    def __init__(self, fetch: Callable[[], list]) -> None:
+    every_s: float
+
+    def __call__(self, waited_s: float) -> None: ...
+
+
+class _Prefetch:
+    """Fetches made by a thread one step ahead of their use, so that the next batch crosses the network
+    while this process converts the last one (iterate inside ``with``); ``waiting`` hears of long waits."""
+
+    def __init__(self, fetch: Callable[[], list], waiting: Waiting | None) -> None:
         self._fetch, self._queue, self._stop = fetch, queue.Queue(maxsize=1), threading.Event()
+        self._waiting = waiting
         self._thread = threading.Thread(target=self._work, name="olake-slot-fetch", daemon=True)
 
     def __enter__(self) -> Iterator[list]:
@@ -273,10 +284,21 @@ class _Prefetch:
                 pass
 
     def _fetches(self) -> Iterator[list]:
-        while (item := self._queue.get()) is not None:
+        while (item := self._next()) is not None:
             if isinstance(item, BaseException):
                 raise item
             yield item
+
+    def _next(self) -> list | BaseException | None:
+        """The next fetch, telling ``waiting`` every ``every_s`` seconds while it is awaited."""
+        if self._waiting is None:
+            return self._queue.get()
+        since = time.monotonic()
+        while True:
+            try:
+                return self._queue.get(timeout=self._waiting.every_s)
+            except queue.Empty:
+                self._waiting(time.monotonic() - since)
 
     def _work(self) -> None:
         try:
@@ -354,18 +376,22 @@ def _require_slot(conn: psycopg.Connection, slot: str) -> dict[str, Any]:
     return info
 
 
-def _wait_for_flush(conn: psycopg.Connection, upto_lsn: int, timeout_s: float) -> int:
-    """Wait (bounded) until WAL up to ``upto_lsn`` is flushed; return ``upto_lsn`` or the flush position.
+def _flush_wal(conn: psycopg.Connection, upto_lsn: int) -> int:
+    """Have the server flush its WAL now; return ``upto_lsn``, or the flush position if that is lower.
 
-    With ``synchronous_commit = off`` a commit can be visible before its WAL is flushed, and
-    decoding stops at the flush position; clamping keeps :attr:`ChangeStream.resume_lsn` honest.
+    Decoding reads only flushed WAL. A commit can be visible before its WAL is flushed
+    (``synchronous_commit = off``), and the walwriter leaves a last partial page of other records
+    (vacuum, page pruning) unflushed until something else flushes it. When WAL before ``upto_lsn`` is
+    not flushed yet, committing a transactional logical message with ``synchronous_commit = local``
+    flushes everything before it at once (no privilege needed; pgoutput sends messages only to those
+    who ask, olake does not). The clamp keeps :attr:`ChangeStream.resume_lsn` honest should the commit
+    not flush (a caller's open transaction).
     """
-    deadline = time.monotonic() + timeout_s
-    while True:
-        flushed = current_flush_lsn(conn)
-        if flushed >= upto_lsn or time.monotonic() >= deadline:
-            return min(flushed, upto_lsn)
-        time.sleep(0.05)
+    with conn.transaction():
+        if current_flush_lsn(conn) < upto_lsn:
+            conn.execute("SET LOCAL synchronous_commit = local")
+            conn.execute("SELECT pg_logical_emit_message(true, 'olake', 'flush')")
+    return min(upto_lsn, current_flush_lsn(conn))
 
 
 def _lsn_query(conn: psycopg.Connection, expression: str) -> int:

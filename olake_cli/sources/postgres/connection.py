@@ -10,6 +10,7 @@ from olake_cli.shared.postgres_connection import ConnectionSettings, connect  # 
 
 DEFAULT_CHUNK_ROWS = 250_000
 DEFAULT_BATCH_ROWS = 10_000
+DEFAULT_DECODING_WORK_MEM_MB = 256  # the change feed session's logical_decoding_work_mem (server default 64)
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class PostgresSettings(ConnectionSettings):
     publication: str | None = None
     create_slot_and_publication: bool = False
     on_position_lost: str = "resync"
+    logical_decoding_work_mem_mb: int = DEFAULT_DECODING_WORK_MEM_MB
     skip_origins: frozenset[str] | str = frozenset()  # "*": every origin
 
     @property

@@ -1,0 +1,130 @@
+"""What a change read costs the server when only tables outside the publication changed (issue 22, item 1).
+
+The server decodes every transaction from the slot's restart_lsn and spills one larger than
+``logical_decoding_work_mem`` to disk, published or not. The run says how much WAL that is before it
+waits, tells its progress while it waits, and raises the reading session's memory
+(``logical_decoding_work_mem_mb``) so that such a transaction stays in memory. The spill counter of
+``pg_stat_replication_slots`` shows the setting's effect without timing anything.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import psycopg
+import pytest
+
+from olake_cli.core.catalog import parse_catalog
+from olake_cli.core.state import State, StreamState
+from olake_cli.sources.postgres.capture import PostgresChangeCapture
+from olake_cli.sources.postgres.connection import PostgresSettings
+from tests.support.cli import messages, olake_cmd, olake_env, write_json
+
+UNRELATED_ROWS = 60_000  # about 10 MB in the server's reorder buffer: spilled at 1MB, not at 64MB
+DECODES = re.compile(r"^change capture: reading slot '(\w+)' up to [0-9A-F]+/[0-9A-F]+; the server decodes "
+                     r"([\d.]+) MB of WAL from the slot's restart_lsn [0-9A-F]+/[0-9A-F]+ before the first change"
+                     r".*, with logical_decoding_work_mem (\w+)$")
+PROGRESS = re.compile(r"^change capture: the server is still decoding slot '(\w+)' \([\d.]+ s( so far: .*)?\)$")
+
+
+@pytest.fixture()
+def unrelated_change(pg_cluster, pg_db):
+    """A captured table, a slot positioned before one big transaction on a table outside the publication
+    and three captured inserts after it; the database's own logical_decoding_work_mem is 1MB (a small
+    server's setting). Returns (config, position, stream); the slot is dropped afterwards."""
+    slot = f"slot_{pg_db}"
+    with psycopg.connect(pg_cluster.dsn(pg_db), autocommit=True) as conn:
+        conn.execute(f"ALTER DATABASE {pg_db} SET logical_decoding_work_mem = '1MB'")
+        conn.execute("CREATE TABLE captured (id int PRIMARY KEY, v text)")
+        conn.execute("CREATE TABLE other (id int PRIMARY KEY, v text)")
+        conn.execute(f"CREATE PUBLICATION {slot}_pub FOR TABLE captured")
+        position = conn.execute("SELECT lsn FROM pg_create_logical_replication_slot(%s, 'pgoutput')",
+                                (slot,)).fetchone()[0]
+        conn.execute(f"INSERT INTO other SELECT g, md5(g::text) FROM generate_series(1, {UNRELATED_ROWS}) g")
+        conn.execute("INSERT INTO captured VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+    config = pg_cluster.source_config(pg_db, replication_slot=slot, publication=f"{slot}_pub")
+    stream = {"name": "captured", "namespace": "public", "sync_mode": "cdc", "primary_key": [["id"]],
+              "json_schema": {"type": "object", "properties": {
+                  "id": {"type": ["null", "integer"], "x-olake-type": "int32", "x-pg-type": "integer"},
+                  "v": {"type": ["null", "string"], "x-olake-type": "string", "x-pg-type": "text"}}}}
+    yield config, str(position), stream
+    with psycopg.connect(pg_cluster.dsn(pg_db), autocommit=True) as conn:
+        conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+
+
+def spilled_bytes(dsn: str, slot: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute("SELECT spill_bytes FROM pg_stat_replication_slots WHERE slot_name = %s",
+                            (slot,)).fetchone()[0]
+
+
+def read_in_process(config: dict, position: str, stream: dict) -> tuple[list[str], list[tuple]]:
+    """One change read as ``read`` does it: the lines logged and the (op, id) of each change."""
+    settings = PostgresSettings.from_config(config)
+    catalog_stream = parse_catalog({"streams": [stream]}).streams[0]
+    state = State(streams=[StreamState("cdc", "captured", "public", position, None, {"op_seq": 0})])
+    lines: list[str] = []
+    capture = PostgresChangeCapture(settings, [catalog_stream], lines.append)
+    capture.preflight(state)
+    changes = [(op, int(key)) for batch in capture.read([catalog_stream], state)
+               for run in batch.runs for op, key in zip(run.op.to_pylist(), run.data["id"].to_pylist())]
+    return lines, changes
+
+
+def test_the_feed_session_spills_at_the_small_setting_and_not_at_the_configured_one(pg_cluster, pg_db,
+                                                                                    unrelated_change):
+    """The same WAL, read twice: at the database's 1MB the big unrelated transaction is spilled to disk, at
+    the default logical_decoding_work_mem_mb (256) it is not; both reads give the three captured rows."""
+    config, position, stream = unrelated_change
+    dsn, slot = pg_cluster.dsn(pg_db), config["replication_slot"]
+    results = {}
+    for mb in (1, None):
+        before = spilled_bytes(dsn, slot)
+        lines, changes = read_in_process({**config, **({"logical_decoding_work_mem_mb": mb} if mb else {})},
+                                         position, stream)
+        results[mb] = lines, changes, spilled_bytes(dsn, slot) - before
+    assert results[1][1] == results[None][1] == [("c", 1), ("c", 2), ("c", 3)]
+    assert results[1][2] > 0, "the database's 1MB must spill the unrelated transaction"
+    assert results[None][2] == 0, "the default 256MB must keep it in memory"
+    assert DECODES.match(results[1][0][0]).group(3) == "1MB"
+    assert DECODES.match(results[None][0][0]).group(3) == "256MB"
+
+
+def test_a_higher_server_setting_is_kept(pg_cluster, pg_db, unrelated_change):
+    config, position, stream = unrelated_change
+    with psycopg.connect(pg_cluster.dsn(pg_db), autocommit=True) as conn:
+        conn.execute(f"ALTER DATABASE {pg_db} SET logical_decoding_work_mem = '300MB'")
+    lines, _ = read_in_process({**config, "logical_decoding_work_mem_mb": 64}, position, stream)
+    assert DECODES.match(lines[0]).group(3) == "300MB"
+
+
+def test_read_says_how_much_wal_the_server_decodes_and_tells_progress_while_it_waits(unrelated_change, tmp_path):
+    """``olake read`` past the big unrelated transaction: before the read, the WAL to decode; while the server
+    decodes (progress every 0.05 s here), how long, what it decoded and spilled; then the three changes."""
+    config, position, stream = unrelated_change
+    src = write_json(tmp_path / "src.json", {**config, "logical_decoding_work_mem_mb": 1})
+    catalog = write_json(tmp_path / "catalog.json", {"streams": [stream]})
+    state = write_json(tmp_path / "state.json", {"level": "global", "version": "v1", "streams": [
+        {"sync_type": "cdc", "stream_name": "captured", "stream_namespace": "public",
+         "stream_state": {"cursor_field": position, "op_seq": 0}}]})
+    result = subprocess.run(olake_cmd("read", "--config", src, "--catalog", catalog, "--state", state),
+                            capture_output=True, timeout=300,
+                            env={**olake_env(), "OLAKE_CDC_PROGRESS_EVERY": "0.05"})
+    stderr = result.stderr.decode()
+    assert result.returncode == 0, stderr
+    lines = [line.removeprefix("olake: ") for line in stderr.splitlines()]
+    decodes = [m for m in map(DECODES.match, lines) if m]
+    assert len(decodes) == 1, stderr
+    assert decodes[0].group(1) == config["replication_slot"] and float(decodes[0].group(2)) >= 5.0
+    progress = [m for m in map(PROGRESS.match, lines) if m]
+    assert progress, stderr
+    assert lines.index(decodes[0].string) < lines.index(progress[0].string)
+    records = [m["record"]["data"] for m in messages(result.stdout) if m["type"] == "RECORD"]
+    assert [(r["_olake_op"], r["id"]) for r in records] == [("c", 1), ("c", 2), ("c", 3)]
+
+
+def test_format_kb_prints_settings_as_postgres_does():
+    from olake_cli.sources.postgres import decoding
+
+    assert [decoding.format_kb(kb) for kb in (1024, 65536, 1048576, 1536)] == ["1MB", "64MB", "1GB", "1536kB"]
