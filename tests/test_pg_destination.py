@@ -431,3 +431,82 @@ def test_a_target_that_goes_down_fails_transiently_and_the_rerun_completes(pg_cl
     assert rerun.returncode == 0, rerun.stderr.decode()[-2000:]
     assert_same_rows(source, ("public", "t"), spare_target.dsn(), ("public", "t"), ["id", "v"])
     assert json.loads(state.read_text())["streams"][0]["sync_type"] == "full-load"
+
+
+def test_a_resync_marker_keeps_the_rows_and_a_dropped_table_is_loaded_anew(pg_cluster, pg_db, pg_target,
+                                                                           target_db, tmp_path):
+    """A partition's TRUNCATE marks the stream to load anew: the target keeps its rows, whole, until the
+    next run's load replaces them in one step. A target table dropped outside olake (its ``_olake`` row
+    left behind) is loaded anew by the next ``sync``, also for a stream set to ``skip_initial_load``,
+    instead of applying the later changes to an empty table."""
+    from tests.test_e2e_resync import PARTITIONED
+
+    source, target = pg_cluster.dsn(pg_db), pg_target.dsn(target_db)
+    with psycopg.connect(source, autocommit=True) as conn:
+        conn.execute(PARTITIONED)
+    src = write_json(tmp_path / "src.json", pg_cluster.source_config(
+        pg_db, replication_slot="slot_marker", publication="pub_marker", create_slot_and_publication=True,
+        max_parallel=1))
+    dst = write_json(tmp_path / "dst.json", pg_target.destination_config(target_db))
+    catalog, state = tmp_path / "cat.json", tmp_path / "state.json"
+    discover_catalog(src, catalog, {"events": "cdc"}, only={"events"})
+    columns = ["id", "region", "v", "note"]
+    sync_once(src, catalog, dst, state)
+    with psycopg.connect(source, autocommit=True) as conn:
+        conn.execute("UPDATE events SET note = 'before' WHERE id <= 10")
+        conn.execute("CREATE SCHEMA snap; CREATE TABLE snap.events AS SELECT * FROM events")  # not captured
+        conn.execute("TRUNCATE events_eu")
+        conn.execute("UPDATE events SET note = 'after' WHERE id <= 20")
+    marked = sync_once(src, catalog, dst, state)
+    assert b"partition public.events_eu was truncated" in marked.read_stderr
+    assert json.loads(state.read_text())["streams"][0]["sync_type"] == "full-load"
+    assert assert_same_rows(source, ("snap", "events"), target, ("public", "events"), columns) == 100
+    reloaded = sync_once(src, catalog, dst, state)
+    assert b"marked to load anew by an earlier run" in reloaded.read_stderr
+    assert b"the new load replaced the table's rows" in reloaded.write_stderr
+    assert assert_same_rows(source, ("public", "events"), target, ("public", "events"), columns) == 50
+
+    with psycopg.connect(target, autocommit=True) as conn:
+        conn.execute("DROP TABLE events")
+    with psycopg.connect(source, autocommit=True) as conn:
+        conn.execute("UPDATE events SET note = 'since' WHERE id <= 5")
+    entry = json.loads(catalog.read_text())
+    entry["streams"][0]["skip_initial_load"] = True  # a lost load is loaded in full all the same
+    catalog.write_text(json.dumps(entry))
+    synced = run_olake("sync", "--source", src, "--destination", dst, "--catalog", str(catalog), "--state", str(state))
+    assert synced.returncode == 0, synced.stderr.decode()[-3000:]
+    assert b"public.events: the state says 'cdc' but the destination holds no data of its load" in synced.stderr
+    assert assert_same_rows(source, ("public", "events"), target, ("public", "events"), columns) == 50
+    with psycopg.connect(source, autocommit=True) as conn:
+        conn.execute("SELECT pg_drop_replication_slot('slot_marker')")
+
+
+def test_a_load_resumed_into_a_target_that_lost_it_commits_a_marker(pg_target, target_db, tmp_path):
+    """The state says chunk 0 is done, the target holds nothing: committing chunk 1 alone would pass for
+    the whole load; ``write`` commits a re-sync marker instead and passes it on."""
+    from tests.support.cli import with_stream_ends
+    from tests.test_e2e_resync import _stream_state
+
+    columns = {"id": {"type": ["integer"], "x-olake-type": "int32"},
+               "v": {"type": ["string", "null"], "x-olake-type": "string"}}
+    lines = [{"type": "CATALOG", "catalog": {"streams": [{
+        "name": "t", "namespace": "ns", "sync_mode": "cdc", "supported_sync_modes": ["full_refresh", "cdc"],
+        "source_defined_primary_key": [["id"]], "json_schema": {"type": "object", "properties": columns}}]}},
+             _stream_state(["succeed", "pending"])]
+    lines += [{"type": "RECORD", "record": {"stream": "t", "namespace": "ns", "emitted_at": 0,
+                                            "data": {"id": i, "v": "chunk 1"}}} for i in range(10, 20)]
+    lines += [_stream_state(["succeed", "succeed"]), _stream_state(None, "cdc")]
+    dst = write_json(tmp_path / "dst.json", pg_target.destination_config(target_db))
+    state = tmp_path / "state.json"
+    result = run_olake("write", "--config", dst, "--state", str(state),
+                       stdin=with_stream_ends(b"".join(json.dumps(m).encode() + b"\n" for m in lines)))
+    assert result.returncode == 0, result.stderr.decode()
+    assert table_texts(pg_target.dsn(target_db), "ns", "t", ["id", "v"]) == [], "not chunk 1 alone"
+    assert b"ns.t: the state says 'full-load' but the destination holds no data of its load" in result.stderr
+    assert result.stderr.count(b"the stream is loaded anew on the next run") == 1, result.stderr
+    marker = {"cursor_field": None, "chunks": [], "sync_mode": "cdc", "columns": ["id", "v"]}
+    echoed = [m["state"]["streams"][0] for m in messages(result.stdout) if m["type"] == "STATE"]
+    assert len(echoed) == 3 and all(e["stream_state"] == marker for e in echoed)
+    assert json.loads(state.read_text())["streams"][0]["stream_state"] == marker
+    with psycopg.connect(pg_target.dsn(target_db), autocommit=True) as conn:  # what state recover reads
+        assert conn.execute("SELECT state -> 'stream_state' FROM _olake.streams").fetchall() == [(marker,)]

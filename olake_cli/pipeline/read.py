@@ -105,7 +105,7 @@ class ReadPipeline:
         self.rows_by_tasks = 0  # sync: rows the tasks wrote to the destination themselves
         self.progress = Progress(view or LineView(log))
         self.statuses: dict[tuple, str] = {}  # stream key -> the last STREAM_STATUS emitted
-        self.lost: set[tuple] = set()  # streams whose change position was lost this run
+        self.lost: set[tuple] = set()  # streams whose state this run dropped (a lost position or load)
         self.on_source_open = on_source_open  # sync: locks and opens the destination, once the source is open
         apply_to_catalog(catalog, state)  # columns a source widened in earlier runs
 
@@ -121,12 +121,12 @@ class ReadPipeline:
         for warning in session.warnings:
             self.log(warning)
         cdc_streams = [s for s in streams if s.sync_mode == "cdc"]
+        held = {ss.key for ss in self.state.streams}
         if cdc_streams:
             self.capture = self.source.change_capture(cdc_streams, self.log)
-            held = {ss.key for ss in self.state.streams}
             self.capture.preflight(self.state)  # may reset streams whose position is lost: before planning
-            self.lost = held - {ss.key for ss in self.state.streams}
-        self.on_source_open()
+        self.on_source_open()  # sync: may drop streams whose load the destination lost
+        self.lost = held - {ss.key for ss in self.state.streams}
         self.out.write(messages.catalog_message(Catalog(streams).to_dict()))
         try:
             self._run_streams(streams, session)
@@ -199,7 +199,7 @@ class ReadPipeline:
 
     def _skips_load(self, stream: CatalogStream) -> bool:
         """Whether a ``cdc`` stream starts at the current position: ``skip_initial_load``, no state at all,
-        and no position lost in this run (a lost position always loads the stream in full)."""
+        and none dropped in this run (a lost position, or a load the destination lost, loads it in full)."""
         return (stream.skip_initial_load and self.capture is not None and stream.key not in self.lost
                 and self.state.find(stream.namespace, stream.name) is None)
 

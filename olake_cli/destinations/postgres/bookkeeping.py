@@ -93,6 +93,17 @@ def save_state(conn, table: tuple[str, str], stream: tuple[str | None, str], sta
         (*table, *stream, jsonb(state), max_op_id)).fetchone()[0]
 
 
+def forget_table(conn, table: tuple[str, str]) -> None:
+    """Drop what ``_olake`` recorded for ``table`` (inside the caller's transaction): a table created
+    anew holds none of the rows that state covered, so the stream counts as never committed."""
+    found = current_load(conn, table)
+    if found is not None and found[1]:
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}.{}").format(sql.Identifier(SCHEMA), sql.Identifier(found[1])))
+    for name in ("streams", "loads", "chunks"):
+        conn.execute(sql.SQL("DELETE FROM {} WHERE table_schema = %s AND table_name = %s").format(
+            sql.Identifier(SCHEMA, name)), table)
+
+
 def current_load(conn, table: tuple[str, str]) -> tuple[str, str | None] | None:
     """(load id, staging table or None) of the load ``table`` is receiving, or None."""
     row = conn.execute("SELECT load_id, staged_table FROM _olake.loads WHERE table_schema = %s AND table_name = %s",

@@ -62,12 +62,17 @@ class StreamBuffer:
             self.replayed += 1
             return
         if data.get(OP) == "t":
-            self.load_rows, self.change_rows, self.load_tables, self.change_tables = [], [], [], []
+            self.discard()
             self.truncated = True
             return
         self.change_rows.append(data)
         if len(self.change_rows) >= DECODE_EVERY:
             self.decode(log)
+
+    def discard(self) -> None:
+        """Drop every row (and truncate) buffered since the last commit."""
+        self.load_rows, self.change_rows, self.load_tables, self.change_tables = [], [], [], []
+        self.truncated = False
 
     def _replayed(self, op_key: str) -> bool:
         return self.max_op_id is not None and op_key <= self.max_op_id

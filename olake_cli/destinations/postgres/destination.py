@@ -17,7 +17,7 @@ import pyarrow as pa
 from olake_cli.core.catalog import Catalog, CatalogStream
 from olake_cli.core.errors import ConfigError
 from olake_cli.core.locks import host_lock_path
-from olake_cli.core.state import State
+from olake_cli.core.state import State, StreamState
 from olake_cli.destinations.postgres import bookkeeping
 from olake_cli.destinations.postgres.apply import Applied, ChangeApplier, ConflictRule
 from olake_cli.destinations.postgres.buffer import StreamBuffer
@@ -130,6 +130,7 @@ class PostgresDestination:
     def _prepare(self, conn, stream: CatalogStream, plan: TargetTable, existing: dict | None) -> None:
         if existing is None:
             create_table(conn, plan)
+            bookkeeping.forget_table(conn, plan.ident)  # what a table dropped outside olake had committed
             self.log(f"{stream.label}: created table {plan.describe()}")
         else:
             changed = evolve(conn, plan, existing)
@@ -188,22 +189,29 @@ class PostgresDestination:
                 buf.load_op_key = extra["load_op_key"]
 
     def commit(self, state: State) -> State:
-        """Commit every buffered record of the streams ``state`` names, with it, one transaction each."""
-        context = self.context
+        """Commit every buffered record of the streams ``state`` names, with it, one transaction each;
+        returns ``state``, or a copy in which a stream whose table lost its load is a re-sync marker."""
+        streams = []
         for ss in state.streams:
             buf = self.buffers.get(ss.key)
-            if buf is None:
-                continue
-            try:
-                applied = commit_stream(buf, ss, context)
-            except Exception as exc:
-                _rollback_quietly(context.conn)
-                raise classify(exc, self.settings, f"committing {buf.stream.label} into "
-                                                   f"{buf.table.describe()}") from None
-            if applied is not None:
-                self._count(applied)
+            streams.append(ss if buf is None else self._commit_stream(buf, ss))
+        if any(new is not old for new, old in zip(streams, state.streams)):
+            state = State(state.level, state.version, streams)
         self.observe_state(state)
         return state
+
+    def _commit_stream(self, buf: StreamBuffer, ss: StreamState) -> StreamState:
+        """One table's commit (``commit.commit_stream``); its errors as one line; the state committed."""
+        context = self.context
+        try:
+            ss, applied = commit_stream(buf, ss, context)
+        except Exception as exc:
+            _rollback_quietly(context.conn)
+            raise classify(exc, self.settings, f"committing {buf.stream.label} into "
+                                               f"{buf.table.describe()}") from None
+        if applied is not None:
+            self._count(applied)
+        return ss
 
     def _count(self, applied: Applied) -> None:
         for line in applied.conflict_lines:
