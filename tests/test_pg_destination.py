@@ -9,10 +9,10 @@ each target table is compared with its source table value by value (PostgreSQL's
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import psycopg
-import pytest
 
 from tests.support.cdc import discover_catalog, sync_once
 from tests.support.cli import messages, read_into_write, run_olake, trace_errors, write_json
@@ -23,7 +23,7 @@ from tests.test_types_codec import BIG_NUMERIC, DDL as EVERYTHING_DDL, ROWS as E
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "postgres" / "demo.sql"
 TABLES = [("shop", "all_types"), ("shop", "products"), ("public", "everything"), ("public", "edge"),
           ("public", "grid"), ("public", "docs"), ("public", "shapes"), ("public", "plain")]
-CDC = {"all_types", "everything", "edge", "grid", "docs", "shapes", "plain"}
+CDC = {"all_types", "products", "everything", "edge", "grid", "docs", "shapes", "plain"}  # changes start no Spark
 # only types COPY's binary format carries (copy_binary), with their edge values
 PLAIN = """
 CREATE TABLE plain (id int PRIMARY KEY, b boolean, i2 smallint, i8 bigint, f4 real, f8 double precision,
@@ -191,19 +191,20 @@ def test_replay_recover_and_state_from(pg_cluster, pg_db, pg_target, target_db, 
     with psycopg.connect(source, autocommit=True) as conn:
         conn.execute("CREATE TABLE acct (id int PRIMARY KEY, v int, note text)")
         conn.execute("INSERT INTO acct SELECT g, 0, 'n' || g FROM generate_series(1, 2000) g")
-        conn.execute("CREATE TABLE tags (name text PRIMARY KEY)")
-        conn.execute("INSERT INTO tags VALUES ('a'), ('b')")
+        conn.execute("CREATE TABLE tags (name text PRIMARY KEY, n int)")
+        conn.execute("INSERT INTO tags VALUES ('a', 1), ('b', 2)")
     src = write_json(tmp_path / "src.json", pg_cluster.source_config(
         pg_db, replication_slot="slot_rr", publication="pub_rr", create_slot_and_publication=True, chunk_rows=500))
     dst = write_json(tmp_path / "dst.json", pg_target.destination_config(target_db, schema="copy"))
     catalog = tmp_path / "cat.json"
-    discover_catalog(src, catalog, {"acct": "cdc"})
+    discover_catalog(src, catalog, {"acct": "cdc", "tags": "incremental"}, cursor={"tags": "n"})
     target = pg_target.dsn(target_db)
     state = tmp_path / "state.json"
-    sync_once(src, catalog, dst, state)
+    sync_once(src, catalog, dst, state)  # the only full loads: later runs start no Spark
     with psycopg.connect(source, autocommit=True) as conn:
         conn.execute("UPDATE acct SET v = v + 1 WHERE id % 3 = 0")
         conn.execute("DELETE FROM acct WHERE id > 1990")
+        conn.execute("INSERT INTO tags VALUES ('c', 3)")
     lines = run_olake("read", "--config", src, "--catalog", str(catalog), "--state", str(state))
     assert lines.returncode == 0, lines.stderr.decode()[-3000:]
     written = run_olake("write", "--config", dst, "--state", str(state), stdin=lines.stdout)
@@ -213,20 +214,23 @@ def test_replay_recover_and_state_from(pg_cluster, pg_db, pg_target, target_db, 
     assert replay.returncode == 0, replay.stderr.decode()[-3000:]
     assert b"already holds (a replay)" in replay.stderr
     assert_same_rows(source, ("public", "acct"), target, ("copy", "acct"), ["id", "v", "note"])
-    assert_same_rows(source, ("public", "tags"), target, ("copy", "tags"), ["name"])
+    assert_same_rows(source, ("public", "tags"), target, ("copy", "tags"), ["name", "n"])
 
     state.unlink()
     recovered = run_olake("state", "recover", "--config", dst, "--catalog", str(catalog))
     assert recovered.returncode == 0, recovered.stderr.decode()
     [message] = messages(recovered.stdout)
     kinds = {s["stream_name"]: s["sync_type"] for s in message["state"]["streams"]}
-    assert kinds == {"acct": "cdc", "tags": "full-load"}
+    assert kinds == {"acct": "cdc", "tags": "incremental"}
     with psycopg.connect(source, autocommit=True) as conn:
         conn.execute("UPDATE acct SET v = v + 10 WHERE id < 5")
+        conn.execute("INSERT INTO tags VALUES ('d', 4)")
     direct = read_into_write(["--config", src, "--catalog", str(catalog), "--state-from", dst], ["--config", dst])
     assert direct.read_code == 0 and direct.write_code == 0, direct.write_stderr.decode()[-3000:]
-    assert b"acct: full load" not in direct.read_stderr, "a recovered cdc stream is not copied again"
+    assert b"acct: full load" not in direct.read_stderr and b"tags: full load" not in direct.read_stderr, \
+        "recovered streams are not copied again"
     assert_same_rows(source, ("public", "acct"), target, ("copy", "acct"), ["id", "v", "note"])
+    assert_same_rows(source, ("public", "tags"), target, ("copy", "tags"), ["name", "n"])
     with psycopg.connect(source, autocommit=True) as conn:
         conn.execute("SELECT pg_drop_replication_slot('slot_rr')")
 
@@ -280,6 +284,8 @@ def test_an_existing_table_is_checked_before_anything_is_written(pg_cluster, pg_
     catalog = tmp_path / "cat.json"
     discover_catalog(src, catalog, {})
     target = pg_target.dsn(target_db)
+    lines = run_olake("read", "--config", src, "--catalog", str(catalog))  # one read, written four times
+    assert lines.returncode == 0, lines.stderr.decode()[-2000:]
     cases = [("CREATE TABLE a (id bigint PRIMARY KEY, amount integer, note text)",
               b"column 'amount' is integer, which cannot hold the source's numeric(12,2)"),
              ("CREATE TABLE a (id bigint, amount numeric(12,2), note text)",
@@ -290,19 +296,19 @@ def test_an_existing_table_is_checked_before_anything_is_written(pg_cluster, pg_
         with psycopg.connect(target, autocommit=True) as conn:
             conn.execute("DROP TABLE IF EXISTS a")
             conn.execute(ddl)
-        result = read_into_write(["--config", src, "--catalog", str(catalog)], ["--config", dst])
-        assert result.write_code != 0
-        lines = [line for line in result.write_stderr.decode().splitlines() if "error" in line]
-        assert len(lines) == 1 and wanted.decode() in lines[0] and "public.a" in lines[0], lines
-        assert trace_errors(result.write_stdout)[0]["trace"]["error"]["failure_type"] == "config_error"
+        result = run_olake("write", "--config", dst, stdin=lines.stdout)
+        assert result.returncode != 0
+        errors = [line for line in result.stderr.decode().splitlines() if "error" in line]
+        assert len(errors) == 1 and wanted.decode() in errors[0] and "public.a" in errors[0], errors
+        assert trace_errors(result.stdout)[0]["trace"]["error"]["failure_type"] == "config_error"
         with psycopg.connect(target, autocommit=True) as conn:
             assert conn.execute("SELECT count(*) FROM a").fetchone()[0] == 0, "nothing is written"
     with psycopg.connect(target, autocommit=True) as conn:  # a table lacking a column, of a wider type
         conn.execute("DROP TABLE a")
         conn.execute("CREATE TABLE a (id numeric(20,0) PRIMARY KEY, amount numeric, other text DEFAULT 'd')")
-    result = read_into_write(["--config", src, "--catalog", str(catalog)], ["--config", dst])
-    assert result.write_code == 0, result.write_stderr.decode()[-2000:]
-    assert b"added or widened column(s) note of table public.a" in result.write_stderr
+    result = run_olake("write", "--config", dst, stdin=lines.stdout)
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    assert b"added or widened column(s) note of table public.a" in result.stderr
     assert table_texts(target, "public", "a", ["id", "amount", "note", "other"]) == [("1", "1.50", "x", "d")]
 
 
@@ -378,22 +384,17 @@ def test_soft_delete_and_metadata_columns(pg_cluster, pg_db, pg_target, target_d
         conn.execute("SELECT pg_drop_replication_slot('slot_soft')")
 
 
-@pytest.fixture()
-def spare_target():
-    """A throwaway target cluster of its own (a test stops and restarts it)."""
-    from tests.support.pgcluster import start_cluster
-
-    cluster = start_cluster()
-    yield cluster
-    cluster.stop()
-
-
-def test_a_target_that_goes_down_fails_transiently_and_the_rerun_completes(pg_cluster, pg_db, spare_target, tmp_path):
+def test_a_target_that_goes_down_fails_transiently_and_the_rerun_completes(pg_cluster, pg_db, spare_cluster,
+                                                                          tmp_path):
     """The target stops after the first commits: one transient_error line, nothing half-applied; the
     rerun (the same input, from the state file) completes."""
     import subprocess
 
     from tests.support.cli import olake_cmd, olake_env
+    from tests.support.pgcluster import create_database
+
+    database = f"down_{os.getpid()}"
+    create_database(spare_cluster, database)
 
     source = pg_cluster.dsn(pg_db)
     with psycopg.connect(source, autocommit=True) as conn:
@@ -401,7 +402,7 @@ def test_a_target_that_goes_down_fails_transiently_and_the_rerun_completes(pg_cl
         conn.execute("INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 4000) g")
     src = write_json(tmp_path / "src.json", pg_cluster.source_config(pg_db, chunk_rows=1000,
                                                                      chunk_strategy="primary_key"))
-    dst = write_json(tmp_path / "dst.json", spare_target.destination_config("postgres"))
+    dst = write_json(tmp_path / "dst.json", spare_cluster.destination_config(database))
     catalog = tmp_path / "cat.json"
     discover_catalog(src, catalog, {})
     lines = run_olake("read", "--config", src, "--catalog", str(catalog))
@@ -415,21 +416,21 @@ def test_a_target_that_goes_down_fails_transiently_and_the_rerun_completes(pg_cl
     writer.stdin.flush()
     while b'"succeed"' not in writer.stdout.readline():  # the first chunk's STATE, echoed once committed
         assert writer.poll() is None, writer.stderr.read().decode()[-2000:]
-    spare_target._run([f"{spare_target.bin_dir}/pg_ctl", "-D", spare_target.datadir, "-m", "fast", "stop"])
+    spare_cluster._run([f"{spare_cluster.bin_dir}/pg_ctl", "-D", spare_cluster.datadir, "-m", "fast", "stop"])
     out, err = writer.communicate(rest, timeout=300)
     assert writer.returncode != 0
     errors = [line for line in err.decode().splitlines() if "error:" in line]
     assert len(errors) == 1 and "run again" in errors[0], errors
     assert [m["trace"]["error"]["failure_type"] for m in messages(out) if m.get("type") == "TRACE"] \
         == ["transient_error"], err.decode()[-2000:]
-    spare_target._run([f"{spare_target.bin_dir}/pg_ctl", "-D", spare_target.datadir, "-l",
-                       f"{spare_target.datadir}/../log", "-w", "start"])
-    with psycopg.connect(spare_target.dsn(), autocommit=True) as conn:
+    spare_cluster._run([f"{spare_cluster.bin_dir}/pg_ctl", "-D", spare_cluster.datadir, "-l",
+                       f"{spare_cluster.datadir}/../log", "-w", "start"])
+    with psycopg.connect(spare_cluster.dsn(database), autocommit=True) as conn:
         assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 1000, "only the committed chunk"
-    again = run_olake("read", "--config", src, "--catalog", str(catalog), "--state", str(state))
-    rerun = run_olake("write", "--config", dst, "--state", str(state), stdin=again.stdout)
+    rerun = run_olake("write", "--config", dst, "--state", str(state), stdin=lines.stdout)  # the same input
     assert rerun.returncode == 0, rerun.stderr.decode()[-2000:]
-    assert_same_rows(source, ("public", "t"), spare_target.dsn(), ("public", "t"), ["id", "v"])
+    assert b"skipped 1000 full-load row(s) of a chunk the target already holds" in rerun.stderr
+    assert_same_rows(source, ("public", "t"), spare_cluster.dsn(database), ("public", "t"), ["id", "v"])
     assert json.loads(state.read_text())["streams"][0]["sync_type"] == "full-load"
 
 

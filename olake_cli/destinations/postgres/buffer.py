@@ -136,8 +136,10 @@ class StreamBuffer:
 
 
 def _normalised(table: pa.Table) -> pa.Table:
-    """Change rows with uniform ``_olake_*`` columns: op and op id as text, commit time as int64 µs."""
+    """Change rows with uniform ``_olake_*`` columns: op and op id as text (an incremental row sent
+    without an op is ``r``, as ``row_metadata`` reads it), commit time as int64 µs."""
     commit = table.column(COMMIT_TS)
     if pa.types.is_timestamp(commit.type):
         commit = commit.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+    table = table.set_column(table.schema.get_field_index(OP), OP, pc.fill_null(table.column(OP), "r"))
     return table.set_column(table.schema.get_field_index(COMMIT_TS), COMMIT_TS, commit.cast(pa.int64()))
