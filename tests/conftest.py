@@ -50,6 +50,15 @@ def target_db(pg_target: PgCluster) -> str:
 
 
 @pytest.fixture(scope="session")
+def spare_cluster() -> PgCluster:
+    """A cluster with PostgreSQL's defaults (track_commit_timestamp off), started only when a test asks
+    for it; a test may stop it, and starts it again before it ends."""
+    cluster = start_cluster()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
 def spark():
     """One local[2] SparkSession for every in-process test."""
     from olake_cli.engine.session import spark_session, stop_spark_session

@@ -15,7 +15,6 @@ import random
 import threading
 
 import psycopg
-import pytest
 
 from olake_cli.sources.postgres.change_feed import FeedRouting, current_wal_lsn, read_changes
 from tests.support.cdc import discover_catalog, sync_once
@@ -50,25 +49,16 @@ def test_skip_origins_leaves_out_replicated_transactions_and_moves_past_them(pg_
         conn.execute("SELECT pg_drop_replication_slot('s_origin'); SELECT pg_replication_origin_drop('elsewhere')")
 
 
-@pytest.fixture(scope="module")
-def untracked_cluster():
-    """A cluster with track_commit_timestamp off (its default)."""
-    from tests.support.pgcluster import start_cluster
-
-    cluster = start_cluster()
-    yield cluster
-    cluster.stop()
-
-
-def test_check_wants_track_commit_timestamp_for_two_way(untracked_cluster, tmp_path):
-    src = write_json(tmp_path / "src.json", untracked_cluster.source_config("postgres", skip_origins=["node_b"]))
+def test_check_wants_track_commit_timestamp_for_two_way(spare_cluster, tmp_path):
+    """``spare_cluster`` has track_commit_timestamp off, PostgreSQL's default."""
+    src = write_json(tmp_path / "src.json", spare_cluster.source_config("postgres", skip_origins=["node_b"]))
     result = run_olake("check", "--config", src)
     assert result.returncode != 0
     assert b"track_commit_timestamp is off" in result.stderr and b"ALTER SYSTEM SET track_commit_timestamp = on" \
         in result.stderr
-    plain = write_json(tmp_path / "plain.json", untracked_cluster.source_config("postgres"))
+    plain = write_json(tmp_path / "plain.json", spare_cluster.source_config("postgres"))
     assert run_olake("check", "--config", plain).returncode == 0
-    dst = write_json(tmp_path / "dst.json", untracked_cluster.destination_config("postgres", origin="olake"))
+    dst = write_json(tmp_path / "dst.json", spare_cluster.destination_config("postgres", origin="olake"))
     checked = run_olake("check", "--config", dst)
     assert checked.returncode == 0 and b"two-way replication needs ALTER SYSTEM" in checked.stderr
 
