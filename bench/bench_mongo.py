@@ -150,6 +150,23 @@ def raw_scan(uri: str, batch_size: int) -> tuple[float, int]:
         return time.perf_counter() - started, count
 
 
+def planning_seconds(uri: str, catalog: dict, chunk_documents: int) -> tuple[float, str]:
+    """Seconds olake's read session takes to plan the full load of the collection (in process, the
+    code ``sync`` and ``read`` run), and the plan's summary."""
+    from olake_cli.core.catalog import CatalogStream
+    from olake_cli.sources.mongodb.source import MongoSource
+
+    source = MongoSource({"type": "mongodb", "uri": uri, "database": DATABASE, "chunk_documents": chunk_documents})
+    stream = CatalogStream.from_dict(next(s for s in catalog["streams"] if s["name"] == COLLECTION))
+    notes: list[str] = []
+    with source.open_session([stream], log=notes.append) as session:
+        started = time.perf_counter()
+        plan = session.plan_full_load(stream)
+        seconds = time.perf_counter() - started
+    summary = next((n.split("chunks by type: ", 1)[1] for n in notes if "chunks by type" in n), "?")
+    return seconds, f"{len(plan.bounds)} chunk(s): {summary}"
+
+
 def landed_rows(folder: Path) -> int:
     """Rows of the Parquet dataset of the collection under a destination path."""
     import pyarrow.dataset as ds

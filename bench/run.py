@@ -33,7 +33,17 @@ Starts one throwaway PostgreSQL (tests/support/pgcluster.py) and, in one run:
      cdc-sync        ``olake sync`` to Parquet
    Each olake output must hold exactly as many change rows (``_olake_op`` c/u/d) as the slot has.
 
-3. Prints (stdout) Markdown for the README: the command, the machine, both tables and the targets of
+3. MongoDB full load (``--mongo-docs``, 0 skips it), on SecantusDB in its own process (bench_mongo.py:
+   its collection of ``--mongo-docs`` documents, its server), each timed ``--mongo-repeat`` times
+   (the table shows the median, and every run's wall time):
+     mongo-raw       one pymongo cursor over the collection (``RawBSONDocument``), timed in process
+                     after connecting (the baseline)
+     mongo-plan      olake's chunk planning alone (``plan_full_load`` in process)
+     mongo-sync      ``olake sync`` to Parquet
+     mongo-pipe      ``olake read | olake write`` to Parquet
+   Each olake output must hold ``--mongo-docs`` rows.
+
+4. Prints (stdout) Markdown for the README: the command, the machine, both tables and the targets of
    issue [F6] with met / not met. Progress and the tools' logs go to stderr and to log files.
 
 Fairness: every path is one cold process tree timed end to end (interpreter and JVM start included),
@@ -60,7 +70,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,8 +98,14 @@ CDC_PATHS = {
     "cdc-pipe": "`olake read \\| olake write` → Parquet",
     "cdc-sync": "`olake sync` → Parquet",
 }
+MONGO_PATHS = {
+    "mongo-raw": "raw pymongo scan (`RawBSONDocument`), in process",
+    "mongo-plan": "olake chunk planning alone (`plan_full_load`, in process)",
+    "mongo-sync": "`olake sync` → Parquet",
+    "mongo-pipe": "`olake read \\| olake write` → Parquet",
+}
 PEER_PATHS = {"dlt-connectorx", "dlt-pyarrow", "spark-jdbc", "dlt-postgres"}
-BASELINES = {"copy", "cdc-raw", "cdc-raw-count", "pg-copy-pipe"}
+BASELINES = {"copy", "cdc-raw", "cdc-raw-count", "mongo-raw", "pg-copy-pipe"}
 SLOT_PIPE, SLOT_SYNC, SLOT_RAW, CDC_PUB = "bench_slot_pipe", "bench_slot_sync", "bench_slot_raw", "bench_pub"
 
 
@@ -102,6 +118,7 @@ class Row:
     m: Measurement | None = None
     status: str = "ok"  # "ok", "FAILED: ...", "not available: ...", "skipped"
     count: int | None = None  # rows (or changes) the run moved
+    runs: list[float] = field(default_factory=list)  # wall seconds of each run, when repeated
 
     @property
     def ok(self) -> bool:
@@ -457,6 +474,85 @@ def command_for(b: Bench, key: str) -> str:
             f"--state st-{key}.json > /dev/null 2>> {key}.log")
 
 
+# --- MongoDB full load ------------------------------------------------------------------------
+
+
+def mongo_full_load(b: Bench, selected: set[str]) -> tuple[list[Row], dict]:
+    """The MongoDB paths on one generated collection, each run ``--mongo-repeat`` times (median)."""
+    import statistics
+
+    from bench import bench_mongo
+
+    args, work, n = b.args, b.work / "mongo", b.args.mongo_docs
+    work.mkdir()
+    server, uri = bench_mongo.start_secantus(work)
+    try:
+        say(f"generating {n:,} MongoDB documents ...")
+        info = {"mongo_generate_s": bench_mongo.generate(uri, n, 5_000)}
+        src = {"type": "mongodb", "uri": uri, "database": bench_mongo.DATABASE,
+               "collections": [bench_mongo.COLLECTION], "chunk_documents": args.mongo_chunk_documents}
+        (work / "src.json").write_text(json.dumps(src))
+        subprocess.run(f"{b.olake} discover --config src.json > cat.json 2> discover.log", shell=True, cwd=work,
+                       env=b.env, check=True)
+        catalog = json.loads((work / "cat.json").read_text())["catalog"]
+        rows = {key: Row(key, MONGO_PATHS[key], count=n) for key in MONGO_PATHS
+                if key in selected or key == "mongo-raw"}
+        runs: dict[str, list[Measurement]] = {key: [] for key in rows}
+        for attempt in range(args.mongo_repeat):
+            load = os.getloadavg()[0]
+            info["mongo_load"] = f"{info['mongo_load']}, {load:.1f}" if "mongo_load" in info else f"{load:.1f}"
+            say(f"MongoDB run {attempt + 1} of {args.mongo_repeat} (load average {load:.1f}) ...")
+            seconds, scanned = bench_mongo.raw_scan(uri, 10_000)
+            runs["mongo-raw"].append(_in_process(seconds, 0 if scanned == n else 1))
+            if "mongo-plan" in rows:
+                seconds, info["mongo_plan"] = bench_mongo.planning_seconds(uri, catalog, args.mongo_chunk_documents)
+                runs["mongo-plan"].append(_in_process(seconds, 0))
+            for key in ("mongo-sync", "mongo-pipe"):
+                if key in rows:
+                    runs[key].append(_mongo_run(b, work, key, attempt, n, rows[key]))
+        for key, row in rows.items():
+            done = sorted((m for m in runs[key] if m is not None and m.returncode == 0), key=lambda m: m.wall_s)
+            if len(done) < len(runs[key]) and row.status == "ok":
+                row.status = "FAILED: a run failed or moved another number of documents"
+            if done:
+                row.m = done[(len(done) - 1) // 2]
+                row.m.wall_s = statistics.median(m.wall_s for m in done)
+                row.runs = [m.wall_s for m in runs[key] if m is not None]
+        return list(rows.values()), info
+    finally:
+        bench_mongo.stop_process(server)
+
+
+def _in_process(seconds: float, returncode: int) -> Measurement:
+    return Measurement(wall_s=seconds, returncode=returncode, tree_peak_mib=0.0, max_proc_mib=None, driver_mib=None)
+
+
+def _mongo_run(b: Bench, work: Path, key: str, attempt: int, n: int, row: Row) -> Measurement | None:
+    """One timed olake run of the collection into a fresh Parquet folder, its rows counted."""
+    out, state = work / f"out-{key}-{attempt}", f"st-{key}-{attempt}.json"
+    (work / f"dst-{key}-{attempt}.json").write_text(json.dumps({"type": "parquet", "path": str(out)}))
+    if key == "mongo-sync":
+        command = (f"{b.olake} sync --source src.json --destination dst-{key}-{attempt}.json --catalog cat.json "
+                   f"--state {state} > /dev/null 2>> {key}.log")
+    else:
+        command = (f"{b.olake} read --config src.json --catalog cat.json --state {state} 2>> {key}.log | "
+                   f"{b.olake} write --config dst-{key}-{attempt}.json --state {state} > /dev/null 2>> {key}.log")
+    say(f"{key}: running ...")
+    m = measured(command, work, b.env)
+    if m.returncode != 0:
+        row.status = f"FAILED: exit {m.returncode}: {last_error_line(work / f'{key}.log')}"
+        return None
+    from bench.bench_mongo import COLLECTION, DATABASE
+
+    landed = parquet_rows(out / DATABASE / COLLECTION)
+    drop(out, ignore_errors=True)
+    say(f"{key}: {m.wall_s:.2f} s, {landed:,} rows")
+    if landed != n:
+        row.status = f"FAILED: {landed:,} rows landed, expected {n:,}"
+        return None
+    return m
+
+
 # --- report -----------------------------------------------------------------------------------
 
 
@@ -500,8 +596,27 @@ def cdc_table(rows: list[Row], base_key: str = "cdc-raw", base_name: str = "raw"
     return out
 
 
-def targets(full: list[Row], cdc: list[Row], args: argparse.Namespace) -> list[str]:
-    by = {r.key: r for r in full + cdc if r.ok}
+def mongo_table(rows: list[Row]) -> list[str]:
+    base = next((r for r in rows if r.key == "mongo-raw" and r.ok), None)
+    out = ["| path | wall s (median) | documents/s | rate / raw | each run (s) | peak RSS, tree (MiB) | "
+           "largest process (MiB) | check |", "|---|---:|---:|---:|---|---:|---:|---|"]
+    for r in rows:
+        if r.ok and r.key == "mongo-plan":
+            share = f"{r.m.wall_s / base.m.wall_s:.2f}× the raw scan's wall" if base else "–"
+            cells = [fmt(r.m.wall_s, ".2f"), "–", share]
+        elif r.ok:
+            ratio = base.m.wall_s / r.m.wall_s if base else None
+            cells = [fmt(r.m.wall_s, ".2f"), fmt(r.count / r.m.wall_s, ",.0f"), fmt(ratio, ".2f")]
+        else:
+            cells = ["–", "–", "–"]
+        each = ", ".join(f"{w:.2f}" for w in r.runs) or "–"
+        rss = rss_cells(r) if r.ok and r.m.max_proc_mib is not None else ["–", "–"]
+        out.append("| " + " | ".join([r.label] + cells + [each] + rss + [r.status.replace("|", "\\|")]) + " |")
+    return out
+
+
+def targets(full: list[Row], cdc: list[Row], args: argparse.Namespace, mongo: list[Row] = ()) -> list[str]:
+    by = {r.key: r for r in [*full, *cdc, *mongo] if r.ok}
 
     def wall(key):
         return by[key].m.wall_s if key in by else None
@@ -540,7 +655,12 @@ def targets(full: list[Row], cdc: list[Row], args: argparse.Namespace) -> list[s
         add(f"change capture {CDC_PATHS[key]} ≥ 200,000 changes/s",
             f"{r:,.0f}/s ({r / raw:.3f} of the raw slot read)" if r and raw else (f"{r:,.0f}/s" if r else "–"),
             r >= 200_000 if r else None)
-    drivers = [(r.key, r.m.driver_mib) for r in full + cdc if r.ok and r.m.driver_mib is not None]
+    raw_scan = wall("mongo-raw")
+    for key in ("mongo-sync", "mongo-pipe"):
+        w = wall(key)
+        add(f"MongoDB {MONGO_PATHS[key]} ≥ 0.7 of the raw scan's documents/s",
+            f"{raw_scan / w:.2f}" if w and raw_scan else "–", raw_scan / w >= 0.7 if w and raw_scan else None)
+    drivers = [(r.key, r.m.driver_mib) for r in [*full, *cdc, *mongo] if r.ok and r.m.driver_mib is not None]
     if drivers:
         key, peak = max(drivers, key=lambda kv: kv[1])
         add("driver peak RSS < 1 GiB (largest olake_cli process of any olake run)", f"{peak:,.0f} MiB ({key})",
@@ -550,7 +670,7 @@ def targets(full: list[Row], cdc: list[Row], args: argparse.Namespace) -> list[s
     return lines
 
 
-def report(args, full, cdc, info, started_at, mach) -> str:
+def report(args, full, cdc, info, started_at, mach, mongo=()) -> str:
     command = ".venv/bin/python bench/run.py" + ("" if not sys.argv[1:] else " " + shlex.join(sys.argv[1:]))
     n, ch = args.rows, info.get("changes")
     out = [f"### Benchmark ({started_at:%Y-%m-%d %H:%M} UTC)", "",
@@ -568,6 +688,13 @@ def report(args, full, cdc, info, started_at, mach) -> str:
                 f"20% deletes, 1,000 per transaction) over a {args.cdc_rows:,}-row table after its full load; "
                 "change rows (`_olake_op` c/u/d) in each output checked against the slot's count.", ""]
         out += cdc_table(cdc) + [""]
+    if mongo:
+        out += [f"**MongoDB full load**: {args.mongo_docs:,} documents (bench_mongo.py's shape: ObjectId `_id`, strings, "
+                "int32, int64, double, Decimal128, two dates, a nested document, an array of strings, a boolean) on "
+                f"SecantusDB in its own process; chunk_documents {args.mongo_chunk_documents:,}; each path run "
+                f"{args.mongo_repeat} time(s), the median shown (load average at the start of each round: "
+                f"{info.get('mongo_load', '?')}); plan: {info.get('mongo_plan', '?')}.", ""]
+        out += mongo_table(list(mongo)) + [""]
     out += ["Peak RSS: *tree* is the peak of the summed RSS of the measured command and all its descendants "
             "(both ends of a pipe, the JVM, Spark's Python workers), sampled from /proc every 0.2 s (pages shared "
             "by forked workers count once per process); *largest process* is the largest single-process peak, "
@@ -576,7 +703,7 @@ def report(args, full, cdc, info, started_at, mach) -> str:
             "The PostgreSQL server's memory is in neither, for any path.", ""]
     scale = "" if n == 10_000_000 and (ch or 0) >= 1_000_000 else \
         f" (stated for 10M rows and 1M changes; this run: {n:,} rows, {ch if ch is None else format(ch, ',')} changes)"
-    out += [f"**Targets of issue [F6]**{scale}:", ""] + targets(full, cdc, args) + [""]
+    out += [f"**Targets of issue [F6]**{scale}:", ""] + targets(full, cdc, args, mongo) + [""]
     out += pg_report(info)
     return "\n".join(out)
 
@@ -606,13 +733,16 @@ def pg_report(info: dict) -> list[str]:
 
 
 def main() -> None:
-    all_paths = list(FULL_PATHS) + list(CDC_PATHS) + list(pgd.FULL_PATHS) + list(pgd.CDC_PATHS)
+    all_paths = list(FULL_PATHS) + list(CDC_PATHS) + list(MONGO_PATHS) + list(pgd.FULL_PATHS) + list(pgd.CDC_PATHS)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="paths: " + ", ".join(all_paths))
     parser.add_argument("--rows", type=int, default=10_000_000, help="rows of the full-load table (0: skip it)")
     parser.add_argument("--changes", type=int, default=1_000_000, help="row changes to capture (0: skip)")
     parser.add_argument("--cdc-rows", type=int, default=100_000, help="rows of the change-capture table")
+    parser.add_argument("--mongo-docs", type=int, default=200_000, help="MongoDB documents (0: skip MongoDB)")
+    parser.add_argument("--mongo-repeat", type=int, default=1, help="runs of each MongoDB path (median shown)")
+    parser.add_argument("--mongo-chunk-documents", type=int, default=250_000, help="olake's chunk_documents")
     parser.add_argument("--chunk-rows", type=int, default=None, help="olake's chunk_rows (default: olake's)")
     parser.add_argument("--spark-master", default="local[*]")
     parser.add_argument("--only", default="", help="comma-separated paths to run (baselines always run)")
@@ -633,6 +763,7 @@ def main() -> None:
         selected -= PEER_PATHS
     run_full = args.rows > 0 and bool(selected & (set(FULL_PATHS) | set(pgd.FULL_PATHS)))
     run_cdc = args.changes > 0 and bool(selected & (set(CDC_PATHS) | set(pgd.CDC_PATHS)))
+    run_mongo = args.mongo_docs > 0 and bool(selected & set(MONGO_PATHS) - {"mongo-raw"})
 
     started_at = dt.datetime.now(dt.timezone.utc)
     mach = machine()
@@ -643,6 +774,7 @@ def main() -> None:
     say(f"work folder {work} (logs of every run are there{'' if args.keep else '; removed at the end'})")
     full: list[Row] = []
     cdc: list[Row] = []
+    mongo: list[Row] = []
     info: dict = {}
     try:
         b = Bench(args, cluster, work, target)
@@ -652,12 +784,15 @@ def main() -> None:
         if run_cdc:
             cdc, more = change_capture(b, selected)
             info.update(more)
+        if run_mongo:
+            mongo, more = mongo_full_load(b, selected)
+            info.update(more)
         if "server_version" not in info:
             import psycopg
 
             with psycopg.connect(cluster.dsn()) as conn:
                 info["server_version"] = conn.execute("SHOW server_version").fetchone()[0]
-        text = report(args, full, cdc, info, started_at, mach)
+        text = report(args, full, cdc, info, started_at, mach, mongo)
         print(text)
         if args.markdown:
             args.markdown.write_text(text + "\n")

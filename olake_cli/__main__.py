@@ -1,6 +1,22 @@
-"""Entry point for ``python -m olake_cli``."""
+"""Entry point of ``olake`` and ``python -m olake_cli``: SIGINT and SIGTERM are caught before the CLI's
+imports (a second or more), so an interrupt at any moment ends with olake's own line."""
 
-from olake_cli.cli.app import main
+from __future__ import annotations
+
+
+def main() -> None:
+    """Catch signals, then import and run the CLI."""
+    from olake_cli.core.interrupts import catch_signals
+
+    catch_signals()
+    try:
+        from olake_cli.cli.app import main as run_cli
+    except KeyboardInterrupt as exc:
+        from olake_cli.cli.report import interrupted
+
+        interrupted(exc.signum)
+    run_cli()
+
 
 if __name__ == "__main__":
     main()

@@ -88,3 +88,64 @@ def mongo_db(mongo_server: MongoServer) -> str:
     yield name
     with connect(mongo_server.uri) as client:
         client.drop_database(name)
+
+
+# ----------------------------------------------------------------------------- Spark beyond one machine
+
+from tests.support.spark_cluster import (SparkCluster, make_bare_python, python_imports,  # noqa: E402
+                                         start_spark_cluster)
+
+
+@pytest.fixture(scope="session")
+def spark_cluster() -> SparkCluster:
+    """A standalone master and two workers, started once per run by the first test that needs them."""
+    cluster = start_spark_cluster(workers=2)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def bare_python(tmp_path_factory) -> str:
+    """A Python with PySpark's Arrow worker packages and no olake (nor its dependencies)."""
+    python = make_bare_python(str(tmp_path_factory.mktemp("bare") / "venv"))
+    assert python_imports(python, "pandas") and python_imports(python, "pyarrow")
+    assert not python_imports(python, "olake_cli") and not python_imports(python, "psycopg")
+    return python
+
+
+@pytest.fixture(scope="session")
+def olake_archive(tmp_path_factory) -> str:
+    """The archive ``olake pack`` builds (the real command, once per run)."""
+    from tests.support.cli import run_olake
+
+    path = str(tmp_path_factory.mktemp("pack") / "olake-env.tar.gz")
+    result = run_olake("pack", "--output", path)
+    assert result.returncode == 0, result.stderr.decode()
+    return path
+
+
+@pytest.fixture(scope="session")
+def spark_connect(spark_cluster: SparkCluster, bare_python: str) -> SparkCluster:
+    """A Spark Connect server on the standalone cluster (its URL is ``spark_connect.remote``), whose
+    Python workers run ``bare_python``: runs through it must ship olake (``spark.archive``)."""
+    spark_cluster.start_connect(python=bare_python)
+    return spark_cluster
+
+
+# ----------------------------------------------------------------------------- DynamoDB
+
+from tests.support.dynamo import MotoServer, start_moto_server  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> MotoServer:
+    """One moto server (DynamoDB, DynamoDB Streams and S3 over HTTP) for the run, started on first use."""
+    server = start_moto_server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture()
+def dynamo_table(moto_server: MotoServer) -> str:
+    """A fresh table name on the shared server (tables of other tests stay; names never repeat)."""
+    return f"t{next(_db_counter)}_{os.getpid()}"

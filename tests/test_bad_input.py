@@ -17,7 +17,7 @@ import orjson
 import psycopg
 import pytest
 
-from tests.support.cli import messages, read_into_write, run_olake, write_json
+from tests.support.cli import messages, read_into_write, run_olake, trace_errors, write_json
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "postgres" / "demo.sql"
 DEMO_DB = "demo_bad_input"
@@ -173,8 +173,16 @@ def test_a_source_that_cannot_be_opened_leaves_the_destination_untouched(pg_clus
         assert_one_error(result, "config_error", "password authentication failed", secrets=(pg_cluster.password,))
     else:  # write --catalog could open the destination before a line arrives
         piped = read_into_write(["--config", src, "--catalog", cat], ["--config", dst, "--catalog", cat])
-        assert piped.read_code != 0 and piped.write_code != 0
-        assert b"the reading side failed" in piped.write_stderr and b"password authentication failed" in piped.write_stderr
+        assert piped.read_code != 0, piped.read_stderr
+        # one error line per process: the reader's says why, the writer's points to it
+        read_lines = piped.read_stderr.decode().splitlines()
+        assert len(read_lines) == 1 and "password authentication failed" in read_lines[0], read_lines
+        written = subprocess.CompletedProcess([], piped.write_code, piped.write_stdout, piped.write_stderr)
+        line = assert_one_error(written, "config_error", secrets=(pg_cluster.password,))
+        assert line == ("olake: error: the reading side failed (the reader's own error line says why); "
+                        "nothing was committed"), line
+        assert trace_errors(piped.write_stdout)[0]["trace"]["error"]["internal_message"] == \
+            "the reader's error: " + read_lines[0][len("olake: error: "):]
     assert not (tmp_path / "lake").exists(), os.listdir(tmp_path / "lake")
 
 

@@ -34,6 +34,11 @@ def fail_point(uri: str, mode, **data):
             client.admin.command("configureFailPoint", "failCommand", mode="off")
 
 
+# Cursor batches of 100 documents, so that a chunk of a few hundred reads past its first batch with
+# getMore (the default batch_documents, 10,000, reads such a chunk in one find).
+GET_MORE = {"batch_documents": 100}
+
+
 def _documents(count: int, tag: str = "v") -> list[dict]:
     return [{"_id": i, "name": f"{tag}-{i}", "n64": Int64(2**53 + i), "sub": {"k": i}} for i in range(count)]
 
@@ -76,7 +81,7 @@ def _assert_copy_equals(folder: Path, docs: list[dict], json_schema: dict) -> No
 def test_chunk_read_errors_are_classified_by_label_and_code(mongo_server, mongo_db, command, code, labels,
                                                              error, failure_type):
     _seed(mongo_server.uri, mongo_db, "c", _documents(300))
-    source = MongoSource({"type": "mongodb", "uri": mongo_server.uri, "database": mongo_db})
+    source = MongoSource({"type": "mongodb", "uri": mongo_server.uri, "database": mongo_db, **GET_MORE})
     stream = _stream(source, "c")
     with source.open_session([stream], log=lambda _: None) as session:
         reader = session.chunk_reader(stream, _load(session, stream), 0)
@@ -91,7 +96,7 @@ def test_chunk_read_errors_are_classified_by_label_and_code(mongo_server, mongo_
 
 def test_a_connection_closed_mid_chunk_is_transient(mongo_server, mongo_db):
     _seed(mongo_server.uri, mongo_db, "c", _documents(300))
-    source = MongoSource({"type": "mongodb", "uri": mongo_server.uri, "database": mongo_db})
+    source = MongoSource({"type": "mongodb", "uri": mongo_server.uri, "database": mongo_db, **GET_MORE})
     stream = _stream(source, "c")
     with source.open_session([stream], log=lambda _: None) as session:
         reader = session.chunk_reader(stream, _load(session, stream), 0)
@@ -110,7 +115,7 @@ def _sync(tmp_path: Path, src: str, dst: str, state: Path) -> subprocess.Complet
 
 def _setup(tmp_path: Path, uri: str, database: str, **extra) -> tuple[str, str, dict]:
     src = write_json(tmp_path / "src.json", {"type": "mongodb", "uri": uri, "database": database,
-                                             "chunk_documents": 300, **extra})
+                                             "chunk_documents": 300, **GET_MORE, **extra})
     dst = write_json(tmp_path / "dst.json", {"type": "parquet", "path": str(tmp_path / "out")})
     disc = run_olake("discover", "--config", src)
     assert disc.returncode == 0, disc.stderr

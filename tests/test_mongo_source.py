@@ -165,7 +165,60 @@ def test_empty_collection_gets_one_chunk(mongo_server, mongo_db):
     with connect(mongo_server.uri) as client:
         client[mongo_db].create_collection("empty")
         plan = plan_chunks(client[mongo_db].get_collection("empty", codec_options=BSON_CODEC_OPTIONS), 10)
-    assert plan.bounds == [(["objectId", None], ["objectId", None])]
+    assert plan.bounds == [(["minKey", None], ["maxKey", None])]
+    assert chunk_filter(*plan.bounds[0]) == {}
+
+
+class _Commands:
+    """The commands a client sent (pymongo's command monitoring), by name and target collection."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, object]] = []
+
+    def started(self, event) -> None:
+        self.sent.append((event.command_name, event.command.get(event.command_name)))
+
+    def succeeded(self, event) -> None:
+        pass
+
+    def failed(self, event) -> None:
+        pass
+
+
+def _planning_commands(mongo_server, mongo_db: str, name: str, chunk_documents: int):
+    from pymongo import MongoClient, monitoring
+
+    class Listener(_Commands, monitoring.CommandListener):
+        pass
+
+    listener = Listener()
+    with MongoClient(mongo_server.uri, event_listeners=[listener], uuidRepresentation="standard",
+                     datetime_conversion="DATETIME_MS") as client:
+        plan = plan_chunks(client[mongo_db].get_collection(name, codec_options=BSON_CODEC_OPTIONS), chunk_documents)
+    return plan, [(command, target) for command, target in listener.sent if target == name]
+
+
+def test_planning_reads_the_collection_at_most_once(mongo_server, mongo_db):
+    """Whatever the number of type brackets, one aggregation reads the collection (SecantusDB answers
+    every other query but an _id lookup by reading it all); the cuts are checked over their values."""
+    if mongo_server.real_mongod:
+        pytest.skip("a mongod with splitVector plans from its _id index")
+    ids = _mixed_ids(600)
+    with connect(mongo_server.uri) as client:
+        client[mongo_db].brackets.insert_many([{"_id": v} for v in ids])
+    plan, commands = _planning_commands(mongo_server, mongo_db, "brackets", chunk_documents=40)
+    assert len({lo[0] for lo, _ in plan.bounds}) >= 12 and plan.methods["number"] == "bucketAuto", plan.summary()
+    reads = [command for command, _ in commands if command not in ("count", "splitVector")]
+    assert reads == ["aggregate"], commands
+    assert [command for command, _ in commands].count("count") == 1, commands  # estimatedDocumentCount
+
+
+def test_a_collection_of_one_chunk_is_planned_without_a_query(mongo_server, mongo_db):
+    with connect(mongo_server.uri) as client:
+        client[mongo_db].small.insert_many([{"_id": v} for v in _mixed_ids(60)])
+    plan, commands = _planning_commands(mongo_server, mongo_db, "small", chunk_documents=1000)
+    assert plan.bounds == [(["minKey", None], ["maxKey", None])] and plan.estimate == 70
+    assert [command for command, _ in commands] == ["count"]
 
 
 def test_session_refuses_a_missing_collection(mongo_server, mongo_db):

@@ -5,7 +5,10 @@ again; query the Iceberg table. Each run ends with a summary line per stream."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+from pathlib import Path
 
 import psycopg
 
@@ -68,6 +71,22 @@ def test_own_postgres_quickstart_from_check_to_a_queried_result(pg_cluster, pg_d
                        warehouse=f"file://{lake}/warehouse").load_table("public.orders")
     rows = table.scan().to_duckdb("orders").sql("SELECT id, status, total FROM orders ORDER BY id").fetchall()
     assert rows == expected
+    if os.environ.get("OLAKE_TEST_DUCKDB_ICEBERG") == "1":  # opt-in: installs DuckDB 1.4.4 from PyPI
+        assert _readme_duckdb_route(tmp_path) == f"{len(expected)}", "DuckDB's iceberg_scan sees other rows"
+
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _readme_duckdb_route(folder: Path) -> str:
+    """Run the README's offline DuckDB route (its bash block, as written) in ``folder``, which holds
+    ``lake/``; the count it prints."""
+    text = README.read_text(encoding="utf-8")
+    start = text.index("```bash\npython3 -m venv duckdb-iceberg\n") + len("```bash\n")
+    block = text[start:text.index("```", start)]
+    result = subprocess.run(["bash", "-euc", block], cwd=folder, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout.strip().splitlines()[-2].strip("│ ")
 
 
 def _sync(src: str, dst: str, catalog, state) -> str:

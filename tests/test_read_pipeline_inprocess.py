@@ -1,5 +1,5 @@
 """The read pipeline in-process on the shared Spark session, with results returned through the JVM
-(the path a cluster takes, where tasks cannot spool to the driver's disk)."""
+in pieces (the path a cluster takes, where tasks cannot spool to the driver's disk)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,14 @@ import psycopg
 from olake_cli.core.catalog import parse_catalog
 from olake_cli.core.messages import MessageWriter
 from olake_cli.core.state import State
+from olake_cli.engine import task_entry
 from olake_cli.engine.chunk_runner import SparkChunkRunner
 from olake_cli.pipeline.read import ReadPipeline
 from olake_cli.sources.postgres.source import PostgresSource
 
 
-def test_chunks_come_back_through_spark_when_tasks_cannot_spool(pg_cluster, pg_db, spark):
+def test_chunks_come_back_through_spark_when_tasks_cannot_spool(pg_cluster, pg_db, spark, monkeypatch):
+    monkeypatch.setattr(task_entry, "PIECE_BYTES", 16 << 10)  # many pieces per chunk
     with psycopg.connect(pg_cluster.dsn(pg_db), autocommit=True) as conn:
         conn.execute("CREATE TABLE t (id bigint PRIMARY KEY, v numeric(10,3), s text);"
                      "INSERT INTO t SELECT g, g / 8.0, repeat('x', g % 7) FROM generate_series(1, 5000) g;")

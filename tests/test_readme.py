@@ -31,3 +31,13 @@ def test_every_fence_closes_and_every_heading_renders():
     rendered = [t.map[0] for t in tokens if t.type == "heading_open"]
     assert rendered == wanted, "a heading is swallowed by a code block"
     assert "Usage" in [lines[n].lstrip("# ") for n in rendered]
+
+
+def test_no_merge_conflict_marker_is_left():
+    """A line of a merge conflict marker in the README (or any tracked text) renders as text."""
+    marker = re.compile(r"^(<{7}|>{7}|={7})( |$)", re.M)
+    root = README.parent
+    for path in [README, *sorted((root / "olake_cli").rglob("*.py")), *sorted((root / "tests").rglob("*.py")),
+                 root / "pyproject.toml", *sorted((root / "schemas").glob("*.json"))]:
+        hit = marker.search(path.read_text(encoding="utf-8"))
+        assert hit is None, f"{path.relative_to(root)}: a merge conflict marker: {hit.group(0)!r}"

@@ -72,3 +72,20 @@ def test_spark_output_goes_to_its_log_and_a_failed_start_names_it(pg_cluster, pg
               if not line.startswith(("olake: public.t", "olake: summary: public.t: incomplete"))]
     assert line.startswith("olake: error: Spark did not start") and line.endswith(f"see {log} for why"), line
     assert "Not allowed to specify max heap" in log.read_text()
+
+
+@pytest.mark.parametrize("remote, expected", [
+    (f"sc://127.0.0.1:{_closed_port()}", "cannot reach the Spark Connect server"),
+    ("http://127.0.0.1:15002", "is not a Spark Connect URL"),
+])
+def test_dead_spark_connect_url_fails_fast_with_one_line(pg_cluster, pg_db, tmp_path, remote, expected):
+    src = write_json(tmp_path / "src.json", pg_cluster.source_config(pg_db))
+    (tmp_path / "cat.json").write_text('{"streams": []}')
+    for env in ([], ["OLAKE_SPARK_REMOTE"]):
+        args = ["--spark-remote", remote] if not env else []
+        process_env = {**olake_env(), "OLAKE_SPARK_REMOTE": remote} if env else olake_env()
+        result = subprocess.run(olake_cmd("read", "--config", src, "--catalog", str(tmp_path / "cat.json"), *args),
+                                capture_output=True, env=process_env, timeout=120)
+        assert result.returncode != 0
+        lines = result.stderr.decode().strip().splitlines()
+        assert len(lines) == 1 and expected in lines[0] and "Traceback" not in lines[0], lines

@@ -22,9 +22,9 @@ def test_show_prints_a_table_on_stdout_and_the_state_message_with_json(tmp_path)
     shown = run_olake("state", "show", str(path))  # stdout is a pipe, as in `olake state show st.json | less`
     assert shown.returncode == 0 and shown.stderr == b"", shown.stderr
     lines = shown.stdout.decode().splitlines()
-    assert lines[0].split() == ["stream", "sync", "type", "position", "chunks", "done", "load"]
-    assert lines[1].split() == ["public.orders", "full-load", "0/16B3748", "1/2", "abc"]
-    assert lines[2].split() == ["public.users", "cdc", "0/1700000", "-", "-"]
+    assert lines[0].split() == ["stream", "sync", "type", "position", "chunks", "done", "load", "phase"]
+    assert lines[1].split() == ["public.orders", "full-load", "0/16B3748", "1/2", "abc", "FULL_LOAD"]
+    assert lines[2].split() == ["public.users", "cdc", "0/1700000", "-", "-", "SYNC"]
     assert len(lines) == 3
     as_json = run_olake("state", "show", str(path), "--json")
     assert messages(as_json.stdout) == [{"type": "STATE", "state": STATE}]

@@ -79,7 +79,9 @@ READER_ERROR = trace_error("cannot connect", "config_error")
 def test_an_input_cut_short_commits_what_its_states_covered_then_fails(tmp_path, lines, catalog, unfinished):
     out, error = _write(tmp_path, lines, catalog)
     if lines and lines[0] == READER_ERROR:  # the reading side reported why: its error, nothing opened
-        assert isinstance(error, UpstreamError) and "cannot connect" in error.message
+        assert isinstance(error, UpstreamError) and error.failure_type == "config_error"
+        assert error.message == "the reading side failed (the reader's own error line says why); nothing was committed"
+        assert error.internal_message == "the reader's error: cannot connect"
         assert not (tmp_path / "out").exists(), "an input holding only the reader's error touched the destination"
         return
     assert isinstance(error, TransientError) and error.failure_type == "transient_error", error
@@ -94,6 +96,15 @@ def test_an_input_cut_short_commits_what_its_states_covered_then_fails(tmp_path,
     assert [m["type"] for m in out] == ["STATE", "STATE"]
     assert (_ids(tmp_path, "a"), _ids(tmp_path, "b")) == ([1, 2], [3])  # every STATE before the cut holds
     assert json.loads((tmp_path / "st.json").read_text())["streams"][1]["stream_name"] == "b"
+
+
+def test_a_reader_error_after_commits_says_they_hold_and_points_to_the_reader(tmp_path):
+    out, error = _write(tmp_path, A_RUN + [_record("a", id=9, v="z"), READER_ERROR])
+    assert isinstance(error, UpstreamError) and error.failure_type == "config_error"
+    assert error.message == ("the reading side failed (the reader's own error line says why); what its STATE "
+                             "messages covered is committed, records after the last one are not")
+    assert "cannot connect" not in error.message and error.internal_message == "the reader's error: cannot connect"
+    assert [m["type"] for m in out] == ["STATE", "STATE"] and _ids(tmp_path, "a") == [1, 2]
 
 
 def test_an_input_ended_by_complete_statuses_succeeds(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from enum import Enum
 from typing import Optional
@@ -12,10 +13,11 @@ from typer.exceptions import TyperException
 
 from olake_cli.core.config import load_config
 from olake_cli.cli.progress_view import progress_view
-from olake_cli.cli.report import (LOG_FORMATS, catch_signals, command_guard, fail, interrupted, log,
+from olake_cli.cli.report import (LOG_FORMATS, command_guard, fail, interrupted, log,
                                   protocol_writer, set_log_format, stdout_closed)
 from olake_cli.core import messages
 from olake_cli.core.errors import ConfigError, OlakeError
+from olake_cli.core.interrupts import signal_caught
 
 from olake_cli.core.registry import DESTINATIONS, SOURCES
 
@@ -33,6 +35,8 @@ CATALOG_OPT = typer.Option(..., "--catalog", metavar="FILE", help="Catalog JSON 
 STATE_OPT = typer.Option(None, "--state", metavar="FILE", help="State JSON file; read to resume, merged into by write.")
 MASTER_OPT = typer.Option(None, "--spark-master", metavar="URL",
                           help="Spark master URL (default local[*] or $OLAKE_SPARK_MASTER).")
+REMOTE_OPT = typer.Option(None, "--spark-remote", metavar="URL",
+                          help="Spark Connect server, sc://host:port (or $OLAKE_SPARK_REMOTE), instead of a master.")
 PARALLEL_OPT = typer.Option(None, "--max-parallel", min=1, metavar="N",
                             help="Chunks scanned at once (default: Spark's parallelism).")
 LogFormat = Enum("LogFormat", {name: name for name in LOG_FORMATS}, type=str)
@@ -111,13 +115,15 @@ def discover(config: str = CONFIG_OPT,
 def read(config: str = CONFIG_OPT, catalog: str = CATALOG_OPT, state: Optional[str] = STATE_OPT,
          state_from: Optional[str] = typer.Option(None, "--state-from", metavar="FILE", help="Destination config JSON: resume "
                                                   "from the state the destination committed (instead of --state)."),
-         spark_master: Optional[str] = MASTER_OPT, max_parallel: Optional[int] = PARALLEL_OPT) -> None:
+         spark_master: Optional[str] = MASTER_OPT, spark_remote: Optional[str] = REMOTE_OPT,
+         max_parallel: Optional[int] = PARALLEL_OPT) -> None:
     """Read the selected streams and print RECORD and STATE messages on stdout."""
-    from olake_cli.pipeline.connectors import run_read, shutdown_engine
+    from olake_cli.pipeline.connectors import SparkOptions, run_read, shutdown_engine
 
     # command_guard: click would turn these into a silent exit 1 or "Aborted!"
     with command_guard(shutdown_engine), progress_view() as view:
-        run_read(config, catalog, state, spark_master, max_parallel, protocol_writer(), log, state_from, view)
+        run_read(config, catalog, state, SparkOptions(spark_master, spark_remote), max_parallel, protocol_writer(),
+                 log, state_from, view)
 
 
 @app.command()
@@ -137,26 +143,43 @@ def write(config: str = CONFIG_OPT,
 def sync(source: str = typer.Option(..., "--source", metavar="FILE", help="Source config JSON file."),
          destination: str = typer.Option(..., "--destination", metavar="FILE", help="Destination config JSON file."),
          catalog: str = CATALOG_OPT, state: Optional[str] = STATE_OPT,
-         spark_master: Optional[str] = MASTER_OPT, max_parallel: Optional[int] = PARALLEL_OPT) -> None:
+         spark_master: Optional[str] = MASTER_OPT, spark_remote: Optional[str] = REMOTE_OPT,
+         max_parallel: Optional[int] = PARALLEL_OPT) -> None:
     """Read and write in one process (full-load chunks are written by the Spark tasks); prints STATEs."""
-    from olake_cli.pipeline.connectors import run_sync, shutdown_engine
+    from olake_cli.pipeline.connectors import SparkOptions, run_sync, shutdown_engine
 
     with command_guard(shutdown_engine), progress_view() as view:
-        run_sync(source, destination, catalog, state, spark_master, max_parallel, protocol_writer(), log, view)
+        run_sync(source, destination, catalog, state, SparkOptions(spark_master, spark_remote), max_parallel,
+                 protocol_writer(), log, view)
+
+
+@app.command()
+def pack(output: str = typer.Option(..., "--output", metavar="FILE.tar.gz",
+                                   help="Where to write the archive (name it in the source config's spark.archive).")) -> None:
+    """Build an archive of olake and its dependencies for Spark executors that have no olake installed."""
+    from olake_cli.engine.pack import build_pack
+
+    with command_guard():
+        build_pack(output, log)
 
 
 @state_app.command("show")
 def state_show(path: str = typer.Argument(..., metavar="STATE_FILE", hidden=True),
-               as_json: bool = typer.Option(False, "--json", help="Print the state as a STATE message instead.")) -> None:
-    """Show STATE_FILE on stdout: per stream its sync type, position and chunks done (a table)."""
+               as_json: bool = typer.Option(False, "--json", help="Print the state as a STATE message instead."),
+               catalog: Optional[str] = typer.Option(None, "--catalog", help="Also list the catalog's selected "
+                                                     "streams STATE_FILE does not hold (phase DISCOVERY); "
+                                                     "STATE_FILE need not exist yet.")) -> None:
+    """Show STATE_FILE on stdout: per stream its sync type, position, chunks done and phase (a table)."""
     from olake_cli.cli.state_view import state_table
-    from olake_cli.core.state import load_state
+    from olake_cli.core.catalog import load_catalog
+    from olake_cli.core.state import State, load_state
 
-    state = load_state(_existing_state_file(path))
+    discovered = [s.key for s in load_catalog(catalog).selected_streams()] if catalog else []
+    state = State() if catalog and not os.path.exists(path) else load_state(_existing_state_file(path))
     if as_json:
         protocol_writer().write(messages.state_message(state))
         return
-    sys.stdout.write(state_table(state) + "\n")
+    sys.stdout.write(state_table(state, discovered) + "\n")
 
 
 @state_app.command("reset")
@@ -202,15 +225,17 @@ def state_recover(config: str = CONFIG_OPT, catalog: str = CATALOG_OPT) -> None:
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Run the command line (signals are caught already: see ``olake_cli.__main__``); map how the
+    command ended to one line on stderr and an exit code."""
     from olake_cli.core.file_modes import apply_umask
 
-    catch_signals()
     if os.environ.get("OLAKE_LOG_FORMAT", "").lower() in LOG_FORMATS:  # also for errors before the options
         set_log_format(os.environ["OLAKE_LOG_FORMAT"].lower())
     try:
         apply_umask()  # what this process and its Spark workers create is private unless $OLAKE_UMASK
         result = app(standalone_mode=False)
+        if result == 130 and signal_caught() is not None:  # typer's own ending of an interrupt it caught
+            interrupted(signal_caught())
         if isinstance(result, int) and result:
             sys.exit(result)
     except typer.Exit as exc:
@@ -227,7 +252,7 @@ def main() -> None:
     except BrokenPipeError:
         stdout_closed()
     except KeyboardInterrupt as exc:
-        interrupted(getattr(exc, "signum", 2))
+        interrupted(getattr(exc, "signum", signal.SIGINT))
     except Exception as exc:  # anything unexpected is a system error with its stack in the TRACE
         err = OlakeError(f"internal error: {type(exc).__name__}: {exc}")
         err.__traceback__ = exc.__traceback__

@@ -59,23 +59,6 @@ def protocol_writer() -> messages.MessageWriter:
     return _WRITER
 
 
-class Interrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM arrived; raised in the main thread by the handler :func:`catch_signals` installs."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-def catch_signals() -> None:
-    """Turn SIGINT and SIGTERM into :class:`Interrupted`, so a run stops through its normal cleanup."""
-    def handler(signum: int, frame: object) -> None:
-        raise Interrupted(signum)
-
-    signal.signal(signal.SIGINT, handler)
-    signal.signal(signal.SIGTERM, handler)
-
-
 @contextmanager
 def command_guard(shutdown: Callable[[], None] = lambda: None) -> Iterator[None]:
     """Run a long command: a closed stdout ends it quietly (see :func:`stdout_closed`); an interrupt
@@ -89,9 +72,14 @@ def command_guard(shutdown: Callable[[], None] = lambda: None) -> Iterator[None]
 
 
 def interrupted(signum: int, shutdown: Callable[[], None] = lambda: None) -> NoReturn:
-    """One line and a TRACE for an interrupted run, after ``shutdown`` (which must not print)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the cleanup
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    """One line and a TRACE for an interrupted run, after ``shutdown`` (which must not print), then
+    exit at once with status 128 + ``signum``.
+
+    By now every ``with`` block has unwound (locks released, commits finished or never begun); what
+    the interpreter would still do on a normal exit (join threads waiting on cancelled Spark jobs,
+    free every module) took seconds, and nothing of it matters to the run, so it is skipped.
+    """
+    _ignore_signals()
     try:
         shutdown()
     except Exception:  # the run is over either way; the line below says what matters
@@ -106,7 +94,13 @@ def interrupted(signum: int, shutdown: Callable[[], None] = lambda: None) -> NoR
     except (BrokenPipeError, OSError):
         pass
     log(text, "warn")
-    sys.exit(128 + signum)
+    os._exit(128 + signum)
+
+
+def _ignore_signals() -> None:
+    """A process ending reports one ending: a later SIGINT or SIGTERM must not interrupt it with another."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def stdout_closed() -> NoReturn:
@@ -123,14 +117,16 @@ def stdout_closed() -> NoReturn:
 
 def fail(error: OlakeError, exit_code: int = 1) -> NoReturn:
     """Report an error as a TRACE on stdout and one line on stderr, then exit non-zero."""
+    _ignore_signals()
     stack = None
     if error.failure_type == "system_error" and error.__traceback__ is not None:
         stack = "".join(traceback.format_exception(error))
     try:
         writer = protocol_writer()
-        writer.write(messages.trace_error(error.message, error.failure_type, stack_trace=stack))
+        writer.write(messages.trace_error(error.message, error.failure_type, error.internal_message, stack))
         writer.flush()
     except (BrokenPipeError, OSError):
         pass
-    log(error.message, "error", failure_type=error.failure_type)
+    details = {} if error.internal_message is None else {"internal_message": error.internal_message}
+    log(error.message, "error", failure_type=error.failure_type, **details)
     sys.exit(exit_code)

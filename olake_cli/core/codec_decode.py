@@ -120,7 +120,7 @@ def _already_exact(array: pa.Array | pa.ChunkedArray, olake_type: str,
 
 def _exact_when_same_type(olake_type: str, prop: dict | None) -> bool:
     """Whether every value of this (possibly nested) type is exact once its Arrow type is."""
-    if olake_type in _SAME_TYPE_EXACT:
+    if olake_type in _SAME_TYPE_EXACT or olake_type.startswith("decimal("):  # decimal128(p,s) is decimal(p,s)
         return True
     if olake_type.startswith("array<") and olake_type.endswith(">"):
         return _exact_when_same_type(olake_type[6:-1], element_property(prop, olake_type))

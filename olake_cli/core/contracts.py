@@ -37,6 +37,13 @@ class ChunkReader(Protocol):
         Errors are raised as :class:`~olake_cli.core.errors.OlakeError` with secrets removed. A reader
         may also offer ``wire_columns(batch) -> dict[column, wire values] | None`` for columns it scans
         in its own text form (PostgreSQL's multi-dimensional arrays); those values are used as they are.
+
+        A reader that may stop before its chunk ends (so that a long chunk commits its progress: a
+        DynamoDB scan segment) also offers ``resume_point() -> Any`` (after its batches: None when it read
+        the whole chunk, else where the rest begins) and ``rest_of_chunk(resume_point, number) ->
+        (min, max)``: the bounds of chunk ``number`` holding that rest. The pipeline then records the
+        chunk as done and appends the new chunk to the load, so chunk numbers keep the order they were
+        added in (bounds must sort the same way: the state's merge sorts chunks by bounds).
         """
         ...
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 
 class OlakeError(Exception):
-    """Base of every error olake reports; ``failure_type`` goes into the TRACE message."""
+    """Base of every error olake reports; ``failure_type`` (and ``internal_message``, technical detail
+    for programs, not printed as text) go into the TRACE message."""
 
     failure_type = "system_error"
+    internal_message: str | None = None
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -93,11 +95,14 @@ class PositionLostError(ConfigError):
 
 
 class UpstreamError(OlakeError):
-    """The program feeding ``write`` reported an error; keeps that error's failure type."""
+    """The program feeding ``write`` reported an error; keeps that error's failure type, and its message
+    as the internal message (the reader has printed it already)."""
 
-    def __init__(self, message: str, failure_type: str = "system_error") -> None:
+    def __init__(self, message: str, failure_type: str = "system_error", reader_message: str = "") -> None:
         super().__init__(message)
         self.failure_type = failure_type
+        self.reader_message = reader_message
+        self.internal_message = f"the reader's error: {reader_message}"
 
     def __reduce__(self):
-        return (type(self), (self.message, self.failure_type))
+        return (type(self), (self.message, self.failure_type, self.reader_message))

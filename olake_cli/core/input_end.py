@@ -32,11 +32,11 @@ class InputEnd:
         """A STREAM_STATUS trace's ``stream_descriptor`` and ``status``."""
         self.statuses[(descriptor.get("namespace"), descriptor["name"])] = status
 
-    def stopped_early(self, expected: dict[tuple, str] | None, uncommitted: bool) -> str | None:
+    def stopped_early(self, expected: dict[tuple, str] | None, states: int, uncommitted: bool) -> str | None:
         """None when every stream ended, else the one line saying the reading side stopped early.
 
         ``expected``: the selected streams of ``write --catalog`` (key -> label), or None without one;
-        they count only when no CATALOG message came. ``uncommitted``: rows arrived after the last STATE.
+        they count only when no CATALOG message came. ``states``, ``uncommitted``: see :func:`committed_text`.
         """
         rerun = "run the same command again to resume"
         if not self.catalogs and expected is None:
@@ -47,6 +47,14 @@ class InputEnd:
             return None
         named = ", ".join(f"'{label}'" for label in unfinished[:3])
         more = f" and {len(unfinished) - 3} more" if len(unfinished) > 3 else ""
-        lost = ", records after the last one are not" if uncommitted else ""
         return (f"the reading side stopped early: the input ended before {named}{more} reported "
-                f"STREAM_STATUS COMPLETE; what its STATE messages covered is committed{lost}; {rerun}")
+                f"STREAM_STATUS COMPLETE; {committed_text(states, uncommitted)}; {rerun}")
+
+
+def committed_text(states: int, uncommitted: bool) -> str:
+    """What an input that ended badly left committed: ``states`` STATE messages were committed, and
+    ``uncommitted`` says whether records followed the last one."""
+    if not states:
+        return "nothing was committed"
+    lost = ", records after the last one are not" if uncommitted else ""
+    return f"what its STATE messages covered is committed{lost}"

@@ -31,6 +31,7 @@ class ConnectorEntry:
 SOURCES: dict[str, ConnectorEntry] = {
     "postgres": ConnectorEntry("source", "source-postgres", "olake_cli.sources.postgres.source:PostgresSource"),
     "mongodb": ConnectorEntry("source", "source-mongodb", "olake_cli.sources.mongodb.source:MongoSource"),
+    "dynamodb": ConnectorEntry("source", "source-dynamodb", "olake_cli.sources.dynamodb.source:DynamoSource"),
 }
 DESTINATIONS: dict[str, ConnectorEntry] = {
     "parquet": ConnectorEntry("destination", "destination-parquet",

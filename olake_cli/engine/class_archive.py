@@ -6,7 +6,7 @@ only (``-XX:TieredStopAtLevel=1``; the driver JVM only schedules, the data work 
 
 The archive is specific to the JDK and Spark's jars, so its name carries both. It is built by
 ``python -m olake_cli.engine.class_archive`` (``scripts/bootstrap.sh`` runs it; the first run
-without one also starts it in the background, niced): a throwaway Spark session runs one task with
+without one also starts it in the background, niced): a throwaway Spark session runs one chunk job with
 ``-XX:ArchiveClassesAtExit`` and the file is renamed into place only after its JVM has exited, so a
 half-written archive is never used. A missing or unusable archive is ignored by the JVM.
 ``OLAKE_SPARK_CLASS_ARCHIVE=off`` disables it; the files live in ``$XDG_CACHE_HOME/olake`` (about
@@ -36,7 +36,8 @@ def archive_path() -> str | None:
     import pyspark
 
     spark_home = os.path.dirname(os.path.abspath(pyspark.__file__))
-    key = hashlib.sha1(f"{os.path.realpath(java)}|{spark_home}|{pyspark.__version__}".encode()).hexdigest()[:12]
+    # "frames": archives from before chunk jobs were DataFrames lack the SQL classes; built anew
+    key = hashlib.sha1(f"{os.path.realpath(java)}|{spark_home}|{pyspark.__version__}|frames".encode()).hexdigest()[:12]
     cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "olake")
     return os.path.join(cache, f"spark-{pyspark.__version__}-{key}.jsa")
 
@@ -72,8 +73,12 @@ def build(path: str) -> bool:
         partial = f"{path}.{os.getpid()}.partial"
         from olake_cli.engine.session import spark_session, stop_spark_session
 
+        import pickle
+
+        from olake_cli.engine.task_entry import chunk_frame
+
         session = spark_session("local[1]", java_options=[f"-XX:ArchiveClassesAtExit={partial}", *QUIET])
-        session.sparkContext.parallelize([1], 1).map(lambda x: x).collect()
+        chunk_frame(session, pickle.dumps((abs, -1)), False, None).collect()  # the classes a chunk job loads
         proc = getattr(session.sparkContext._gateway, "proc", None)
         stop_spark_session()
         if proc is None:

@@ -1,4 +1,5 @@
-"""Builds the SparkSession olake runs its chunk jobs on (the only place, with engine/, importing pyspark)."""
+"""Builds the SparkSession olake runs its chunk jobs on: a classic one (local, standalone, YARN,
+Kubernetes) started here, or a Spark Connect client of a running server."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import re
 import socket
 import sys
 import time
+from dataclasses import dataclass, field
+from typing import Any
 
 from olake_cli.core.errors import ConfigError, OlakeError
 from olake_cli.engine import class_archive
@@ -16,6 +19,72 @@ SPARK_LOG_ENV = "OLAKE_SPARK_LOG"
 SPARK_LOG_MAX_BYTES = 10 << 20
 _LOCAL = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?")
 _OTHER_SCHEMES = ("yarn", "k8s://", "mesos://")
+_CONNECT_PORT = 15002  # Spark Connect's default
+
+
+@dataclass(frozen=True)
+class SparkTarget:
+    """Where a run's chunk jobs go: a classic ``master`` or a Spark Connect ``remote``, the session
+    settings (``conf``) and the environment shipped to the executors (``archive``, see ``olake pack``)."""
+
+    master: str | None = None
+    remote: str | None = None
+    conf: dict[str, Any] = field(default_factory=dict)
+    archive: str | None = None
+
+    @property
+    def local(self) -> bool:
+        """Whether the tasks run on this machine (and see its disk)."""
+        return self.remote is None and (self.master or "").startswith("local")
+
+    @property
+    def label(self) -> str:
+        """The URL for messages."""
+        return self.remote or self.master or "local[*]"
+
+    @property
+    def archive_name(self) -> str | None:
+        """The folder name the archive unpacks to on the executors (None: nothing shipped)."""
+        return os.path.basename(self.archive) if self.archive and not self.local else None
+
+
+def resolve_target(master: str | None, remote: str | None, section: dict[str, Any] | None) -> SparkTarget:
+    """The run's target from ``--spark-master``/``--spark-remote`` (else ``OLAKE_SPARK_MASTER``/
+    ``OLAKE_SPARK_REMOTE``) and the config's ``spark`` section; checked, so a wrong URL fails now."""
+    section = section or {}
+    if master and remote:
+        raise ConfigError("give --spark-master or --spark-remote, not both")
+    if not master and not remote:
+        remote = os.environ.get("OLAKE_SPARK_REMOTE") or None
+        master = None if remote else os.environ.get("OLAKE_SPARK_MASTER") or None
+    archive = section.get("archive")
+    if archive:
+        archive = os.path.abspath(os.path.expanduser(archive))
+        if not os.path.isfile(archive):
+            raise ConfigError(f"spark.archive '{archive}' is not a file; build it with 'olake pack --output FILE'")
+    target = SparkTarget(master=None if remote else (master or "local[*]"), remote=remote,
+                         conf={k: str(v) for k, v in (section.get("conf") or {}).items()}, archive=archive)
+    if remote:
+        check_remote(remote)
+    else:
+        check_master(target.master)
+    return target
+
+
+def check_remote(url: str, timeout_s: float = 5.0) -> None:
+    """Refuse a Spark Connect URL that is malformed or where no server answers (one line)."""
+    if not url.startswith("sc://"):
+        raise ConfigError(f"spark remote '{url}' is not a Spark Connect URL (sc://host:port); check "
+                          f"--spark-remote or OLAKE_SPARK_REMOTE")
+    address = url[len("sc://"):].split("/", 1)[0]
+    host, _, port = address.rpartition(":") if ":" in address else (address, "", str(_CONNECT_PORT))
+    if not host or not port.isdigit():
+        raise ConfigError(f"spark remote '{url}': '{address}' is not host:port")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ConfigError(f"cannot reach the Spark Connect server ({address}: {exc.strerror or exc}); check "
+                          f"--spark-remote or OLAKE_SPARK_REMOTE and that the server runs") from None
 
 
 def check_master(master: str, timeout_s: float = 5.0) -> None:
@@ -42,7 +111,52 @@ def check_master(master: str, timeout_s: float = 5.0) -> None:
                       f"OLAKE_SPARK_MASTER and that the master runs")
 
 
-def spark_session(master: str | None = None, app_name: str = "olake", java_options: list[str] | None = None):
+def start_session(target: SparkTarget):
+    """The process-wide session for ``target``, with its archive added (started on first use)."""
+    if _SESSION is not None:
+        return _SESSION
+    if target.remote:
+        session = connect_session(target.remote, target.conf)
+    else:
+        session = spark_session(target.master, conf=target.conf)
+    if target.archive_name:
+        session.addArtifacts(target.archive, archive=True)
+    return session
+
+
+def connect_session(remote: str, conf: dict[str, str] | None = None):
+    """Return the process-wide session as a Spark Connect client of ``remote`` (no JVM here)."""
+    global _SESSION
+    if _SESSION is not None:
+        return _SESSION
+    from pyspark.sql import SparkSession
+
+    try:
+        _SESSION = SparkSession.builder.remote(remote).config(map=dict(conf or {})).create()
+    except Exception as exc:  # grpc and pyspark errors of many types; the first line says why
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise OlakeError(f"cannot open a Spark Connect session at {remote} ({reason})") from None
+    return _SESSION
+
+
+def is_connect(spark) -> bool:
+    """Whether ``spark`` is a Spark Connect client session (no SparkContext, no RDD)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def cluster_cores(spark) -> int:
+    """How many tasks the cluster runs at once (Spark's default parallelism)."""
+    if not is_connect(spark):
+        return spark.sparkContext.defaultParallelism
+    # Spark Connect has no SparkContext: a range without a partition count is split that many ways
+    from pyspark.sql import functions as F
+
+    row = spark.range(0, 1 << 20).select(F.spark_partition_id().alias("p")).agg(F.countDistinct("p")).first()
+    return int(row[0])
+
+
+def spark_session(master: str | None = None, app_name: str = "olake", java_options: list[str] | None = None,
+                  conf: dict[str, str] | None = None):
     """Return the process-wide SparkSession, starting it on ``master`` (default ``local[*]``) if needed.
 
     The driver JVM gets ``java_options``, by default the class archive's (see class_archive) and C1
@@ -64,8 +178,10 @@ def spark_session(master: str | None = None, app_name: str = "olake", java_optio
     master = master or os.environ.get("OLAKE_SPARK_MASTER") or "local[*]"
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    conf = _spark_conf(master, app_name, java_options)
-    context = SparkContext(conf=conf, gateway=_launch_gateway(conf, master))
+    spark_conf = _spark_conf(master, app_name, java_options)
+    for key, value in (conf or {}).items():
+        spark_conf.set(key, value)
+    context = SparkContext(conf=spark_conf, gateway=_launch_gateway(spark_conf, master))
     context.setLogLevel("ERROR")
     _SESSION = SparkSession(context)
     return _SESSION
@@ -130,12 +246,19 @@ def _open_spark_log(path: str) -> int:
                           f"to a file olake may write") from None
 
 
-def stop_spark_session(quiet: bool = False) -> None:
-    """Stop the process-wide session if one was started (``quiet``: Spark logs nothing while it stops)."""
+def stop_spark_session() -> None:
+    """Stop the process-wide session if one was started."""
     global _SESSION
     if _SESSION is not None:
-        if quiet:
-            _SESSION.sparkContext.setLogLevel("OFF")
-            _SESSION.sparkContext.cancelAllJobs()
-        _SESSION.stop()
+        _SESSION.stop()  # a Connect client only closes its session; the server keeps running
         _SESSION = None
+
+
+def cancel_spark_jobs() -> None:
+    """Cancel every running Spark job, without waiting, and log nothing more: for a run that ends at
+    once. Its JVM then stops itself (Spark's own shutdown hooks) when this process is gone."""
+    if _SESSION is not None and is_connect(_SESSION):
+        _SESSION.interruptAll()  # the server's jobs of this session; nothing is logged here
+    elif _SESSION is not None:
+        _SESSION.sparkContext.setLogLevel("OFF")
+        _SESSION.sparkContext.cancelAllJobs()

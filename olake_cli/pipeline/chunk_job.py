@@ -32,7 +32,7 @@ class ChunkJob:
     json_schema: dict[str, Any]
     key_columns: tuple[str, ...] = ()  # named in errors about a value that cannot be carried
     extra_data: dict[str, Any] | None = None
-    spool_dir: str | None = None  # local runs: tasks write lines here instead of returning them
+    spool_dir: str | None = None  # where the task spools its lines (None: its own temporary folder)
     sink: ChunkSink | None = None  # sync: the destination's chunk writer; the task writes the rows
     load_id: str | None = None
     load_op_key: str | None = None
@@ -45,22 +45,20 @@ class ChunkJob:
 
 @dataclass
 class ScanResult:
-    """What a task sends back: the encoded RECORD lines of its chunk, or the error that stopped it."""
+    """What a task sends back: the file holding its chunk's encoded RECORD lines, or the error that stopped it."""
 
     chunk_index: int
     stream: str
     namespace: str | None
     rows: int = 0
-    blobs: list[bytes] = field(default_factory=list)
     error: OlakeError | None = None
     seconds: float = 0.0
     spool_path: str | None = None
     warnings: list[str] = field(default_factory=list)
+    resume_point: Any = None  # the reader stopped before its chunk's end: where the rest begins
 
     def emit(self, write: Callable[[bytes], Any]) -> None:
-        """Hand the chunk's lines to ``write`` (from memory or from the spool file, then delete it)."""
-        for blob in self.blobs:
-            write(blob)
+        """Hand the chunk's lines to ``write`` from the spool file, then delete it."""
         if self.spool_path:
             with open(self.spool_path, "rb") as spool:
                 while block := spool.read(1 << 22):
@@ -102,8 +100,8 @@ def _attempt(job: ChunkJob) -> ScanResult:
         if result.error is not None:
             os.remove(result.spool_path)
             result.spool_path = None
-    if result.error is not None:
-        result.blobs = []
+    if result.error is None:
+        result.resume_point = getattr(job.reader, "resume_point", lambda: None)()
     return result
 
 
@@ -116,7 +114,7 @@ def _encode_chunk(job: ChunkJob, result: ScanResult, spool) -> None:
             continue
         blob = encode_records(batch, job.json_schema, job.stream, job.namespace, int(time.time() * 1000),
                               job.extra_data, job.key_columns, wire_columns(batch) if wire_columns else None)
-        spool.write(blob) if spool else result.blobs.append(blob)
+        spool.write(blob)
         result.rows += batch.num_rows
 
 
@@ -128,9 +126,8 @@ def _sink_chunk(job: ChunkJob, result: ScanResult) -> None:
 
 
 def _open_spool(job: ChunkJob, result: ScanResult):
-    """A spool file beside the driver (local Spark only): results then skip the JVM round trip."""
-    if not job.spool_dir:
-        return None
+    """The chunk's spool file: beside the driver on a local master, else on the task's own disk (the
+    runner then sends it back in pieces); memory never holds the chunk's lines."""
     fd, result.spool_path = tempfile.mkstemp(prefix=f"chunk-{job.chunk_index}-", suffix=".jsonl",
                                              dir=job.spool_dir)
     return os.fdopen(fd, "wb", buffering=1 << 22)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import os
 from contextlib import ExitStack
+from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable
 
 from olake_cli.core.catalog import load_catalog
@@ -13,6 +13,16 @@ from olake_cli.core.locks import acquire, lock_state
 from olake_cli.core.messages import MessageWriter
 from olake_cli.core.registry import make_destination, make_source
 from olake_cli.core.state import FileStateStore, State, load_state
+
+DEFAULT_MAX_CONNECTIONS = 8  # chunks of one run reading the source at once, whatever the cluster's size
+
+
+@dataclass(frozen=True)
+class SparkOptions:
+    """The command line's Spark choice: a classic master URL or a Spark Connect URL (None: the environment's)."""
+
+    master: str | None = None
+    remote: str | None = None
 
 
 def check_connector(role: str, kind: str, config: dict[str, Any], log: Callable[[str], None]) -> str:
@@ -39,7 +49,7 @@ def run_discover(config_path: str, previous_path: str | None, log: Callable[[str
     return catalog
 
 
-def run_read(config_path: str, catalog_path: str, state_path: str | None, spark_master: str | None,
+def run_read(config_path: str, catalog_path: str, state_path: str | None, spark: SparkOptions,
              max_parallel: int | None, out: MessageWriter, log: Callable[[str], None],
              state_from: str | None = None, view=None) -> None:
     """``olake read``: validate every input first, then start Spark and stream the messages.
@@ -65,7 +75,7 @@ def run_read(config_path: str, catalog_path: str, state_path: str | None, spark_
         else:
             state = State()
         source = make_source(kind, config)
-        runner = _runner(_master(spark_master), max_parallel or config.get("max_parallel"), log)
+        runner = _runner(_target(spark, config), max_parallel, config, log)
         try:
             ReadPipeline(source, catalog, state, out, runner, log, view=view).run()
         finally:
@@ -73,7 +83,7 @@ def run_read(config_path: str, catalog_path: str, state_path: str | None, spark_
 
 
 def run_sync(source_path: str, dest_path: str, catalog_path: str, state_path: str | None,
-             spark_master: str | None, max_parallel: int | None, out: MessageWriter,
+             spark: SparkOptions, max_parallel: int | None, out: MessageWriter,
              log: Callable[[str], None], view=None) -> None:
     """``olake sync``: read and write in one process; full-load chunks are written by the tasks.
 
@@ -89,9 +99,9 @@ def run_sync(source_path: str, dest_path: str, catalog_path: str, state_path: st
     catalog = load_catalog(catalog_path)
     source = make_source(source_kind, source_config)
     destination = make_destination(dest_kind, dest_config, log)
-    master = _master(spark_master)
+    target = _target(spark, source_config)
     sink = destination.chunk_sink()
-    _check_shared_path(sink, master, dest_path, dest_config)
+    _check_shared_path(sink, target, dest_path, dest_config)
     with ExitStack() as locks:
         store = FileStateStore(state_path) if state_path else None
         if state_path:
@@ -103,7 +113,7 @@ def run_sync(source_path: str, dest_path: str, catalog_path: str, state_path: st
             destination.open(catalog)
             reload_lost_streams(state, destination.committed_state, catalog, log)  # before planning
 
-        runner = _runner(master, max_parallel or source_config.get("max_parallel"), log)
+        runner = _runner(target, max_parallel, source_config, log)
         try:
             run_in_process(source, destination, catalog, state, store, sink, runner, out, log, view,
                            on_source_open=open_destination)
@@ -111,36 +121,38 @@ def run_sync(source_path: str, dest_path: str, catalog_path: str, state_path: st
             runner.close()
 
 
-def _check_shared_path(sink, master: str, dest_path: str, dest_config: dict[str, Any]) -> None:
+def _check_shared_path(sink, target, dest_path: str, dest_config: dict[str, Any]) -> None:
     """Tasks on a cluster write the destination's files: refuse unless every executor sees the path."""
-    if sink is not None and getattr(sink, "writes_local_files", True) and not master.startswith("local") \
+    if sink is not None and getattr(sink, "writes_local_files", True) and not target.local \
             and not dest_config.get("shared_path"):
-        raise ConfigError(f"{dest_path}: with the Spark master '{master}' the tasks write the destination's "
+        raise ConfigError(f"{dest_path}: with the Spark master '{target.label}' the tasks write the destination's "
                           f"files on the executors' own disks; set \"shared_path\": true if every executor "
                           f"sees the same path (NFS, a mounted bucket), or use a local master")
 
 
-def _master(spark_master: str | None) -> str:
-    """The Spark master URL of a run (checked: a wrong one fails now with one line, not after a minute)."""
-    from olake_cli.engine.session import check_master
+def _target(spark: SparkOptions, source_config: dict[str, Any]):
+    """Where the run's Spark jobs go (checked: a wrong URL fails now with one line, not after a minute)."""
+    from olake_cli.engine.session import resolve_target
 
-    master = spark_master or os.environ.get("OLAKE_SPARK_MASTER") or "local[*]"
-    check_master(master)
-    return master
+    return resolve_target(spark.master, spark.remote, source_config.get("spark"))
 
 
-def _runner(master: str, max_parallel: int | None, log: Callable[[str], None]):
+def _runner(target, max_parallel: int | None, source_config: dict[str, Any], log: Callable[[str], None]):
+    """The chunk runner of a run: ``--max-parallel`` or the source's ``max_parallel`` (else the cluster's
+    cores), capped by the source's ``max_connections``."""
     from olake_cli.engine.chunk_runner import SparkChunkRunner
-    from olake_cli.engine.session import spark_session
+    from olake_cli.engine.session import start_session
 
-    return SparkChunkRunner(lambda: spark_session(master), max_parallel, local=master.startswith("local"), log=log)
+    return SparkChunkRunner(lambda: start_session(target), max_parallel or source_config.get("max_parallel"),
+                            local=target.local, log=log, archive_name=target.archive_name,
+                            max_connections=source_config.get("max_connections", DEFAULT_MAX_CONNECTIONS))
 
 
 def shutdown_engine() -> None:
-    """Stop Spark without its own error output (an interrupted run's cancelled tasks)."""
-    from olake_cli.engine.session import stop_spark_session
+    """An interrupted run's Spark: its jobs cancelled, without Spark's own error output."""
+    from olake_cli.engine.session import cancel_spark_jobs
 
-    stop_spark_session(quiet=True)
+    cancel_spark_jobs()
 
 
 def run_recover(config_path: str, catalog_path: str, out: MessageWriter, log: Callable[[str], None]) -> None:

@@ -140,6 +140,10 @@ class Progress:
                                                       chunks_before=done, row_estimate=row_estimate)
         self.view.show("started", stream)
 
+    def chunk_added(self, label: str) -> None:
+        """A stream's load grew by one chunk (the rest of a chunk whose task stopped early)."""
+        self.streams[label].chunks_total += 1
+
     def chunk_done(self, label: str, number: int, rows: int, seconds: float) -> None:
         """Chunk ``number`` (1-based, as planned) or an incremental pass of a stream finished with ``rows``."""
         stream = self.streams[label]

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import itertools
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from olake_cli.core import messages
 from olake_cli.core.catalog import Catalog, CatalogStream
@@ -82,6 +83,18 @@ def pass_op_id(previous: StreamState | None, now_ms: int) -> list[int]:
     rows below older ones."""
     last = (previous.extra or {}).get("pass_op_id") if previous is not None else None
     return [max(now_ms, last[0] + 1 if last else 0), 0]
+
+
+def _in_a_thread(func: Callable[[Any], Any], items: list) -> Iterator[Any]:
+    """``map(func, items)``, each call made by a helper thread while the main thread waits for it: a
+    driver's blocking call in the main thread may take SIGINT over (ADBC cancels its query, and Ctrl-C
+    would read as a failed scan), and the wait itself ends at once on an interrupt."""
+    pool = ThreadPoolExecutor(1, thread_name_prefix="olake-pass")
+    try:
+        for item in items:
+            yield pool.submit(func, item).result()
+    finally:
+        pool.shutdown(wait=False)
 
 
 def column_types(stream: CatalogStream) -> dict[str, str | None]:
@@ -189,12 +202,17 @@ class ReadPipeline:
             if previous is not None and "pass_op_id" in (previous.extra or {}):
                 ss.extra["pass_op_id"] = previous.extra["pass_op_id"]  # later passes still rank above
         self._publish(ss)
+        if ss.chunks == []:
+            # the source plans no load (DynamoDB's init_sync: skip): the destination first commits the
+            # empty load (else the next state would continue a load it never held), then the stream moves on
+            ss = finish_full_load_if_done(ss, NEXT_SYNC_TYPE[stream.sync_mode])
+            self._publish(ss)
         run = StreamRun(stream, ss, row_estimate=estimate if decision == "new" else None)
-        for index, chunk in enumerate(ss.chunks):
+        for index, chunk in enumerate(ss.chunks or []):  # none when the load had nothing to do
             if chunk.status != "succeed":
                 run.jobs.append(self._job(stream, session, index, session.chunk_reader(stream, ss, index)))
-        self.progress.stream_started(stream.label, len(ss.chunks), run.row_estimate,
-                                     done=len(ss.chunks) - len(run.jobs))
+        planned = len(ss.chunks or [])
+        self.progress.stream_started(stream.label, planned, run.row_estimate, done=planned - len(run.jobs))
         return run
 
     def _skips_load(self, stream: CatalogStream) -> bool:
@@ -283,10 +301,10 @@ class ReadPipeline:
     def _scan_all(self, runs: list[StreamRun], session: ReadSession) -> None:
         """Scan every run's jobs; streams whose schema drifted are announced wider and read again."""
         while runs:
-            drifted = self._scan_round(runs)
+            drifted = self._scan_round(runs, session)
             runs = [self._after_drift(run, found, session) for run, found in drifted.values() if not run.failed]
 
-    def _scan_round(self, runs: list[StreamRun]) -> dict[tuple, tuple[StreamRun, list]]:
+    def _scan_round(self, runs: list[StreamRun], session: ReadSession) -> dict[tuple, tuple[StreamRun, list]]:
         """Run the jobs, emitting each chunk's rows and state; returns the results that met schema drift
         (stream key -> its run and those results); their chunks stay pending."""
         by_key = {(r.stream.namespace, r.stream.name): r for r in runs}
@@ -295,35 +313,46 @@ class ReadPipeline:
         pending = {key: len(run.jobs) for key, run in by_key.items()}
         drifted: dict[tuple, tuple[StreamRun, list]] = {}
         # Full-load chunks are Spark tasks; an incremental pass is one range read on the driver, so a
-        # run with no full load never starts a JVM.
-        scans = self.runner.run(run_chunk_job, jobs)
-        results = itertools.chain(scans, map(run_chunk_job, passes))
-        for result in results:
-            run = by_key[(result.namespace, result.stream)]
-            pending[run.stream.key] -= 1
-            if isinstance(result.error, SchemaDrift):
-                drifted.setdefault(run.stream.key, (run, []))[1].append(result)
-                continue
-            if result.error is not None:
-                self.errors.append(result.error)
-                run.failed = True
-                self.log(f"{run.stream.label}: chunk {result.chunk_index} failed: {result.error}")
-            else:
-                result.emit(self.out.write_raw)
-                for warning in result.warnings:
-                    self.log(f"{run.stream.label}: {warning}")
-            self.progress.chunk_done(run.stream.label, result.chunk_index + 1, result.rows, result.seconds)
-            if result.error is None and self._tasks_write(run):
-                self.rows_by_tasks += result.rows
-            self._after_task(run, result)
-            if result.error is None and self.statuses.get(run.stream.key) == "STARTED":
-                self._status(run.stream, "RUNNING")
-            if not pending[run.stream.key] and run.stream.key not in drifted:
-                self._stream_done(run)
-            if isinstance(result.error, (SourceChangedError, SnapshotLostError)):  # later chunks would fail too
-                getattr(scans, "close", lambda: None)()  # no further chunk starts; those in flight are cancelled
-                break
+        # run with no full load never starts a JVM. A chunk whose task stopped early (the reader's
+        # resume_point) leaves its rest to a new chunk, scanned in the next batch.
+        while jobs or passes:
+            scans = self.runner.run(run_chunk_job, jobs)
+            results = itertools.chain(scans, _in_a_thread(run_chunk_job, passes))
+            jobs, passes = [], []
+            for result in results:
+                run = by_key[(result.namespace, result.stream)]
+                pending[run.stream.key] -= 1
+                if isinstance(result.error, SchemaDrift):
+                    drifted.setdefault(run.stream.key, (run, []))[1].append(result)
+                    continue
+                rest = self._take_result(run, result, session)
+                if rest is not None:
+                    jobs.append(self._with_sink(run, rest))
+                    pending[run.stream.key] += 1
+                if not pending[run.stream.key] and run.stream.key not in drifted:
+                    self._stream_done(run)
+                if isinstance(result.error, (SourceChangedError, SnapshotLostError)):  # later chunks would fail too
+                    getattr(scans, "close", lambda: None)()  # no further chunk starts; those in flight are cancelled
+                    return drifted
         return drifted
+
+    def _take_result(self, run: StreamRun, result, session: ReadSession) -> ChunkJob | None:
+        """Emit a finished chunk (or record its error) and its state; the job of the chunk's rest, if any."""
+        if result.error is not None:
+            self.errors.append(result.error)
+            run.failed = True
+            self.log(f"{run.stream.label}: chunk {result.chunk_index} failed: {result.error}")
+        else:
+            result.emit(self.out.write_raw)
+            for warning in result.warnings:
+                self.log(f"{run.stream.label}: {warning}")
+        self.progress.chunk_done(run.stream.label, result.chunk_index + 1, result.rows, result.seconds)
+        if result.error is None and self._tasks_write(run):
+            self.rows_by_tasks += result.rows
+        rest = self._after_task(run, result, session)
+        if result.error is None and self.statuses.get(run.stream.key) == "STARTED":
+            self._status(run.stream, "RUNNING")
+        return rest
 
     def _after_drift(self, run: StreamRun, found: list, session: ReadSession) -> StreamRun:
         """Announce the stream widened to hold what its chunks met (a CATALOG before any row that needs
@@ -397,7 +426,7 @@ class ReadPipeline:
         extra = run.state.extra or {}
         return replace(job, sink=self.sink, load_id=extra.get("load_id"), load_op_key=extra.get("load_op_key"))
 
-    def _after_task(self, run: StreamRun, result) -> None:
+    def _after_task(self, run: StreamRun, result, session: ReadSession) -> ChunkJob | None:
         if run.kind == "incremental":
             if result.error is None:
                 ss = run.state.copy()
@@ -405,10 +434,25 @@ class ReadPipeline:
                 ss.extra = {**(ss.extra or {}), "pass_op_id": run.op_id}
                 run.state = ss
                 self._publish(ss)
-            return
+            return None
         run.state.chunks[result.chunk_index].status = "failed" if result.error else "succeed"
+        rest = None
+        if result.error is None and result.resume_point is not None:
+            rest = self._rest_of_chunk(run, result, session)
         run.state = finish_full_load_if_done(run.state, NEXT_SYNC_TYPE[run.stream.sync_mode])
         self._publish(run.state)
+        return rest
+
+    def _rest_of_chunk(self, run: StreamRun, result, session: ReadSession) -> ChunkJob:
+        """A chunk whose task stopped early counts as done up to its resume point; the rest becomes a
+        new pending chunk of the load (published with it) and its job."""
+        done = next(job for job in run.jobs if job.chunk_index == result.chunk_index)
+        number = len(run.state.chunks)
+        run.state.chunks.append(Chunk("pending", *done.reader.rest_of_chunk(result.resume_point, number)))
+        rest = replace(done, chunk_index=number, reader=session.chunk_reader(run.stream, run.state, number))
+        run.jobs.append(rest)
+        self.progress.chunk_added(run.stream.label)
+        return rest
 
     def _publish(self, ss: StreamState) -> None:
         """Record a stream's new state and emit it (stream level) after the records before it."""

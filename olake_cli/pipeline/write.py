@@ -18,7 +18,8 @@ from olake_cli.core.codec_decode import decode_rows
 from olake_cli.core.errors import (CatalogError, DestinationError, OlakeError, ProtocolError, TransientError,
                                    UpstreamError)
 from olake_cli.core.faults import crash_point
-from olake_cli.core.input_end import InputEnd
+from olake_cli.core.input_end import InputEnd, committed_text
+from olake_cli.core.interrupts import signals_held
 from olake_cli.core.record_block import BlockDecoder
 from olake_cli.core.record_lines import record_prefix
 from olake_cli.core.row_hooks import RowHooks, catalog_hooks
@@ -72,16 +73,17 @@ class WritePipeline:
         uncommitted = self.opened and self.destination.has_uncommitted()  # never made live: the errors say so
         by_tasks = self.rows_by_tasks()
         tasks = f" (plus {by_tasks} row(s) written by the Spark tasks)" if by_tasks else ""
-        if runs.lineno:
+        if self.records or self.states or by_tasks:
             self.log(f"wrote {self.records} record(s){tasks}, committed {self.states} state(s) "
                      f"from {runs.lineno} line(s)")
         if self.opened and hasattr(self.destination, "summary"):
             self.log(self.destination.summary())
-        if self.upstream_error:
+        if self.upstream_error:  # the reader printed its error: this line points to it, once
             message, failure_type = self.upstream_error
-            raise UpstreamError(f"the reading side failed: {message}", failure_type)
+            raise UpstreamError(f"the reading side failed (the reader's own error line says why); "
+                                f"{committed_text(self.states, uncommitted)}", failure_type, message)
         expected = None if self.catalog is None else {s.key: s.label for s in self.catalog.selected_streams()}
-        stopped = self.input_end.stopped_early(expected, uncommitted)
+        stopped = self.input_end.stopped_early(expected, self.states, uncommitted)
         if stopped is not None:
             raise TransientError(stopped)
         if uncommitted:
@@ -214,22 +216,24 @@ class WritePipeline:
         elif kind == "TRACE":
             error = msg["trace"].get("error") or {}
             self.upstream_error = (error.get("message", "unknown error"), error.get("failure_type", "system_error"))
-            self.log(f"upstream error: {self.upstream_error[0]}")
         elif kind == "LOG":
             self.log(f"upstream {msg['log']['level']}: {msg['log']['message']}")
 
     def _commit_state(self, msg: dict[str, Any]) -> None:
+        """Commit the rows before a STATE with it, merge it into --state, echo it: as one step that an
+        interrupt waits for, so a commit is made, saved and acknowledged, or not begun."""
         state = parse_state(msg["state"], what="STATE message")
         self._open()
-        committed = self.destination.commit(state)  # the rows before it become live with it (manifest)
-        if committed is not state:  # a stream whose data the destination lost is marked to load anew
-            state, msg = committed, messages.state_message(committed)
-        if self.store is not None:
-            self.store.merge_and_save(state)
-            crash_point("state-saved")
-        self.out.write(msg)
-        self.out.flush()
-        self.states += 1
+        with signals_held():
+            committed = self.destination.commit(state)  # the rows before it become live with it (manifest)
+            if committed is not state:  # a stream whose data the destination lost is marked to load anew
+                state, msg = committed, messages.state_message(committed)
+            if self.store is not None:
+                self.store.merge_and_save(state)
+                crash_point("state-saved")
+            self.out.write(msg)
+            self.out.flush()
+            self.states += 1
 
     def _on_catalog(self, incoming: Catalog) -> None:
         """Adopt the first catalog; later ones (or the reader's against --catalog) may only widen types."""

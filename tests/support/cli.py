@@ -72,6 +72,19 @@ def read_into_write(read_args: list[str], write_args: list[str], timeout: float 
     return PipeResult(reader.returncode, writer.returncode, r_err, w_out, w_err)
 
 
+def start_read_into_write(read_args: list[str], write_args: list[str]) -> tuple[subprocess.Popen, subprocess.Popen]:
+    """Start ``olake read ARGS | olake write ARGS`` as a terminal runs a job: both in one new process
+    group (whose id is the reader's pid), so ``os.killpg(reader.pid, SIGINT)`` is Ctrl-C. Both
+    stderrs and write's stdout are pipes; read ``(reader.stderr, writer.stdout, writer.stderr)``."""
+    env = olake_env()
+    reader = subprocess.Popen(olake_cmd("read", *read_args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env=env, process_group=0)
+    writer = subprocess.Popen(olake_cmd("write", *write_args), stdin=reader.stdout, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, env=env, process_group=reader.pid)
+    reader.stdout.close()
+    return reader, writer
+
+
 def kill_read_after_chunks(read_args: list[str], write_args: list[str], chunks: int = 3) -> tuple[int, bytes]:
     """Run ``read | write`` and SIGKILL read once write has echoed ``chunks`` committed chunks; returns
     write's exit status and stderr.

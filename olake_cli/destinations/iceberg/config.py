@@ -133,6 +133,24 @@ def prepare_embedded(root: str) -> None:
         raise ConfigError(f"iceberg: cannot write into '{root}': {exc.strerror or exc}") from None
 
 
+def probe_warehouse(cfg: IcebergConfig, warehouse: str) -> None:
+    """Write and remove a probe object in a warehouse on object storage (``s3://...``) through the
+    catalog's FileIO; a ConfigError naming the warehouse when it cannot be written."""
+    import uuid
+
+    from pyiceberg.io import load_file_io
+
+    probe = f"{warehouse.rstrip('/')}/.olake-check-{uuid.uuid4().hex}"
+    try:
+        io = load_file_io(cfg.catalog_properties, warehouse)
+        with io.new_output(probe).create(overwrite=True) as out:
+            out.write(b"olake check\n")
+        io.delete(probe)
+    except Exception as exc:  # pyarrow, fsspec and the stores raise many types
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ConfigError(f"iceberg: cannot write into the warehouse '{warehouse}': {redact(reason, cfg)}") from None
+
+
 def open_catalog(cfg: IcebergConfig):
     """The pyiceberg catalog of a config (the embedded one is created on first use)."""
     from pyiceberg.catalog import load_catalog

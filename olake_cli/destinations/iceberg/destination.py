@@ -21,7 +21,8 @@ from olake_cli.core.state import State, StreamState
 from olake_cli.destinations.iceberg.buffer import DECODE_EVERY, StreamBuffer
 from olake_cli.destinations.iceberg.chunk_sink import IcebergChunkSink, SinkTable
 from olake_cli.destinations.iceberg.commit import CommitOptions, commit_stream
-from olake_cli.destinations.iceberg.config import lock_path, open_catalog, parse_config, prepare_embedded, redact
+from olake_cli.destinations.iceberg.config import (lock_path, open_catalog, parse_config, prepare_embedded,
+                                                    probe_warehouse, redact)
 from olake_cli.destinations.iceberg.files import write_rows
 from olake_cli.destinations.iceberg.merge import TOAST
 from olake_cli.destinations.iceberg.retype import replace_now, replaced_columns, replacement
@@ -61,6 +62,8 @@ class IcebergDestination:
         warehouse = self.cfg.catalog_properties.get("warehouse", "")
         if self.cfg.embedded_dir is None and warehouse.startswith(("file:", "/")):
             prepare_embedded(warehouse.removeprefix("file://"))
+        elif "://" in warehouse:
+            probe_warehouse(self.cfg, warehouse)
         return f"iceberg: the {self.cfg.describe()} is reachable"
 
     def lock_path(self) -> str:

@@ -13,7 +13,8 @@ one bracket; each bound is stored in the state as a JSON array ``[bracket, value
                                                          differently (keys starting with "$")
 
 A chunk's query is ``{_id: {$type: <the bracket's types>, $gte: min, $not: {$gte: max}}}`` (open ends
-left out). Writing the upper end as ``$not $gte`` instead of ``$lt`` makes the chunks of a bracket the
+left out). The one chunk ``SPANNING`` (from the start of ``minKey`` to the end of ``maxKey``) is the
+query ``{}``: a collection small enough for one chunk needs no planning query. Writing the upper end as ``$not $gte`` instead of ``$lt`` makes the chunks of a bracket the
 differences ``S_i - S_(i+1)`` of the nested sets ``S_i = {_id >= cut_i}``: no document can fall
 between two chunks whatever the server's comparison does (NaN fails both ``$lt`` and ``$gte`` and
 would otherwise be lost), and a document lands in two chunks only if the sets are not nested, which
@@ -70,6 +71,7 @@ BRACKETS: tuple[Bracket, ...] = (
     Bracket("maxKey", ("maxKey",), (0x7F,), splittable=False),
 )
 BY_NAME: dict[str, Bracket] = {b.name: b for b in BRACKETS}
+SPANNING: tuple[list, list] = (["minKey", None], ["maxKey", None])  # one chunk: every _id
 _BY_CODE: dict[int, Bracket] = {code: b for b in BRACKETS for code in b.codes}
 
 
@@ -132,6 +134,8 @@ def chunk_filter(lo: Any, hi: Any) -> dict:
     """The query matching exactly the documents of the chunk [lo, hi) (state bounds)."""
     bracket, low, low_open = parse_bound(lo, "chunk min")
     high_bracket, high, high_open = parse_bound(hi, "chunk max")
+    if (lo, hi) == SPANNING:
+        return {}
     if high_bracket is not bracket:
         raise StateError(f"mongodb: chunk [{lo!r}, {hi!r}) spans two type brackets")
     condition: dict[str, Any] = {"$type": list(bracket.types)}

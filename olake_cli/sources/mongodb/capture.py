@@ -15,10 +15,12 @@ key (majority read): found, the update carries that version. Gone, the update is
 its delete follows: the run reads on, past its bound if need be, until it has read that delete, and
 sets no checkpoint in between; a delete that never comes fails the run.
 
-A change whose document does not fit the stream's types widens the stream (``drift``): in place (a new
-column, int32 to int64) it is announced with the batch and recorded in the stream's later positions;
-a column whose type is replaced ends the stream's capture, and the stream is loaded anew on the next
-run (whose full load widens it again).
+Events arrive as raw BSON; each stretch of one stream's changes is decoded at once into a run of
+JSON-text columns (``change_decode``), as PostgreSQL's capture produces them. A stretch the columnar
+decoder declines is converted document by document: a change whose document does not fit the stream's
+types widens the stream (``drift``): in place (a new column, int32 to int64) it is announced with the
+batch and recorded in the stream's later positions; a column whose type is replaced ends the stream's
+capture, and the stream is loaded anew on the next run (whose full load widens it again).
 """
 
 from __future__ import annotations
@@ -29,19 +31,20 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from olake_cli.core.catalog import CatalogStream
-from olake_cli.core.change_runs import Change, runs_of_changes
+from olake_cli.core.change_runs import Change, ChangeRun, runs_of_changes
 from olake_cli.core.contracts import ChangeBatch
 from olake_cli.core.errors import ConfigError, SourceError
 from olake_cli.core.opid import OpId
 from olake_cli.core.position_lost import handle_lost_position
 from olake_cli.core.schema_drift import column_type, changed_columns, needs_reload, record_in_state, widened
 from olake_cli.core.state import State, StreamState
+from olake_cli.sources.mongodb.change_decode import PendingChange, decoded_run
 
 HISTORY_LOST, INVALID_TOKEN = 286, 280
 _OPS = {"insert": "c", "replace": "u", "update": "u", "delete": "d"}
 _ENDS = ("drop", "rename", "dropDatabase", "invalidate")
 CHECKPOINT_EVERY = max(1, int(os.environ.get("OLAKE_CDC_CHECKPOINT_EVERY", "20000")))
-BATCH_CHANGES = 1000
+BATCH_CHANGES = 5000
 GONE_WAIT_S = 10.0  # how long a run waits for the delete of a document an update found gone
 
 
@@ -153,12 +156,15 @@ class MongoChangeCapture:
                 yield from _EventReader(self, streams, upto, self._database(client)).batches(stream)
 
     def _database(self, client):
-        """The configured database, decoding as the converters expect, reading majority-committed data."""
+        """The configured database, reading majority-committed data; documents stay raw BSON (nested
+        values decode as the converters expect when read)."""
+        from bson.raw_bson import RawBSONDocument
         from pymongo.read_concern import ReadConcern
 
         from olake_cli.sources.mongodb.bson_schema import BSON_CODEC_OPTIONS
 
-        return client.get_database(self.settings.database, codec_options=BSON_CODEC_OPTIONS,
+        return client.get_database(self.settings.database,
+                                   codec_options=BSON_CODEC_OPTIONS.with_options(document_class=RawBSONDocument),
                                    read_concern=ReadConcern("majority"))
 
     def _watch(self, client, resume_after: dict | None):
@@ -184,30 +190,31 @@ class _EventReader:
         self.streams = {s.name: s for s in streams}
         self.namespace = {s.name: s.key for s in streams}
         self.gone: dict[tuple[str, bytes], str] = {}  # updates skipped until their delete is read
+        self.pending: list[PendingChange] = []  # the current stretch of one stream's changes
+        self.pending_name: str | None = None
+        self.runs: list[ChangeRun] = []  # decoded stretches not yet handed out
 
     def batches(self, stream) -> Iterator[ChangeBatch]:
         """Events up to ``upto`` (further while a skipped update waits for its delete): a checkpoint
         after every complete cluster time once enough changed, none while an update waits."""
         import pymongo.errors
 
-        batch, changes, since, group, seq, last = ChangeBatch(), [], 0, None, 0, None
+        batch, size, since, group, seq, last = ChangeBatch(), 0, 0, None, 0, None
         try:
             for event in self._events(stream):
                 op = cluster_op(event["clusterTime"])
                 if op.commit > self.upto.commit and not self.gone:
                     break
                 if op.commit != group:
-                    if last is not None and not self.gone and (since >= CHECKPOINT_EVERY
-                                                               or len(changes) >= BATCH_CHANGES):
-                        batch.position, batch.runs, since = last, runs_of_changes(changes), 0
+                    if last is not None and not self.gone and (since >= CHECKPOINT_EVERY or size >= BATCH_CHANGES):
+                        batch.position, batch.runs, since, size = last, self._decoded(batch), 0, 0
                         yield batch
-                        batch, changes = ChangeBatch(), []
+                        batch = ChangeBatch()
                     group, seq = op.commit, 0
                 seq += 1
-                change = self._change(event, OpId(op.commit, seq), batch)
-                if change is not None:
-                    changes.append(change)
+                if self._change(event, OpId(op.commit, seq), batch):
                     since += 1
+                    size += 1
                 last = MongoPosition(event["_id"]["_data"], OpId(op.commit, seq))
             else:  # the log is exhausted: the post-batch token is past everything up to ``upto``
                 if stream.resume_token is not None:
@@ -215,8 +222,45 @@ class _EventReader:
                     last = MongoPosition(stream.resume_token["_data"], covered)
         except pymongo.errors.PyMongoError as exc:
             raise SourceError(self.capture.settings.scrub(f"mongodb: change stream: {exc}")) from None
-        batch.position, batch.runs = last, runs_of_changes(changes)
+        batch.position, batch.runs = last, self._decoded(batch)
         yield batch
+
+    def _decoded(self, batch: ChangeBatch) -> list[ChangeRun]:
+        """The runs of every change queued so far (the current stretch decoded now)."""
+        self._end_stretch(batch)
+        runs, self.runs = self.runs, []
+        return runs
+
+    def _end_stretch(self, batch: ChangeBatch) -> None:
+        """Decode the queued stretch of one stream's changes: at once, or (declined) one by one."""
+        name, pending = self.pending_name, self.pending
+        self.pending, self.pending_name = [], None
+        stream = self.streams.get(name)
+        if not pending or stream is None:
+            return
+        run = decoded_run(stream, pending)
+        if run is not None:
+            self.runs.append(run)
+            return
+        changes = (self._converted(name, change, batch) for change in pending)
+        self.runs += runs_of_changes([change for change in changes if change is not None])
+
+    def _converted(self, name: str, pending: PendingChange, batch: ChangeBatch) -> Change | None:
+        """One queued change converted on its own (None when its stream was loaded anew meanwhile)."""
+        import bson
+
+        from olake_cli.sources.mongodb.bson_schema import BSON_CODEC_OPTIONS
+
+        stream = self.streams.get(name)
+        if stream is None:
+            return None
+        document = bson.decode(pending.document, codec_options=BSON_CODEC_OPTIONS)
+        data = self._wire(stream, document, pending.op == "d", batch)
+        if data is None:
+            return None
+        data.update(_olake_op=pending.op, _olake_op_id=[pending.op_id.commit, pending.op_id.seq],
+                    _olake_commit_ts=pending.commit_ts)
+        return Change(stream.key, pending.op_id, data)
 
     def _events(self, stream) -> Iterator[dict]:
         """The stream's events until it has none now; while a skipped update waits for its delete,
@@ -237,39 +281,41 @@ class _EventReader:
                                   f"in the change stream (waited {GONE_WAIT_S:.0f}s); nothing after the last "
                                   f"checkpoint is acknowledged; run again")
 
-    def _change(self, event: dict, op_id: OpId, batch: ChangeBatch) -> Change | None:
+    def _change(self, event, op_id: OpId, batch: ChangeBatch) -> bool:
+        """Queue the event's change (True), or act on an event that carries none (False)."""
         kind = event["operationType"]
         name = (event.get("ns") or {}).get("coll")
         stream = self.streams.get(name)
         if stream is None:
-            return None
+            return False
+        if name != self.pending_name or kind in _ENDS:
+            self._end_stretch(batch)
+            self.pending_name = name
+        if name not in self.streams:  # loaded anew after the stretch just decoded
+            return False
         if kind in _ENDS:
             if stream.key not in batch.resync:
                 batch.resync[stream.key] = (f"the collection saw '{kind}'; its stream ends here and is "
                                             f"loaded anew on the next run (run discover again if it is gone)")
             del self.streams[name]
             self.gone = {k: v for k, v in self.gone.items() if k[0] != name}
-            return None
+            return False
         if kind not in _OPS:
-            return None
+            return False
         if kind == "delete":
             self.gone.pop((name, _key_bytes(event)), None)
-            document = {"_id": event["documentKey"]["_id"]}
+            document = _key_document(event)
         else:
             document = event.get("fullDocument")
             if document is None:
                 document = self._look_up(name, event["documentKey"])
             if document is None:  # deleted since: skipped, and the run reads on until that delete
                 self.gone[(name, _key_bytes(event))] = stream.label
-                return None
-        data = self._wire(stream, document, kind == "delete", batch)
-        if data is None:
-            return None
-        data["_olake_op"] = _OPS[kind]
-        data["_olake_op_id"] = [op_id.commit, op_id.seq]
+                return False
         wall = event.get("wallTime")
-        data["_olake_commit_ts"] = _micros(wall) if wall is not None else event["clusterTime"].time * 1_000_000
-        return Change(stream.key, op_id, data)
+        commit_ts = _micros(wall) if wall is not None else event["clusterTime"].time * 1_000_000
+        self.pending.append(PendingChange(_OPS[kind], document.raw, op_id, commit_ts))
+        return True
 
     def _wire(self, stream: CatalogStream, document: dict, key_only: bool, batch: ChangeBatch) -> dict | None:
         """The change's RECORD data; a document that does not fit widens the stream first (in place:
@@ -297,8 +343,8 @@ class _EventReader:
         batch.widened = [s for s in batch.widened if s.key != after.key] + [after]
         return document_to_wire(document, _key_schema(after) if key_only else after.json_schema, after.label)
 
-    def _look_up(self, collection: str, key: dict) -> dict | None:
-        """The document of ``key`` (a documentKey) now, or None when it no longer exists."""
+    def _look_up(self, collection: str, key):
+        """The document of ``key`` (a documentKey) now, as raw BSON, or None when it no longer exists."""
         return self.database[collection].find_one({name: {"$eq": value} for name, value in key.items()})
 
 
@@ -309,6 +355,16 @@ def _key_bytes(event: dict) -> bytes:
     from olake_cli.sources.mongodb.bson_schema import BSON_CODEC_OPTIONS
 
     return bson.encode(event["documentKey"], codec_options=BSON_CODEC_OPTIONS)
+
+
+def _key_document(event):
+    """The document a delete carries: its ``_id`` alone, as raw BSON."""
+    import bson
+    from bson.raw_bson import RawBSONDocument
+
+    from olake_cli.sources.mongodb.bson_schema import BSON_CODEC_OPTIONS
+
+    return RawBSONDocument(bson.encode({"_id": event["documentKey"]["_id"]}, codec_options=BSON_CODEC_OPTIONS))
 
 
 def _key_schema(stream: CatalogStream) -> dict:

@@ -1,15 +1,19 @@
-"""Full-load chunk planning on ``_id``: every type bracket present, each cut into ranges.
+"""Full-load chunk planning on ``_id``: every type bracket present, each cut into ranges, reading the
+collection at most once (on servers such as SecantusDB every query but an ``_id`` lookup reads it all).
 
-1. Which brackets ``_id`` has: ``find_one({_id: {$type: <types of the brackets not found yet>}})``
-   until nothing is left (one index seek per bracket on MongoDB; the type list covers every BSON type
-   an ``_id`` can have, so no document is left out whatever order the server sorts types in).
-2. Where to cut a bracket, first that works: ``splitVector`` over the whole ``_id`` index (mongod
-   with the privilege; mongos and SecantusDB have none), ``$bucketAuto`` restricted to the bracket
-   (exact sizes; up to ``EXACT_SPLIT_LIMIT`` documents, it sorts them all), or ``$sample``\\d ``_id``\\s
-   sorted by the server. Brackets of at most ``chunk_documents`` documents are one chunk.
+1. How many documents: ``estimatedDocumentCount`` (collection metadata on MongoDB). A collection that
+   fits in one chunk gets one chunk spanning every bracket (``brackets.SPANNING``) and no other query.
+2. Which brackets ``_id`` has and where to cut them, first that works:
+   * ``splitVector`` over the whole ``_id`` index (mongod with the privilege; mongos and SecantusDB
+     have none), with the brackets found by ``find_one({_id: {$type: ...}})`` index seeks;
+   * one aggregation pass (``census``): a ``$facet`` counting the ``_id``\\s of each BSON type beside a
+     ``$bucketAuto`` over all ``_id``\\s (exact sizes, up to ``EXACT_SPLIT_LIMIT`` documents: it sorts
+     them) or a ``$sample`` of them sorted by the server; a bucket's lower bound is a cut in its
+     bracket. Brackets of at most ``chunk_documents`` documents are one chunk.
 3. The cuts are checked: each must be ``$gte`` the previous one by the server's own query comparison
-   (``verify_nested``), so the chunks' queries (see ``brackets``) partition the bracket exactly even
-   on a server whose sort order and range queries disagree; cuts that fail are dropped.
+   (``verify_nested``, over the cut values alone with ``$documents``, not the collection), so the
+   chunks' queries (see ``brackets``) partition the bracket exactly even on a server whose sort order
+   and range queries disagree; cuts that fail are dropped.
 """
 
 from __future__ import annotations
@@ -21,11 +25,14 @@ from typing import Any, Callable
 from bson.decimal128 import Decimal128
 from bson.son import SON
 
-from olake_cli.sources.mongodb.brackets import BRACKETS, BY_NAME, Bracket, bracket_chunks, bracket_of, encode_value
+from olake_cli.sources.mongodb.brackets import (
+    BRACKETS, BY_NAME, SPANNING, Bracket, bracket_chunks, bracket_of, encode_value,
+)
 
-EXACT_SPLIT_LIMIT = 1_000_000  # $bucketAuto sorts every _id of the bracket; above this, sample
+EXACT_SPLIT_LIMIT = 1_000_000  # $bucketAuto sorts every _id; above this, sample
 MAX_SAMPLE = 50_000
 _VERIFY_BATCH = 500
+_TYPE_BRACKET = {alias: b for b in BRACKETS for alias in b.types}
 
 
 @dataclass
@@ -35,42 +42,50 @@ class ChunkPlan:
     bounds: list[tuple[list, list]]
     methods: dict[str, str] = field(default_factory=dict)  # bracket -> whole|splitVector|bucketAuto|sample
     warnings: list[str] = field(default_factory=list)
+    estimate: int | None = None  # the collection's document count from its metadata
 
     def summary(self) -> str:
         """``objectId: 12 (splitVector), number: 1 (whole)`` for logs."""
         counts: dict[str, int] = {}
-        for lo, _ in self.bounds:
-            counts[lo[0]] = counts.get(lo[0], 0) + 1
+        for lo, hi in self.bounds:
+            name = lo[0] if lo[0] == hi[0] else f"{lo[0]}..{hi[0]}"
+            counts[name] = counts.get(name, 0) + 1
         return ", ".join(f"{name}: {n} ({self.methods.get(name, 'whole')})" for name, n in counts.items())
 
 
 def plan_chunks(coll, chunk_documents: int) -> ChunkPlan:
     """Chunks of about ``chunk_documents`` documents covering every ``_id`` of ``coll`` exactly once.
 
-    ``coll`` must decode with ``BSON_CODEC_OPTIONS``. An empty collection gets one chunk (the whole
-    ObjectId bracket), so a load always has a chunk to complete.
+    ``coll`` must decode with ``BSON_CODEC_OPTIONS``. A collection whose metadata counts at most
+    ``chunk_documents`` documents (an empty one too) gets one chunk spanning every bracket.
     """
-    present = present_brackets(coll)
+    estimate = _try(coll.estimated_document_count)
+    if estimate is not None and estimate <= chunk_documents:
+        return ChunkPlan([SPANNING], estimate=estimate)
+    split_keys = split_vector_keys(coll, chunk_documents)
+    if split_keys is not None:
+        present, method = present_brackets(coll), "splitVector"
+        cuts = {name: keys for name, keys in split_keys.items() if BY_NAME[name].splittable}
+    else:
+        present, cuts, method = census(coll, chunk_documents, estimate)
     if not present:
-        return ChunkPlan(bracket_chunks(BY_NAME["objectId"], []), {"objectId": "whole"})
-    split_keys = split_vector_keys(coll, chunk_documents) if any(b.splittable for b in present) else None
-    plan = ChunkPlan([])
+        return ChunkPlan([SPANNING], estimate=estimate)
+    plan = ChunkPlan([], estimate=estimate)
     for bracket in present:
-        cuts, method = _bracket_cuts(coll, bracket, chunk_documents, split_keys)
-        cuts = [c for c in cuts if not _is_nan(c)]  # $gte NaN matches only NaN: NaN stays in chunk 0
-        checked = verify_nested(coll, bracket, cuts)
-        if len(checked) < len(cuts):
+        wanted = [c for c in cuts.get(bracket.name, []) if not _is_nan(c)]  # $gte NaN matches only NaN
+        checked = verify_nested(coll, wanted)
+        if len(checked) < len(wanted):
             plan.warnings.append(
-                f"{len(cuts) - len(checked)} of {len(cuts)} cut(s) between {bracket.name} _id values failed the "
-                "server's range check (its range queries disagree with its sort order, or a document was "
-                "deleted meanwhile) and were dropped: those chunks are larger, no document is lost")
+                f"{len(wanted) - len(checked)} of {len(wanted)} cut(s) between {bracket.name} _id values failed the "
+                "server's range check (its range queries disagree with its sort order) and were dropped: "
+                "those chunks are larger, no document is lost")
         plan.methods[bracket.name] = method if checked else "whole"
         plan.bounds.extend(bracket_chunks(bracket, checked))
     return plan
 
 
 def present_brackets(coll) -> list[Bracket]:
-    """The brackets at least one ``_id`` belongs to, in MongoDB's type order."""
+    """The brackets at least one ``_id`` belongs to, in MongoDB's type order (``_id`` index seeks)."""
     remaining = list(BRACKETS)
     found: list[Bracket] = []
     while remaining:
@@ -86,39 +101,68 @@ def present_brackets(coll) -> list[Bracket]:
     return sorted(found, key=BRACKETS.index)
 
 
-def _bracket_cuts(coll, bracket: Bracket, chunk_documents: int,
-                  split_keys: dict[str, list] | None) -> tuple[list, str]:
-    """(ascending cut values, method) for one bracket."""
-    if not bracket.splittable:
-        return [], "whole"
-    if split_keys is not None:
-        return split_keys.get(bracket.name, []), "splitVector"
-    count = coll.count_documents({"_id": {"$type": list(bracket.types)}})
-    pieces = math.ceil(count / max(1, chunk_documents))
-    if pieces <= 1:
-        return [], "whole"
-    if count <= EXACT_SPLIT_LIMIT:
-        cuts = _try(lambda: bucket_auto_cuts(coll, bracket, pieces))
-        if cuts is not None:
-            return cuts, "bucketAuto"
-    total = max(count, _try(coll.estimated_document_count) or count)
-    cuts = _try(lambda: sampled_cuts(coll, bracket, pieces, count, total))
-    return (cuts, "sample") if cuts is not None else ([], "whole")
+def census(coll, chunk_documents: int, estimate: int | None) -> tuple[list[Bracket], dict[str, list], str]:
+    """(brackets present, ascending cuts per bracket, method) from one aggregation pass."""
+    pieces = max(1, math.ceil((estimate or 0) / max(1, chunk_documents)))
+    by_type = [{"$group": {"_id": {"$type": "$_id"}, "n": {"$sum": 1}}}]
+    exact = estimate is not None and estimate <= EXACT_SPLIT_LIMIT
+    if exact:
+        cutting, method = [{"$bucketAuto": {"groupBy": "$_id", "buckets": pieces}}], "bucketAuto"
+    else:
+        size = min(MAX_SAMPLE, max(64 * pieces, 1000))
+        cutting, method = [{"$sample": {"size": size}}, {"$project": {"_id": 1}}, {"$sort": {"_id": 1}}], "sample"
+    reply = _try(lambda: list(coll.aggregate([{"$facet": {"types": by_type, "cut": cutting}}], allowDiskUse=True)))
+    if reply is None:  # no $facet (or no $bucketAuto): count the types alone, cut nothing
+        reply, method = [{"types": list(coll.aggregate(by_type, allowDiskUse=True)), "cut": []}], "whole"
+    counts: dict[str, int] = {}
+    for row in reply[0]["types"]:
+        bracket = _TYPE_BRACKET.get(row["_id"])
+        if bracket is None:
+            raise RuntimeError(f"_id of BSON type {row['_id']!r} cannot be chunked")
+        counts[bracket.name] = counts.get(bracket.name, 0) + int(row["n"])
+    if exact:
+        values = [bucket["_id"]["min"] for bucket in reply[0]["cut"][1:]]
+    else:
+        values = _quantiles([doc["_id"] for doc in reply[0]["cut"]], counts, chunk_documents)
+    cuts: dict[str, list] = {}
+    for value in values:
+        bracket = bracket_of(value)
+        if bracket.splittable and counts.get(bracket.name, 0) > chunk_documents:
+            cuts.setdefault(bracket.name, []).append(value)
+    return [b for b in BRACKETS if b.name in counts], cuts, method
+
+
+def _quantiles(ids: list, counts: dict[str, int], chunk_documents: int) -> list:
+    """Cuts at the quantiles of each bracket's sampled ``_id``\\s (sorted by the server)."""
+    grouped: dict[str, list] = {}
+    for value in ids:
+        grouped.setdefault(bracket_of(value).name, []).append(value)
+    cuts: list = []
+    for name, sample in grouped.items():
+        pieces = math.ceil(counts.get(name, 0) / max(1, chunk_documents))
+        step = len(sample) / max(1, pieces)
+        for i in range(1, pieces if len(sample) >= 2 else 0):
+            value = sample[min(len(sample) - 1, int(i * step))]
+            if not cuts or encode_value(cuts[-1]) != encode_value(value):
+                cuts.append(value)
+    return cuts
 
 
 def split_vector_keys(coll, chunk_documents: int) -> dict[str, list] | None:
     """``splitVector`` cuts over the whole ``_id`` index, grouped by bracket; None when the server
-    has no such command (mongos, SecantusDB, Atlas tiers) or the user lacks the privilege."""
+    has no such command (mongos, SecantusDB, Atlas tiers) or the user lacks the privilege (asked
+    first with a no-op split, so such servers are not asked for collection statistics)."""
     from pymongo.errors import OperationFailure
 
+    command = SON([("splitVector", coll.full_name), ("keyPattern", {"_id": 1}), ("maxChunkSizeBytes", 1 << 62)])
     try:
+        coll.database.command(command, codec_options=coll.codec_options)
         count, avg = _collection_stats(coll)
         if count <= chunk_documents:
             return {}
         # the server cuts every min(maxChunkSizeBytes / (2 * avgObjSize), maxChunkObjects) keys
-        command = SON([("splitVector", coll.full_name), ("keyPattern", {"_id": 1}),
-                       ("maxChunkSizeBytes", max(1, int(2 * avg * chunk_documents))),
-                       ("maxChunkObjects", chunk_documents)])
+        command["maxChunkSizeBytes"] = max(1, int(2 * avg * chunk_documents))
+        command["maxChunkObjects"] = chunk_documents
         reply = coll.database.command(command, codec_options=coll.codec_options)
     except OperationFailure:
         return None
@@ -141,35 +185,9 @@ def _collection_stats(coll) -> tuple[int, float]:
     return int(stats.get("count") or 0), float(stats.get("avgObjSize") or 0) or 1.0
 
 
-def bucket_auto_cuts(coll, bracket: Bracket, pieces: int) -> list:
-    """Cuts between ``pieces`` equal buckets of the bracket's ``_id``\\s (``$bucketAuto``)."""
-    pipeline = [{"$match": {"_id": {"$type": list(bracket.types)}}},
-                {"$bucketAuto": {"groupBy": "$_id", "buckets": pieces}}]
-    buckets = list(coll.aggregate(pipeline, allowDiskUse=True))
-    return [bucket["_id"]["min"] for bucket in buckets[1:]]
-
-
-def sampled_cuts(coll, bracket: Bracket, pieces: int, count: int, total: int) -> list:
-    """Cuts at the quantiles of a ``$sample`` of the bracket's ``_id``\\s, sorted by the server."""
-    wanted = min(count, max(64 * pieces, 1000), MAX_SAMPLE)
-    size = max(1, min(total, MAX_SAMPLE, math.ceil(wanted * total / max(count, 1))))
-    pipeline = [{"$sample": {"size": size}}, {"$match": {"_id": {"$type": list(bracket.types)}}},
-                {"$project": {"_id": 1}}, {"$sort": {"_id": 1}}]
-    ids = [doc["_id"] for doc in coll.aggregate(pipeline, allowDiskUse=True)]
-    if len(ids) < 2:
-        return []
-    step = len(ids) / pieces
-    cuts: list = []
-    for i in range(1, pieces):
-        value = ids[min(len(ids) - 1, int(i * step))]
-        if not cuts or encode_value(cuts[-1]) != encode_value(value):
-            cuts.append(value)
-    return cuts
-
-
-def verify_nested(coll, bracket: Bracket, cuts: list, rounds: int = 4) -> list:
+def verify_nested(coll, cuts: list, rounds: int = 4) -> list:
     """The cuts (ascending by the server's sort) each ``$gte`` their predecessor by the server's query
-    comparison; a cut that is not (or whose document is gone) is dropped. No cuts if that never settles.
+    comparison; a cut that is not is dropped. No cuts if that never settles.
     """
     for _ in range(rounds):
         if len(cuts) < 2:
@@ -183,16 +201,30 @@ def verify_nested(coll, bracket: Bracket, cuts: list, rounds: int = 4) -> list:
 
 
 def _confirmed_pairs(coll, cuts: list) -> set[int]:
-    """Indexes i for which the server finds the document ``_id == cuts[i+1]`` with ``_id >= cuts[i]``."""
+    """Indexes i for which the server's ``$match`` finds ``cuts[i+1] $gte cuts[i]``: over the cut values
+    alone (``$documents``), or over the collection's documents where the server has no ``$documents``."""
     confirmed: set[int] = set()
-    by_key = {encode_value(c): i for i, c in enumerate(cuts)}
     for start in range(0, len(cuts) - 1, _VERIFY_BATCH):
         pairs = range(start, min(start + _VERIFY_BATCH, len(cuts) - 1))
-        query = {"$or": [{"$and": [{"_id": cuts[i + 1]}, {"_id": {"$gte": cuts[i]}}]} for i in pairs]}
-        for doc in coll.find(query, projection={"_id": 1}):
-            index = by_key.get(encode_value(doc["_id"]))
-            if index is not None and index - 1 in pairs:
-                confirmed.add(index - 1)
+        values = [{"i": i, "v": cuts[i + 1]} for i in pairs]
+        match = {"$or": [{"i": i, "v": {"$gte": cuts[i]}} for i in pairs]}
+        found = _try(lambda: list(coll.database.aggregate([{"$documents": values}, {"$match": match}])))
+        if found is None:
+            confirmed |= _confirmed_in_collection(coll, cuts, pairs)
+        else:
+            confirmed.update(doc["i"] for doc in found)
+    return confirmed
+
+
+def _confirmed_in_collection(coll, cuts: list, pairs: range) -> set[int]:
+    """``_confirmed_pairs`` by finding the documents ``_id == cuts[i+1]`` with ``_id >= cuts[i]``."""
+    confirmed: set[int] = set()
+    by_key = {encode_value(c): i for i, c in enumerate(cuts)}
+    query = {"$or": [{"$and": [{"_id": cuts[i + 1]}, {"_id": {"$gte": cuts[i]}}]} for i in pairs]}
+    for doc in coll.find(query, projection={"_id": 1}):
+        index = by_key.get(encode_value(doc["_id"]))
+        if index is not None and index - 1 in pairs:
+            confirmed.add(index - 1)
     return confirmed
 
 

@@ -1,5 +1,9 @@
 """The chunk reader of a MongoDB stream: runs inside a Spark task and yields Arrow record batches.
 
+Each cursor batch arrives as raw BSON and becomes one record batch column by column
+(``bson_arrow.raw_batch``); a batch that leaves the regular layout is decoded document by document
+and converted by ``bson_types.documents_to_batch``, which names any value that does not fit.
+
 A document holding a value its field's type cannot take (schema drift) stops the chunk with a
 ``SchemaDrift`` carrying the stream's schema widened to hold the whole chunk (``drift``): the rest of
 the chunk is read for its types only, so one chunk asks for one widening.
@@ -66,8 +70,8 @@ class MongoChunkReader:
         except Exception as exc:  # driver errors arrive as many types; report them as one, scrubbed
             raise read_error(self.settings, exc, f"chunk {self.chunk_index} of {self.label}") from None
 
-    def documents(self) -> Iterator[dict]:
-        """The matching documents, decoded for the converter (dates as DatetimeMS, Int64 kept)."""
+    def raw_batches(self) -> Iterator[bytes]:
+        """The matching documents as cursor batches of raw BSON (concatenated documents)."""
         from bson.timestamp import Timestamp
 
         with self.settings.client() as client:
@@ -76,9 +80,16 @@ class MongoChunkReader:
             with client.start_session(causal_consistency=True) as session:
                 if self.after_cluster_time is not None:
                     session.advance_operation_time(Timestamp(*self.after_cluster_time))
-                for raw in coll.find_raw_batches(self.filter(), session=session):
-                    yield from bson.decode_all(raw, codec_options=BSON_CODEC_OPTIONS)
+                for raw in coll.find_raw_batches(self.filter(), session=session,
+                                                 batch_size=max(1, self.settings.batch_documents)):
+                    if raw:
+                        yield raw
             self._check_same_collection(client[self.settings.database])
+
+    def documents(self) -> Iterator[dict]:
+        """The matching documents, decoded for the converter (dates as DatetimeMS, Int64 kept)."""
+        for raw in self.raw_batches():
+            yield from bson.decode_all(raw, codec_options=BSON_CODEC_OPTIONS)
 
     def _check_same_collection(self, db) -> None:
         """SourceChangedError unless the collection read is still the one the load was planned on:
@@ -94,16 +105,15 @@ class MongoChunkReader:
                 "anew, a missing one is reported")
 
     def _batches(self) -> Iterator[Any]:
-        size = max(1, self.settings.batch_documents)
-        pending: list[dict] = []
-        documents = self.documents()
-        for document in documents:
-            pending.append(document)
-            if len(pending) >= size:
-                yield self._batch(pending, documents)
-                pending = []
-        if pending:
-            yield self._batch(pending, documents)
+        from olake_cli.sources.mongodb.bson_arrow import raw_batch
+
+        raws = self.raw_batches()
+        for raw in raws:
+            batch = raw_batch(raw, self.json_schema)
+            if batch is None:
+                rest = (d for more in raws for d in bson.decode_all(more, codec_options=BSON_CODEC_OPTIONS))
+                batch = self._batch(bson.decode_all(raw, codec_options=BSON_CODEC_OPTIONS), rest)
+            yield batch
 
     def _batch(self, documents: list[dict], rest: Iterator[dict]) -> Any:
         """The documents as a record batch; a SchemaDrift (widened for them and ``rest``, the chunk's

@@ -95,15 +95,7 @@ class MongoReadSession:
         for warning in plan.warnings:
             self.log(f"{stream.label}: {warning}")
         self.log(f"{stream.label}: _id chunks by type: {plan.summary()}")
-        return FullLoadPlan(list(plan.bounds), {"chunk_column": "_id", "collection_uuid": uuid},
-                            self._document_estimate(stream))
-
-    def _document_estimate(self, stream: Any) -> int | None:
-        """The collection's document count from its metadata (None if the server will not say)."""
-        try:
-            return int(self._collection(stream).estimated_document_count())
-        except Exception:  # an estimate is optional: the load goes on without it
-            return None
+        return FullLoadPlan(list(plan.bounds), {"chunk_column": "_id", "collection_uuid": uuid}, plan.estimate)
 
     def resume_blocker(self, stream: Any, previous: StreamState) -> str | None:
         """``_id`` ranges keep their meaning; only chunks this source did not write cannot resume."""

@@ -174,7 +174,8 @@ class ChangeStream:
                 try:
                     cur.execute(_PEEK_SQL, (self.slot, format_lsn(self.read_upto_lsn),
                                             quote_publication(self.publication)))
-                    with _Prefetch(lambda: cur.fetchmany(self._batch_size), self._waiting) as fetches:
+                    with _Prefetch(lambda: cur.fetchmany(self._batch_size), conn.cancel_safe,
+                                   self._waiting) as fetches:
                         yield from self._decode_rows(fetches, encoding)
                 finally:
                     cur.close()
@@ -263,20 +264,26 @@ class Waiting(Protocol):
 
 
 class _Prefetch:
-    """Fetches made by a thread one step ahead of their use, so that the next batch crosses the network
-    while this process converts the last one (iterate inside ``with``); ``waiting`` hears of long waits."""
+    """Fetches made by a thread one step ahead of their use, so that the server decodes the next
+    stretch of the slot while this process converts the last one (iterate inside ``with``);
+    ``waiting`` hears of long waits.
 
-    def __init__(self, fetch: Callable[[], list], waiting: Waiting | None) -> None:
-        self._fetch, self._queue, self._stop = fetch, queue.Queue(maxsize=1), threading.Event()
-        self._waiting = waiting
+    Left early (an error, an interrupt, the consumer gone), the fetch in flight is cancelled with
+    ``cancel`` rather than awaited: the server may need a minute to decode the rest of the range."""
+
+    def __init__(self, fetch: Callable[[], list], cancel: Callable[[], None], waiting: Waiting | None) -> None:
+        self._fetch, self._cancel, self._waiting = fetch, cancel, waiting
+        self._queue, self._stop = queue.Queue(maxsize=1), threading.Event()
         self._thread = threading.Thread(target=self._work, name="olake-slot-fetch", daemon=True)
 
     def __enter__(self) -> Iterator[list]:
         self._thread.start()
         return self._fetches()
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type | None, *exc: object) -> None:
         self._stop.set()
+        if exc_type is not None and self._thread.is_alive():
+            self._cancel()
         while self._thread.is_alive():  # unblock a pending put; a fetch in flight completes first
             try:
                 self._queue.get(timeout=0.05)

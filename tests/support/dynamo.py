@@ -1,0 +1,194 @@
+"""A DynamoDB-compatible endpoint for tests (moto's server mode), tables on it, and an independent
+oracle of what a destination row holds for a DynamoDB item.
+
+moto implements tables, tags, parallel scans (``Segment``/``TotalSegments``) and Streams over HTTP, with
+one shard per table. It does not emulate the 24-hour trimming of stream records, shard splits, or
+records old enough to leave the safe zone; tests reach those paths through the stored position instead
+(a position older than ``safe_zone_hours``, a shard id that does not exist, a stream that was replaced).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+REGION = "us-east-1"
+CREDENTIALS = {"access_key_id": "testing", "secret_access_key": "testing-secret"}
+
+
+@dataclass
+class MotoServer:
+    """A running ``moto_server`` (DynamoDB, its Streams and S3 on one endpoint): its endpoint, and the
+    process to stop."""
+
+    endpoint: str
+    process: subprocess.Popen
+
+    def client(self, service: str = "dynamodb"):
+        """A boto3 client of the endpoint."""
+        import boto3
+
+        return boto3.client(service, endpoint_url=self.endpoint, region_name=REGION,
+                            aws_access_key_id=CREDENTIALS["access_key_id"],
+                            aws_secret_access_key=CREDENTIALS["secret_access_key"])
+
+    def config(self, **extra: Any) -> dict:
+        """A ``dynamodb`` source config for this endpoint."""
+        return {"type": "dynamodb", "region": REGION, "endpoint_url": self.endpoint, **CREDENTIALS, **extra}
+
+    def stop(self) -> None:
+        """Stop the server (this process started it)."""
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def start_moto_server() -> MotoServer:
+    """``moto_server -H 127.0.0.1 -p PORT`` on a free port, once it answers."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               env={**os.environ, "MOTO_ALLOW_NONEXISTENT_REGION": "true"})
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"moto_server exited with code {process.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return MotoServer(f"http://127.0.0.1:{port}", process)
+        except OSError:
+            time.sleep(0.2)
+    process.kill()
+    raise RuntimeError("moto_server did not start within 60 s")
+
+
+@contextmanager
+def iam_enforced(server: MotoServer):
+    """While inside, the server checks every request's signature and IAM permissions (moto's
+    ``/moto-api/reset-auth``); the requests of other tests never see it."""
+    import requests
+
+    previous = requests.post(f"{server.endpoint}/moto-api/reset-auth", data=b"0").json()
+    try:
+        yield
+    finally:
+        requests.post(f"{server.endpoint}/moto-api/reset-auth",
+                      data=previous["PREVIOUS_INITIAL_NO_AUTH_ACTION_COUNT"].encode())
+
+
+def iam_user(server: MotoServer, name: str, actions: list[str]) -> dict[str, str]:
+    """An IAM user allowed ``actions`` on every resource; its credentials as config fields."""
+    iam = server.client("iam")
+    iam.create_user(UserName=name)
+    policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": actions, "Resource": "*"}]}
+    iam.put_user_policy(UserName=name, PolicyName="olake", PolicyDocument=json.dumps(policy))
+    key = iam.create_access_key(UserName=name)["AccessKey"]
+    return {"access_key_id": key["AccessKeyId"], "secret_access_key": key["SecretAccessKey"]}
+
+
+def create_table(client, name: str, sort_key: tuple[str, str] | None = ("sk", "N"),
+                 stream: str | None = "NEW_AND_OLD_IMAGES", tags: dict[str, str] | None = None,
+                 partition_key: tuple[str, str] = ("pk", "S")) -> None:
+    """A table keyed by ``partition_key`` (and ``sort_key``), with a stream of ``stream`` view (None: off)."""
+    keys = [partition_key] + ([sort_key] if sort_key else [])
+    request: dict[str, Any] = {
+        "TableName": name, "BillingMode": "PAY_PER_REQUEST",
+        "KeySchema": [{"AttributeName": n, "KeyType": kind} for (n, _), kind in zip(keys, ("HASH", "RANGE"))],
+        "AttributeDefinitions": [{"AttributeName": n, "AttributeType": t} for n, t in keys]}
+    if stream:
+        request["StreamSpecification"] = {"StreamEnabled": True, "StreamViewType": stream}
+    if tags:
+        request["Tags"] = [{"Key": k, "Value": v} for k, v in tags.items()]
+    client.create_table(**request)
+
+
+def put_items(client, table: str, items: list[dict]) -> None:
+    """Write items (low-level attribute values) in batches of 25."""
+    for start in range(0, len(items), 25):
+        batch = [{"PutRequest": {"Item": item}} for item in items[start:start + 25]]
+        client.batch_write_item(RequestItems={table: batch})
+
+
+def all_items(client, table: str) -> list[dict]:
+    """Every item of the table now."""
+    items, request = [], {"TableName": table}
+    while True:
+        page = client.scan(**request)
+        items += page["Items"]
+        if "LastEvaluatedKey" not in page:
+            return items
+        request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def expected_row(item: dict, json_schema: dict) -> dict:
+    """The row a destination should hold for ``item``, built from the DynamoDB values alone (sets sorted)."""
+    return {name: _expected(item.get(name), prop) for name, prop in json_schema["properties"].items()}
+
+
+def _expected(value: dict | None, prop: dict) -> Any:
+    olake_type = prop["x-olake-type"]
+    if olake_type == "json":
+        return None if value is None else json.loads(json.dumps(_dynamo_json(value)))
+    if value is None or "NULL" in value:
+        return None
+    (tag, payload), = value.items()
+    if olake_type.startswith("array<"):
+        element = {**prop.get("items", {}), "x-olake-type": olake_type[6:-1]}
+        members = payload if tag == "L" else [{tag[0]: m} for m in payload]
+        values = [_expected(m, element) for m in members]
+        return values if tag == "L" else sorted(values, key=repr)
+    if olake_type == "document":
+        return {name: _expected(payload.get(name), sub) for name, sub in prop["properties"].items()}
+    if olake_type.startswith("decimal"):
+        return Decimal(payload)
+    if olake_type == "bytes":
+        return bytes(payload)
+    return payload  # string, bool, numeric (the text)
+
+
+def _dynamo_json(value: dict) -> dict:
+    (tag, payload), = value.items()
+    if tag == "B":
+        return {"B": base64.b64encode(bytes(payload)).decode()}
+    if tag == "BS":
+        return {"BS": [base64.b64encode(bytes(b)).decode() for b in payload]}
+    if tag == "M":
+        return {"M": {k: _dynamo_json(v) for k, v in payload.items()}}
+    if tag == "L":
+        return {"L": [_dynamo_json(v) for v in payload]}
+    return {tag: payload}
+
+
+def actual_row(row: dict, json_schema: dict) -> dict:
+    """A destination row (Arrow ``to_pylist``) in :func:`expected_row`'s form: json parsed, sets sorted."""
+    return {name: _actual(row[name], prop) for name, prop in json_schema["properties"].items()}
+
+
+def _actual(value: Any, prop: dict) -> Any:
+    olake_type = prop["x-olake-type"]
+    if value is None:
+        return None
+    if olake_type == "json":
+        return json.loads(value)
+    if olake_type.startswith("array<"):
+        element = {**prop.get("items", {}), "x-olake-type": olake_type[6:-1]}
+        values = [_actual(v, element) for v in value]
+        return values if prop.get("x-olake-dynamodb-type") == "L" else sorted(values, key=repr)
+    if olake_type == "document":
+        return {name: _actual(value.get(name), sub) for name, sub in prop["properties"].items()}
+    return value

@@ -1,0 +1,237 @@
+"""Full loads beyond one machine: a real standalone master with two workers, and a Spark Connect server
+on it (tests/support/spark_cluster.py, started once per run), compared value by value with the source.
+Every worker runs a Python without olake (``bare_python``): the runs ship it (``olake pack``).
+
+Multi-chunk loads go through ``read | write`` (the driver writes; on the cluster the chunks' lines come
+back from the executors) and ``sync`` (the executors write Parquet or Iceberg files on a path every node
+sees, declared ``shared_path``), on the cluster with ``--spark-master`` and through Connect with
+``--spark-remote``. A worker killed in the middle of a load loses its tasks; they run again elsewhere and
+nothing is lost or doubled. Each way of running is covered once by default (PostgreSQL ``read | write``
+on the master and ``sync`` through Connect, MongoDB ``read | write`` through Connect, the kill test's
+``sync`` on the master); ``OLAKE_TEST_CLUSTER_ALL=1`` adds the other pairings (about a minute more).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.support.cli import olake_cmd, olake_env, read_into_write, run_olake, write_json
+from tests.support.current_view import iceberg_rows
+from tests.support.mongo import connect
+from tests.support.spark_cluster import cluster_spark_config
+from tests.support.verify import assert_table_matches, read_parquet
+
+EVERY_PAIRING = pytest.mark.skipif(os.environ.get("OLAKE_TEST_CLUSTER_ALL") != "1",
+                                   reason="set OLAKE_TEST_CLUSTER_ALL=1 for every pairing of command and Spark")
+ROWS = 6000
+SCAN = "COPY (SELECT %FROM \"public\".\"big\"%"
+TABLE_SQL = f"""
+CREATE TABLE items (id bigint PRIMARY KEY, price numeric(12,3), name text, seen timestamptz, tags text[],
+                    doc jsonb, uid uuid, raw bytea);
+INSERT INTO items SELECT g, g / 7.0, 'item ' || g || repeat('é', g % 5), '2024-01-01'::timestamptz + g * interval '1 min',
+       ARRAY['a' || g, NULL, 'z'], jsonb_build_object('g', g, 'half', g / 2.0), md5(g::text)::uuid,
+       decode(lpad(to_hex(g), 8, '0'), 'hex')
+FROM generate_series(1, {ROWS}) g;
+"""
+
+
+def _source(pg_cluster, db: str, tmp_path: Path, archive: str | None, **extra) -> str:
+    config = pg_cluster.source_config(db, chunk_strategy="primary_key", chunk_rows=1500, **extra)
+    config["spark"] = cluster_spark_config(archive)
+    return write_json(tmp_path / "src.json", config)
+
+
+def _catalog(src: str, tmp_path: Path, name: str = "items") -> tuple[str, dict]:
+    """Discover ``src``: the catalog's path and the stream ``name``."""
+    found = run_olake("discover", "--config", src)
+    assert found.returncode == 0, found.stderr.decode()
+    path = tmp_path / "cat.json"
+    path.write_bytes(found.stdout)
+    catalog = json.loads(found.stdout)["catalog"]
+    return str(path), next(s for s in catalog["streams"] if s["name"] == name)
+
+
+def _pipe(spark_args: list[str], src: str, cat: str, dst: str, state: Path):
+    result = read_into_write(["--config", src, "--catalog", cat, "--state", str(state), *spark_args],
+                             ["--config", dst, "--state", str(state)])
+    assert result.read_code == 0 and result.write_code == 0, \
+        (result.read_stderr.decode()[-3000:], result.write_stderr.decode()[-2000:])
+    return result
+
+
+def _sync(spark_args: list[str], src: str, cat: str, dst: str, state: Path) -> subprocess.CompletedProcess:
+    result = subprocess.run(olake_cmd("sync", "--source", src, "--destination", dst, "--catalog", cat,
+                                      "--state", str(state), *spark_args),
+                            capture_output=True, env=olake_env(), timeout=900)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    return result
+
+
+@pytest.fixture()
+def items_db(pg_cluster, pg_db) -> str:
+    with psycopg.connect(pg_cluster.dsn(pg_db), autocommit=True) as conn:
+        conn.execute(TABLE_SQL)
+    return pg_db
+
+
+@pytest.fixture()
+def bare_workers(bare_python, monkeypatch) -> str:
+    """olake runs started by the test give their executors ``bare_python`` (classic Spark takes the
+    driver's PYSPARK_PYTHON; the Connect server was started with it)."""
+    monkeypatch.setenv("PYSPARK_PYTHON", bare_python)
+    return bare_python
+
+
+def _spark_args(cluster, via: str) -> list[str]:
+    return ["--spark-master", cluster.master] if via == "master" else ["--spark-remote", cluster.remote]
+
+
+@pytest.mark.parametrize("pipe_via, sync_via", [
+    pytest.param("master", "remote", id="pipe-on-master-sync-through-connect"),
+    pytest.param("remote", "master", id="pipe-through-connect-sync-on-master", marks=EVERY_PAIRING)])
+def test_postgres_full_loads_on_the_cluster(pg_cluster, items_db, spark_connect, olake_archive, bare_workers,
+                                            tmp_path, pipe_via, sync_via):
+    """read | write into Parquet and sync into Iceberg (whose tasks write the data files on the
+    executors), every chunk a task on the cluster's executors."""
+    src = _source(pg_cluster, items_db, tmp_path, olake_archive)
+    cat, stream = _catalog(src, tmp_path)
+    ice_root, lake = tmp_path / "ice", tmp_path / "lake"
+    iceberg = write_json(tmp_path / "ice.json", {"type": "iceberg", "path": str(ice_root), "shared_path": True})
+    parquet = write_json(tmp_path / "lake.json", {"type": "parquet", "path": str(lake), "shared_path": True})
+    result = _pipe(_spark_args(spark_connect, pipe_via), src, cat, parquet, tmp_path / "pipe-state.json")
+    assert "chunk 4/4" in result.read_stderr.decode()
+    _sync(_spark_args(spark_connect, sync_via), src, cat, iceberg, tmp_path / "sync-state.json")
+    columns = list(stream["json_schema"]["properties"])
+    with psycopg.connect(pg_cluster.dsn(items_db)) as conn:
+        assert_table_matches(conn, "public", "items", stream["json_schema"],
+                             iceberg_rows(ice_root, "public", "items").select(columns))
+        assert_table_matches(conn, "public", "items", stream["json_schema"],
+                             read_parquet(str(lake / "public" / "items")))
+
+
+@pytest.mark.parametrize("command, via", [
+    pytest.param("pipe", "remote", id="pipe-through-connect"),
+    pytest.param("sync", "master", id="sync-on-master", marks=EVERY_PAIRING)])
+def test_mongodb_full_loads_on_the_cluster(mongo_server, mongo_db, spark_connect, olake_archive, bare_workers,
+                                           tmp_path, command, via):
+    """A multi-chunk MongoDB load: read | write into Iceberg, or sync into Parquet."""
+    from olake_cli.sources.mongodb.bson_types import documents_to_batch
+    from tests.test_iceberg_e2e import _canon, _mongo_docs
+
+    with connect(mongo_server.uri) as client:
+        client[mongo_db].things.insert_many(_mongo_docs(2400))
+    src = write_json(tmp_path / "src.json", {"type": "mongodb", "uri": mongo_server.uri, "database": mongo_db,
+                                             "chunk_documents": 600, "spark": cluster_spark_config(olake_archive)})
+    cat, stream = _catalog(src, tmp_path, "things")
+    if command == "pipe":
+        _pipe(_spark_args(spark_connect, via), src, cat,
+              write_json(tmp_path / "ice.json", {"type": "iceberg", "path": str(tmp_path / "ice")}),
+              tmp_path / "state.json")
+        loaded = iceberg_rows(tmp_path / "ice", mongo_db, "things")
+    else:
+        _sync(_spark_args(spark_connect, via), src, cat,
+              write_json(tmp_path / "lake.json", {"type": "parquet", "path": str(tmp_path / "lake"),
+                                                  "shared_path": True}), tmp_path / "state.json")
+        loaded = read_parquet(str(tmp_path / "lake" / mongo_db / "things"))
+    with connect(mongo_server.uri) as client:
+        source = list(client[mongo_db].things.find())
+    want = {r["_id"]: _canon(r) for r in documents_to_batch(source, stream["json_schema"], "things").to_pylist()}
+    got = loaded.select(list(stream["json_schema"]["properties"])).to_pylist()
+    assert len(got) == len(source)
+    assert {r["_id"]: _canon(r) for r in got} == want
+
+
+@pytest.mark.parametrize("via", ["remote", pytest.param("master", marks=EVERY_PAIRING)])
+def test_workers_without_olake_and_no_archive_fail_with_one_line(pg_cluster, items_db, spark_connect, bare_workers,
+                                                                 tmp_path, via):
+    src = _source(pg_cluster, items_db, tmp_path, None)
+    cat, _ = _catalog(src, tmp_path)
+    result = subprocess.run(olake_cmd("read", "--config", src, "--catalog", cat, *_spark_args(spark_connect, via)),
+                            capture_output=True, env=olake_env(), timeout=900)
+    assert result.returncode != 0
+    errors = [line for line in result.stderr.decode().splitlines() if line.startswith("olake: error")]
+    assert len(errors) == 1 and "cannot import olake" in errors[0] and "olake pack" in errors[0], \
+        result.stderr.decode()[-3000:]
+    assert "Traceback" not in result.stderr.decode() and "Spark task was lost" not in result.stderr.decode()
+
+
+def test_a_worker_killed_mid_load_loses_nothing_and_doubles_nothing(pg_cluster, pg_db, spark_cluster, olake_archive,
+                                                                   bare_workers, tmp_path, monkeypatch):
+    """SIGKILL the worker (and its executors) whose task is scanning a chunk: Spark runs the lost task
+    on the other worker; every row lands exactly once. The worker is started again for the tests after."""
+    with psycopg.connect(pg_cluster.dsn(pg_db), autocommit=True) as conn:
+        conn.execute("CREATE TABLE big (id int PRIMARY KEY, a text, b text)")
+        conn.execute("INSERT INTO big SELECT g, md5(g::text), repeat(md5(g::text), 8) FROM generate_series(1, 120000) g")
+    config = pg_cluster.source_config(pg_db, chunk_strategy="primary_key", chunk_rows=20_000)
+    config["spark"] = cluster_spark_config(olake_archive)
+    src = write_json(tmp_path / "src.json", config)
+    found = run_olake("discover", "--config", src)
+    (tmp_path / "cat.json").write_bytes(found.stdout)
+    stream = json.loads(found.stdout)["catalog"]["streams"][0]
+    log = tmp_path / "spark.log"
+    monkeypatch.setenv("OLAKE_SPARK_LOG", str(log))
+    lake = tmp_path / "lake"
+    dst = write_json(tmp_path / "lake.json", {"type": "parquet", "path": str(lake), "shared_path": True})
+    killer = WhenScanning(pg_cluster.dsn(pg_db), lambda port: _kill_worker_of(spark_cluster, port))
+    killer.start()
+    try:
+        _sync(["--spark-master", spark_cluster.master], str(src), str(tmp_path / "cat.json"), dst,
+              tmp_path / "state.json")
+    finally:
+        killer.stop.set()
+        killer.join()
+        for name in ("worker0", "worker1"):
+            if name not in spark_cluster.processes:
+                spark_cluster.start_worker(int(name[-1]))
+    assert killer.done, "no worker was killed while it scanned a chunk"
+    assert "Lost executor" in log.read_text()
+    with psycopg.connect(pg_cluster.dsn(pg_db)) as conn:
+        assert_table_matches(conn, "public", "big", stream["json_schema"], read_parquet(str(lake / "public" / "big")))
+
+
+def _kill_worker_of(cluster, client_port: int) -> bool:
+    """Kill the worker that started the process holding the connection from ``client_port``; False if none."""
+    listing = subprocess.run(["ss", "-Htnp", f"sport = :{client_port}"], capture_output=True, text=True).stdout
+    workers = {process.pid: name for name, process in cluster.processes.items() if name.startswith("worker")}
+    for pid in map(int, re.findall(r"pid=(\d+)", listing)):
+        while pid > 1 and pid not in workers:
+            pid = _parent(pid)
+        if pid in workers:
+            cluster.kill(workers[pid])
+            return True
+    return False
+
+
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+class WhenScanning(threading.Thread):
+    """Calls ``action(client_port)`` for a chunk scan of ``big`` seen running, until it returns True."""
+
+    def __init__(self, dsn: str, action) -> None:
+        super().__init__(daemon=True)
+        self.dsn, self.action, self.done, self.stop = dsn, action, False, threading.Event()
+
+    def run(self) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            while not self.stop.is_set():
+                for (port,) in conn.execute("SELECT client_port FROM pg_stat_activity WHERE state = 'active' AND "
+                                            "application_name = 'olake' AND query LIKE %s", (SCAN,)).fetchall():
+                    if self.action(port):
+                        self.done = True
+                        return
+                time.sleep(0.01)
