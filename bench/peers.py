@@ -88,16 +88,19 @@ def ensure_jdbc_jar(log=sys.stderr) -> str:
 
 
 def run_dlt(args: argparse.Namespace) -> None:
-    """dlt's ``sql_table`` with ``--backend``, filesystem destination, Parquet files, all defaults else."""
+    """dlt's ``sql_table`` with ``--backend``: filesystem destination and Parquet files, or with
+    ``--dest-uri`` dlt's postgres destination; all defaults else."""
     os.environ.setdefault("RUNTIME__DLTHUB_TELEMETRY", "false")
     import dlt
     from dlt.sources.sql_database import sql_table
 
     resource = sql_table(credentials=args.uri, table=args.table, schema=args.schema, backend=args.backend)
+    destination = dlt.destinations.postgres(credentials=args.dest_uri) if args.dest_uri else \
+        dlt.destinations.filesystem(bucket_url=Path(args.out).as_uri())
     pipeline = dlt.pipeline(pipeline_name=f"bench_{args.backend}", pipelines_dir=args.pipelines_dir,
-                            destination=dlt.destinations.filesystem(bucket_url=Path(args.out).as_uri()),
-                            dataset_name=args.dataset, progress="log" if args.verbose else None)
-    info = pipeline.run(resource, loader_file_format="parquet")
+                            destination=destination, dataset_name=args.dataset,
+                            progress="log" if args.verbose else None)
+    info = pipeline.run(resource, loader_file_format=None if args.dest_uri else "parquet")
     info.raise_on_failed_jobs()
     print(f"dlt {dlt.__version__} backend={args.backend}: {info}", file=sys.stderr)
 
@@ -148,6 +151,7 @@ def main() -> None:
     dlt_p.add_argument("--table", required=True)
     dlt_p.add_argument("--schema", default="public")
     dlt_p.add_argument("--out", required=True)
+    dlt_p.add_argument("--dest-uri", default=None, help="load into this PostgreSQL instead of Parquet files")
     dlt_p.add_argument("--dataset", default="bench")
     dlt_p.add_argument("--pipelines-dir", required=True)
     dlt_p.add_argument("--verbose", action="store_true")

@@ -77,6 +77,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import peers  # noqa: E402
+from bench import pg_destination as pgd  # noqa: E402
 from bench.bench_cdc import CHANGES_SQL  # noqa: E402
 from bench.bench_full_load import CREATE  # noqa: E402
 from bench.measure import Measurement, measured  # noqa: E402
@@ -103,8 +104,8 @@ MONGO_PATHS = {
     "mongo-sync": "`olake sync` → Parquet",
     "mongo-pipe": "`olake read \\| olake write` → Parquet",
 }
-PEER_PATHS = {"dlt-connectorx", "dlt-pyarrow", "spark-jdbc"}
-BASELINES = {"copy", "cdc-raw", "cdc-raw-count", "mongo-raw"}
+PEER_PATHS = {"dlt-connectorx", "dlt-pyarrow", "spark-jdbc", "dlt-postgres"}
+BASELINES = {"copy", "cdc-raw", "cdc-raw-count", "mongo-raw", "pg-copy-pipe"}
 SLOT_PIPE, SLOT_SYNC, SLOT_RAW, CDC_PUB = "bench_slot_pipe", "bench_slot_sync", "bench_slot_raw", "bench_pub"
 
 
@@ -215,8 +216,9 @@ def machine() -> dict[str, str]:
 class Bench:
     """Holds the cluster, the work folder and the environment every timed command runs in."""
 
-    def __init__(self, args: argparse.Namespace, cluster: PgCluster, work: Path) -> None:
-        self.args, self.cluster, self.work = args, cluster, work
+    def __init__(self, args: argparse.Namespace, cluster: PgCluster, work: Path,
+                 target: PgCluster | None = None) -> None:
+        self.args, self.cluster, self.work, self.target = args, cluster, work, target  # target: PostgreSQL paths
         self.env = dict(os.environ, PGPASSWORD=cluster.password, OLAKE_SPARK_MASTER=args.spark_master)
         self.olake = f"{shlex.quote(sys.executable)} -m olake_cli"
         self.psql = (f"{shlex.quote(os.path.join(cluster.bin_dir, 'psql'))} -X -q -h {cluster.host} "
@@ -225,6 +227,10 @@ class Bench:
     def write_json(self, name: str, value: object) -> str:
         (self.work / name).write_text(json.dumps(value))
         return name
+
+    def sh(self, command: str) -> None:
+        """Run an untimed set-up command in the work folder (a failure stops the benchmark)."""
+        subprocess.run(command, shell=True, cwd=self.work, env=self.env, check=True)
 
     def run(self, row: Row, command: str, log: str) -> Measurement | None:
         """Time ``command`` (its stderr already sent to ``log``); on failure mark ``row`` FAILED."""
@@ -361,7 +367,14 @@ def full_load(b: Bench, selected: set[str]) -> tuple[list[Row], dict]:
                      f"--partitions {cores} > /dev/null 2> spark-jdbc.log", "spark-jdbc.log")
             b.verify(r, n, lambda: parquet_rows(out))
             drop(out, ignore_errors=True)
+    if b.target is not None:
+        info["pg_full"] = pgd.full_load(b, selected, make_row)
     return rows, info
+
+
+def make_row(key: str, label: str, count: int | None) -> Row:
+    """A result line for bench/pg_destination.py."""
+    return Row(key, label, count=count)
 
 
 # --- change capture ---------------------------------------------------------------------------
@@ -382,7 +395,6 @@ def change_capture(b: Bench, selected: set[str]) -> tuple[list[Row], dict]:
     rows: list[Row] = []
     info: dict = {}
     paths = {"cdc-pipe": SLOT_PIPE, "cdc-sync": SLOT_SYNC}
-    catalog_done = False
     for key, slot in paths.items():
         if key not in selected:
             continue
@@ -392,14 +404,7 @@ def change_capture(b: Bench, selected: set[str]) -> tuple[list[Row], dict]:
                                                                publication=CDC_PUB,
                                                                create_slot_and_publication=True))
         b.write_json(f"dst-{key}.json", {"type": "parquet", "path": str(work / f"out-{key}")})
-        if not catalog_done:
-            subprocess.run(f"{b.olake} discover --config src-{key}.json > disc-cdc.json 2> discover-cdc.log",
-                           shell=True, cwd=work, env=b.env, check=True)
-            catalog = json.loads((work / "disc-cdc.json").read_text())["catalog"]
-            for stream in catalog["streams"]:
-                stream["sync_mode"] = "cdc"
-            b.write_json("cat-cdc.json", catalog)
-            catalog_done = True
+        cdc_catalog(b)
         # the initial full load (not timed): leaves the stream in cdc at its slot's position
         say(f"{key}: initial full load of {args.cdc_rows:,} rows ...")
         done = measured(command_for(b, key), work, b.env)
@@ -407,6 +412,9 @@ def change_capture(b: Bench, selected: set[str]) -> tuple[list[Row], dict]:
             r.status = f"FAILED: initial full load: exit {done.returncode}: {last_error_line(work / f'{key}.log')}"
             say(f"{key}: {r.status}")
 
+    if b.target is not None:
+        cdc_catalog(b)
+        pgd.before_changes(b, selected, "cat-cdc.json")
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (SLOT_RAW,))
         say(f"applying {args.changes:,} changes ...")
@@ -439,7 +447,21 @@ def change_capture(b: Bench, selected: set[str]) -> tuple[list[Row], dict]:
         if b.run(r, command_for(b, r.key), f"{r.key}.log") and changes is not None:
             b.verify(r, changes, lambda key=r.key: parquet_change_rows(work / f"out-{key}" / "public" / "bench"))
         drop(work / f"out-{r.key}", ignore_errors=True)
+    if b.target is not None:
+        info["pg_cdc"] = pgd.after_changes(b, selected, "cat-cdc.json", changes, make_row)
     return rows, info
+
+
+def cdc_catalog(b: Bench) -> None:
+    """``cat-cdc.json``: the change-capture table's catalog in cdc mode (made once)."""
+    if (b.work / "cat-cdc.json").exists():
+        return
+    b.write_json("src-catalog.json", b.cluster.source_config("benchcdc"))
+    b.sh(f"{b.olake} discover --config src-catalog.json > disc-cdc.json 2> discover-cdc.log")
+    catalog = json.loads((b.work / "disc-cdc.json").read_text())["catalog"]
+    for stream in catalog["streams"]:
+        stream["sync_mode"] = "cdc"
+    b.write_json("cat-cdc.json", catalog)
 
 
 def command_for(b: Bench, key: str) -> str:
@@ -545,9 +567,9 @@ def rss_cells(r: Row) -> list[str]:
     return [fmt(r.m.tree_peak_mib, ",.0f"), fmt(r.m.max_proc_mib, ",.0f") + kind]
 
 
-def full_table(rows: list[Row]) -> list[str]:
-    base = next((r for r in rows if r.key == "copy" and r.ok), None)
-    out = ["| path | wall s | rows/s | × COPY wall | peak RSS, tree (MiB) | largest process (MiB) | check |",
+def full_table(rows: list[Row], base_key: str = "copy", base_name: str = "COPY") -> list[str]:
+    base = next((r for r in rows if r.key == base_key and r.ok), None)
+    out = [f"| path | wall s | rows/s | × {base_name} wall | peak RSS, tree (MiB) | largest process (MiB) | check |",
            "|---|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         if r.ok:
@@ -559,9 +581,9 @@ def full_table(rows: list[Row]) -> list[str]:
     return out
 
 
-def cdc_table(rows: list[Row]) -> list[str]:
-    base = next((r for r in rows if r.key == "cdc-raw" and r.ok and r.count), None)
-    out = ["| path | wall s | changes/s | rate / raw | peak RSS, tree (MiB) | largest process (MiB) | check |",
+def cdc_table(rows: list[Row], base_key: str = "cdc-raw", base_name: str = "raw") -> list[str]:
+    base = next((r for r in rows if r.key == base_key and r.ok and r.count), None)
+    out = [f"| path | wall s | changes/s | rate / {base_name} | peak RSS, tree (MiB) | largest process (MiB) | check |",
            "|---|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         if r.ok and r.count:
@@ -682,11 +704,36 @@ def report(args, full, cdc, info, started_at, mach, mongo=()) -> str:
     scale = "" if n == 10_000_000 and (ch or 0) >= 1_000_000 else \
         f" (stated for 10M rows and 1M changes; this run: {n:,} rows, {ch if ch is None else format(ch, ',')} changes)"
     out += [f"**Targets of issue [F6]**{scale}:", ""] + targets(full, cdc, args, mongo) + [""]
+    out += pg_report(info)
     return "\n".join(out)
 
 
+def pg_report(info: dict) -> list[str]:
+    """The PostgreSQL destination's tables and the targets of issue [F8]."""
+    full, cdc = info.get("pg_full") or [], info.get("pg_cdc") or []
+    if not full and not cdc:
+        return []
+    out = ["**PostgreSQL destination** (into a second throwaway cluster; every target table compared with the "
+           "source: row count and an md5 over every row's text):", ""]
+    if full:
+        out += full_table(full, "pg-copy-pipe", "COPY pipe") + [""]
+    if cdc:
+        out += cdc_table(cdc, "pg-subscription", "subscription") + [""]
+    by = {r.key: r for r in full + cdc if r.ok}
+    lines = ["| target | measured | verdict |", "|---|---|---|"]
+    if "sync-postgres" in by and "pg-copy-pipe" in by:
+        ratio = by["sync-postgres"].m.wall_s / by["pg-copy-pipe"].m.wall_s
+        lines.append(f"| `olake sync` → PostgreSQL within 1.5× the COPY pipe | {ratio:.2f}× | "
+                     f"{'**met**' if ratio <= 1.5 else '**not met**'} |")
+    if "cdc-sync-postgres" in by and "pg-subscription" in by:
+        ours, theirs = (by[k].count / by[k].m.wall_s for k in ("cdc-sync-postgres", "pg-subscription"))
+        lines.append(f"| change apply at least as fast as PostgreSQL's own subscription | {ours:,.0f}/s vs "
+                     f"{theirs:,.0f}/s | {'**met**' if ours >= theirs else '**not met**'} |")
+    return out + ["**Targets of issue [F8]**:", ""] + lines + [""]
+
+
 def main() -> None:
-    all_paths = list(FULL_PATHS) + list(CDC_PATHS) + list(MONGO_PATHS)
+    all_paths = list(FULL_PATHS) + list(CDC_PATHS) + list(MONGO_PATHS) + list(pgd.FULL_PATHS) + list(pgd.CDC_PATHS)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="paths: " + ", ".join(all_paths))
@@ -714,14 +761,15 @@ def main() -> None:
         selected = wanted
     if args.skip_peers:
         selected -= PEER_PATHS
-    run_full = args.rows > 0 and bool(selected & set(FULL_PATHS))
-    run_cdc = args.changes > 0 and bool(selected & set(CDC_PATHS))
+    run_full = args.rows > 0 and bool(selected & (set(FULL_PATHS) | set(pgd.FULL_PATHS)))
+    run_cdc = args.changes > 0 and bool(selected & (set(CDC_PATHS) | set(pgd.CDC_PATHS)))
     run_mongo = args.mongo_docs > 0 and bool(selected & set(MONGO_PATHS) - {"mongo-raw"})
 
     started_at = dt.datetime.now(dt.timezone.utc)
     mach = machine()
     say(f"{mach['cores']} cores, {mach['memory']}, load {mach['load']}; paths: {', '.join(sorted(selected))}")
     cluster = start_cluster()
+    target = start_cluster() if selected & (set(pgd.FULL_PATHS) | set(pgd.CDC_PATHS)) else None
     work = Path(tempfile.mkdtemp(prefix="olake-bench-run-"))
     say(f"work folder {work} (logs of every run are there{'' if args.keep else '; removed at the end'})")
     full: list[Row] = []
@@ -729,7 +777,7 @@ def main() -> None:
     mongo: list[Row] = []
     info: dict = {}
     try:
-        b = Bench(args, cluster, work)
+        b = Bench(args, cluster, work, target)
         if run_full:
             full, more = full_load(b, selected)
             info.update(more)
@@ -750,6 +798,8 @@ def main() -> None:
             args.markdown.write_text(text + "\n")
     finally:
         cluster.stop()
+        if target is not None:
+            target.stop()
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
 

@@ -17,8 +17,9 @@ _db_counter = itertools.count()
 
 @pytest.fixture(scope="session")
 def pg_cluster() -> PgCluster:
-    """A PostgreSQL cluster with wal_level=logical, shared by the whole run."""
-    cluster = start_cluster()
+    """A PostgreSQL cluster with wal_level=logical, shared by the whole run (track_commit_timestamp on:
+    it is one node of the two-way replication tests)."""
+    cluster = start_cluster({"track_commit_timestamp": "on"})
     yield cluster
     cluster.stop()
 
@@ -29,6 +30,32 @@ def pg_db(pg_cluster: PgCluster) -> str:
     name = f"t{next(_db_counter)}_{os.getpid()}"
     create_database(pg_cluster, name)
     return name
+
+
+@pytest.fixture(scope="session")
+def pg_target() -> PgCluster:
+    """A second cluster, the PostgreSQL destination's target (wal_level=logical, track_commit_timestamp
+    on); started only when a test asks for it."""
+    cluster = start_cluster({"track_commit_timestamp": "on"})
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture()
+def target_db(pg_target: PgCluster) -> str:
+    """A fresh, empty database in the target cluster; returns its name."""
+    name = f"d{next(_db_counter)}_{os.getpid()}"
+    create_database(pg_target, name)
+    return name
+
+
+@pytest.fixture(scope="session")
+def spare_cluster() -> PgCluster:
+    """A cluster with PostgreSQL's defaults (track_commit_timestamp off), started only when a test asks
+    for it; a test may stop it, and starts it again before it ends."""
+    cluster = start_cluster()
+    yield cluster
+    cluster.stop()
 
 
 @pytest.fixture(scope="session")

@@ -139,9 +139,17 @@ def test_bad_config(pg_cluster, demo_db, discovered, tmp_path, command, case):
 
 
 def test_source_config_given_to_write(pg_cluster, tmp_path):
+    config = write_json(tmp_path / "src.json", {"type": "mongodb", "uri": "mongodb://127.0.0.1:1", "database": "d"})
+    result = run_olake("write", "--config", config, stdin=b"")
+    assert_one_error(result, "config_error", config, "'mongodb' is a source", "destination config is expected")
+
+
+def test_postgres_source_config_given_to_write_names_the_source_only_field(pg_cluster, tmp_path):
+    """``postgres`` names a destination too: a source config fails as a destination config, naming the
+    field only sources have, before anything connects."""
     config = write_json(tmp_path / "src.json", source_base(pg_cluster))
     result = run_olake("write", "--config", config, stdin=b"")
-    assert_one_error(result, "config_error", config, "'postgres' is a source", "destination config is expected",
+    assert_one_error(result, "config_error", config, "unknown field 'schemas'", "did you mean 'schema'",
                      secrets=(pg_cluster.password,))
 
 

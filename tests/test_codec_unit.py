@@ -289,3 +289,13 @@ def test_arrow_decimals_encode_as_plain_text_never_exponents():
     assert table.column("u").to_pylist() == [U1, None, U1]
     with pytest.raises(ProtocolError, match="'c'.*canonical uuid"):
         decode_rows([{"c": "{" + str(U1) + "}"}], schema_of(c="uuid"))
+
+
+@pytest.mark.parametrize("element", ["bool", "int32", "float64", "decimal(12,2)", "uuid", "bytes", "json", "date",
+                                     "time", "timestamp", "timestamptz", "interval", "objectid", "string"])
+def test_arrays_whose_rows_are_all_empty_or_null_decode(element):
+    """A batch (a change batch of one row, say) whose arrays hold no element at all: the element
+    checks run over nothing and pass."""
+    schema = schema_of(a=f"array<{element}>")
+    decoded, warnings = decode_rows([{"a": []}, {"a": None}, {}], schema)
+    assert decoded.column("a").to_pylist() == [[], None, None] and warnings == []

@@ -15,7 +15,7 @@ from olake_cli.core.validation import load_json_file, validate
 SYNC_MODES = ("full_refresh", "incremental", "cdc")
 _KNOWN_KEYS = ("name", "namespace", "json_schema", "supported_sync_modes", "source_defined_primary_key",
                "default_cursor_field", "cursor_candidates", "selected", "sync_mode", "cursor_field",
-               "cursor_lookback", "primary_key", "x-olake")
+               "cursor_lookback", "primary_key", "skip_initial_load", "row_filter", "transform", "x-olake")
 # olake types whose values the source orders and that can serve as an incremental cursor
 TEMPORAL_CURSOR_TYPES = ("date", "timestamp", "timestamptz", "datetime_ms")
 NUMERIC_CURSOR_TYPES = ("int16", "int32", "int64", "float32", "float64", "numeric", "decimal128")
@@ -51,6 +51,9 @@ class CatalogStream:
     cursor_field: list[str] | None = None
     cursor_lookback: str | int | float | None = None  # incremental: each pass reads from saved - lookback
     primary_key: list[list[str]] | None = None
+    skip_initial_load: bool = False  # cdc: start at the current position, no full load
+    row_filter: str | None = None  # "module:function" (core.row_hooks)
+    transform: str | None = None  # "module:function" (core.row_hooks)
     x_olake: dict = field(default_factory=dict)
     additional: dict = field(default_factory=dict)  # Airbyte and "x-" keys (schema): written back unchanged
 
@@ -101,6 +104,8 @@ class CatalogStream:
             cursor_field=[cursor] if isinstance(cursor, str) else cursor,
             cursor_lookback=obj.get("cursor_lookback"),
             primary_key=obj.get("primary_key"),
+            skip_initial_load=bool(obj.get("skip_initial_load", False)),
+            row_filter=obj.get("row_filter"), transform=obj.get("transform"),
             x_olake=dict(obj.get("x-olake", {})),
             additional={k: v for k, v in obj.items() if k not in _KNOWN_KEYS},
         )
@@ -123,6 +128,11 @@ class CatalogStream:
             out["cursor_lookback"] = self.cursor_lookback
         if self.primary_key is not None:
             out["primary_key"] = [list(p) for p in self.primary_key]
+        if self.skip_initial_load:
+            out["skip_initial_load"] = True
+        for name in ("row_filter", "transform"):
+            if getattr(self, name):
+                out[name] = getattr(self, name)
         if self.x_olake:
             out["x-olake"] = self.x_olake
         out.update(self.additional)
@@ -183,6 +193,8 @@ def _check_stream_choices(stream: CatalogStream, what: str) -> None:
         raise CatalogError(f"{where}: sync_mode '{stream.sync_mode}' is not supported "
                            f"(supported: {', '.join(modes)})")
     columns = set(stream.columns)
+    if stream.skip_initial_load and stream.sync_mode != "cdc":
+        raise CatalogError(f"{where}: skip_initial_load applies to sync_mode 'cdc' only")
     if stream.sync_mode == "incremental":
         cursor = stream.effective_cursor_field
         if not cursor:

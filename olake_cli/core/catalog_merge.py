@@ -7,17 +7,19 @@ from typing import Any
 from olake_cli.core.catalog import Catalog, CatalogStream
 from olake_cli.core.codec import NDARRAY, array_shape
 
-_EDITS = ("selected", "sync_mode", "cursor_field", "cursor_lookback", "primary_key")
+_EDITS = ("selected", "sync_mode", "cursor_field", "cursor_lookback", "primary_key", "skip_initial_load",
+          "row_filter", "transform")
 
 
 def merge_edits(discovered: dict[str, Any], previous: Catalog) -> tuple[dict[str, Any], list[str]]:
     """The new catalog with each known stream's edits carried over, and what changed, one line each.
 
-    Kept per stream: selected, sync_mode, cursor_field, cursor_lookback, primary_key, the columns
-    the user removed from json_schema and the ``ndarray<T>`` array columns (whatever shapes the data
-    shows now: an ndarray holds every one, and a change of type would load the stream anew), as long
-    as they still make sense for the new discovery (a mode still supported, a cursor still a column);
-    anything dropped is said. New streams arrive with the
+    Kept per stream: selected, sync_mode, cursor_field, cursor_lookback, primary_key, skip_initial_load
+    (for a stream still in cdc), row_filter, transform, the columns the user removed from json_schema
+    and the ``ndarray<T>`` array columns (whatever shapes the data shows now: an ndarray holds every
+    one, and a change of type would load the stream anew), as long as they still make sense for the
+    new discovery (a mode still supported, a cursor still a column); anything dropped is said. New
+    streams arrive with the
     discovered defaults; streams that vanished are listed.
     """
     old = {s.key: s for s in previous.streams}
@@ -47,6 +49,8 @@ def _carry_over(entry: dict, stream: CatalogStream, before: CatalogStream, notes
         notes.append(f"{stream.label}: sync_mode '{result.get('sync_mode')}' is no longer supported "
                      f"({', '.join(stream.supported_sync_modes)}); back to full_refresh")
         result["sync_mode"] = "full_refresh"
+    if result.get("sync_mode") != "cdc":
+        result.pop("skip_initial_load", None)
     columns = stream.columns
     cursor = result.get("cursor_field")
     if cursor and cursor[0] not in columns:

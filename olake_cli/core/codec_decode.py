@@ -205,7 +205,7 @@ def _decimal_column(values: list, olake_type: str, column: str, warnings: list[s
 def _uuid_column(values: list, olake_type: str, column: str, warnings: list[str]) -> pa.Array:
     text = _texts(values, olake_type, column)
     canonical = pc.fill_null(pc.match_substring_regex(text, _UUID_PATTERN), True)
-    if not pc.all(canonical).as_py():
+    if not pc.all(canonical, min_count=0).as_py():  # no value at all: nothing to refuse
         bad = text.filter(pc.invert(canonical))[0].as_py()
         raise ProtocolError(f"column {column!r}: {bad[:60]!r} is not a canonical uuid")
     hex_text = pc.fill_null(pc.replace_substring(text, "-", ""), "0" * 32)
@@ -282,7 +282,7 @@ def _time_column(values: list, olake_type: str, column: str, warnings: list[str]
     midnight = pc.fill_null(pc.match_substring_regex(text, r"^24:00:00(\.0{1,6})?$"), False)
     as_timestamp = pc.binary_join_element_wise("1970-01-01T", pc.if_else(midnight, None, text), "")
     micros = pc.cast(pc.cast(as_timestamp, pa.timestamp("us")), pa.int64())
-    if not pc.all(pc.fill_null(pc.less(micros, _DAY_US), True)).as_py():
+    if not pc.all(pc.fill_null(pc.less(micros, _DAY_US), True), min_count=0).as_py():
         raise ProtocolError(f"column {column!r}: time value with a date part")
     micros = pc.if_else(midnight, _DAY_US, micros)
     return pc.cast(micros, pa.time64("us"))
@@ -373,7 +373,7 @@ _OBJECTID_PATTERN = "^[0-9a-f]{24}$"
 
 def _objectid_column(values: list, olake_type: str, column: str, warnings: list[str]) -> pa.Array:
     text = _texts(values, olake_type, column)
-    if not pc.all(pc.fill_null(pc.match_substring_regex(text, _OBJECTID_PATTERN), True)).as_py():
+    if not pc.all(pc.fill_null(pc.match_substring_regex(text, _OBJECTID_PATTERN), True), min_count=0).as_py():
         bad = next(v for v in text.to_pylist() if v is not None and not re.fullmatch(_OBJECTID_PATTERN, v))
         raise ProtocolError(f"column {column!r}: {bad[:60]!r} is not 24 lowercase hex digits")
     return text

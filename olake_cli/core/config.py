@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 from olake_cli.core.errors import ConfigError
 from olake_cli.core.registry import DESTINATIONS, SOURCES, entry
-from olake_cli.core.validation import apply_defaults, load_json_file, validate
+from olake_cli.core.validation import apply_defaults, load_json_file, load_schema, validate
 
 
 def load_config(path: str, role: str | None = None) -> tuple[str, str, dict[str, Any]]:
@@ -20,11 +20,30 @@ def load_config(path: str, role: str | None = None) -> tuple[str, str, dict[str,
         raise ConfigError(f"{path}: missing required field 'type' (one of "
                           f"{', '.join(sorted(SOURCES) + sorted(DESTINATIONS))})")
     config = resolve_env_values(config, path)
-    found = entry(kind, where=path)
-    if role and found.role != role:
-        raise ConfigError(f"{path}: type '{kind}' is a {found.role}, but a {role} config is expected here")
+    found = _connector(kind, role or _role_of(kind, config), path)
     validate(config, found.schema, what=path)
     return found.role, kind, apply_defaults(config, found.schema)
+
+
+def _connector(kind: str, role: str | None, path: str):
+    """The registry entry of ``kind`` in ``role`` (any role for None), or a ConfigError saying why not."""
+    try:
+        return entry(kind, role, where=path)
+    except ConfigError:
+        if role is None:
+            raise
+        other = entry(kind, where=path)  # raises the unknown-type error when it is neither
+        raise ConfigError(f"{path}: type '{kind}' is a {other.role}, but a {role} config is expected here") from None
+
+
+def _role_of(kind: str, config: dict[str, Any]) -> str | None:
+    """The role of a config whose command does not say (``check``): for a type naming both a source and
+    a destination (``postgres``), a destination when it sets a field only the destination has."""
+    if kind not in SOURCES or kind not in DESTINATIONS:
+        return None
+    source_fields = set(load_schema(SOURCES[kind].schema)["properties"])
+    destination_only = set(load_schema(DESTINATIONS[kind].schema)["properties"]) - source_fields
+    return "destination" if destination_only & set(config) else "source"
 
 
 def resolve_env_values(config: dict[str, Any], path: str) -> dict[str, Any]:

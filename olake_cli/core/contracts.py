@@ -161,7 +161,11 @@ class Source(Protocol):
 
 
 class ChunkSink(Protocol):
-    """Picklable: writes one full-load chunk from inside a task (``olake sync``)."""
+    """Picklable: writes one full-load chunk from inside a task (``olake sync``).
+
+    A sink whose tasks write over the network rather than into local files sets ``writes_local_files``
+    to False, so any Spark master may run them.
+    """
 
     def write(self, namespace: str | None, stream: str, load_id: str | None, chunk_index: int,
               load_op_key: str | None, json_schema: dict, batches: Iterable[tuple["pa.RecordBatch", dict | None]],
@@ -172,7 +176,11 @@ class ChunkSink(Protocol):
 
 
 class Destination(Protocol):
-    """A system olake writes to; rows become visible only together with the state that covers them."""
+    """A system olake writes to; rows become visible only together with the state that covers them.
+
+    A destination may also offer ``summary() -> str``: what the run did beyond counting records (the
+    PostgreSQL destination's applied changes and conflicts), logged when ``write`` ends.
+    """
 
     def open(self, catalog: "Catalog") -> None:
         """Prepare the streams (and finish or undo a commit a killed run left halfway)."""

@@ -1,6 +1,7 @@
 """The connectors olake knows: one line each, naming the config schema and the class to load.
 
-Adding a connector means one line here plus its package under ``sources/`` or ``destinations/``.
+Adding a connector means one line here plus its package under ``sources/`` or ``destinations/``. A type
+may name both a source and a destination (``postgres``): the role decides which entry applies.
 Classes are imported only when a config names them, so an unused connector's drivers are never loaded.
 """
 
@@ -37,8 +38,10 @@ DESTINATIONS: dict[str, ConnectorEntry] = {
                               "olake_cli.destinations.parquet.writer:ParquetDestination"),
     "iceberg": ConnectorEntry("destination", "destination-iceberg",
                               "olake_cli.destinations.iceberg.destination:IcebergDestination"),
+    "postgres": ConnectorEntry("destination", "destination-postgres",
+                               "olake_cli.destinations.postgres.destination:PostgresDestination"),
 }
-PLANNED = {"postgres": "destination"}  # types named in the design, not built yet
+PLANNED = {"dynamodb": "source"}  # types named in the design, not built yet
 
 
 def entry(kind: str, role: str | None = None, where: str = "config") -> ConnectorEntry:

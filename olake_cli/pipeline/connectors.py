@@ -123,7 +123,8 @@ def run_sync(source_path: str, dest_path: str, catalog_path: str, state_path: st
 
 def _check_shared_path(sink, target, dest_path: str, dest_config: dict[str, Any]) -> None:
     """Tasks on a cluster write the destination's files: refuse unless every executor sees the path."""
-    if sink is not None and not target.local and not dest_config.get("shared_path"):
+    if sink is not None and getattr(sink, "writes_local_files", True) and not target.local \
+            and not dest_config.get("shared_path"):
         raise ConfigError(f"{dest_path}: with the Spark master '{target.label}' the tasks write the destination's "
                           f"files on the executors' own disks; set \"shared_path\": true if every executor "
                           f"sees the same path (NFS, a mounted bucket), or use a local master")

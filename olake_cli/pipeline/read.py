@@ -118,6 +118,7 @@ class ReadPipeline:
         self.rows_by_tasks = 0  # sync: rows the tasks wrote to the destination themselves
         self.progress = Progress(view or LineView(log))
         self.statuses: dict[tuple, str] = {}  # stream key -> the last STREAM_STATUS emitted
+        self.lost: set[tuple] = set()  # streams whose state this run dropped (a lost position or load)
         self.on_source_open = on_source_open  # sync: locks and opens the destination, once the source is open
         apply_to_catalog(catalog, state)  # columns a source widened in earlier runs
 
@@ -133,10 +134,12 @@ class ReadPipeline:
         for warning in session.warnings:
             self.log(warning)
         cdc_streams = [s for s in streams if s.sync_mode == "cdc"]
+        held = {ss.key for ss in self.state.streams}
         if cdc_streams:
             self.capture = self.source.change_capture(cdc_streams, self.log)
             self.capture.preflight(self.state)  # may reset streams whose position is lost: before planning
-        self.on_source_open()
+        self.on_source_open()  # sync: may drop streams whose load the destination lost
+        self.lost = held - {ss.key for ss in self.state.streams}
         self.out.write(messages.catalog_message(Catalog(streams).to_dict()))
         try:
             self._run_streams(streams, session)
@@ -152,7 +155,8 @@ class ReadPipeline:
         from olake_cli.pipeline.changes import capturing, run_change_phase
 
         cdc_streams = [s for s in streams if s.sync_mode == "cdc"]
-        if any(decide_work(s, self.state.find(s.namespace, s.name)) != "continue" for s in streams):
+        if any(decide_work(s, self.state.find(s.namespace, s.name)) != "continue" and not self._skips_load(s)
+               for s in streams):
             # a full load follows and every input has been checked: the JVM starts while the driver
             # exports the snapshot and plans the chunks
             getattr(self.runner, "prestart", lambda: None)()
@@ -181,6 +185,8 @@ class ReadPipeline:
             if stream.sync_mode == "cdc":
                 return StreamRun(stream, previous, kind="cdc")
             return self._prepare_incremental(stream, session, previous)
+        if decision == "new" and self._skips_load(stream):
+            return self._start_at_current_position(stream)
         if decision == "resume":
             blocker = session.resume_blocker(stream, previous)
             if blocker is not None:
@@ -208,6 +214,25 @@ class ReadPipeline:
         planned = len(ss.chunks or [])
         self.progress.stream_started(stream.label, planned, run.row_estimate, done=planned - len(run.jobs))
         return run
+
+    def _skips_load(self, stream: CatalogStream) -> bool:
+        """Whether a ``cdc`` stream starts at the current position: ``skip_initial_load``, no state at all,
+        and none dropped in this run (a lost position, or a load the destination lost, loads it in full)."""
+        return (stream.skip_initial_load and self.capture is not None and stream.key not in self.lost
+                and self.state.find(stream.namespace, stream.name) is None)
+
+    def _start_at_current_position(self, stream: CatalogStream) -> StreamRun:
+        """A ``cdc`` stream with ``skip_initial_load`` and no state: change capture from the position
+        captured now, without a full load (the destination already holds a copy)."""
+        ss = StreamState(sync_type="cdc", stream_name=stream.name, stream_namespace=stream.namespace,
+                         cursor_field=None, chunks=[],
+                         extra={"sync_mode": stream.sync_mode, "columns": stream.columns,
+                                "column_types": column_types(stream)})
+        ss = self.capture.with_position(ss, self.capture.start_position())
+        self.log(f"{stream.label}: skip_initial_load: change capture starts at the current position, "
+                 f"without a full load")
+        self._publish(ss)
+        return StreamRun(stream, ss, kind="cdc")
 
     def _log_reload(self, stream: CatalogStream, previous: StreamState | None) -> None:
         """Say why a stream that has a state is loaded anew (nothing for a ``full_refresh`` stream's next copy)."""
@@ -388,8 +413,11 @@ class ReadPipeline:
             pass
 
     def _tasks_write(self, run: StreamRun) -> bool:
-        """Whether the stream's tasks write their rows to the destination themselves (sync, full load)."""
-        return self.sink is not None and run.kind == "full" and not run.drifted
+        """Whether the stream's tasks write their rows to the destination themselves (sync, full load);
+        a stream with a row filter or transform, or whose schema drifted in this run, goes through
+        the writer."""
+        return (self.sink is not None and run.kind == "full" and not run.drifted
+                and not (run.stream.row_filter or run.stream.transform))
 
     def _with_sink(self, run: StreamRun, job: ChunkJob) -> ChunkJob:
         """For sync: full-load tasks write their own files under the stream's load id."""

@@ -22,6 +22,7 @@ from olake_cli.core.input_end import InputEnd, committed_text
 from olake_cli.core.interrupts import signals_held
 from olake_cli.core.record_block import BlockDecoder
 from olake_cli.core.record_lines import record_prefix
+from olake_cli.core.row_hooks import RowHooks, catalog_hooks
 from olake_cli.core.row_metadata import OP
 from olake_cli.core.schema_change import SchemaDiff, compare_columns, olake_type_of
 from olake_cli.core.schema_drift import apply_to_catalog, changed_columns, column_type, explained
@@ -43,6 +44,7 @@ class WritePipeline:
         self.keys: set[tuple] = set()
         self.prefixes: dict[bytes, tuple[tuple, BlockDecoder]] = {}  # record_prefix -> stream, decoder
         self.decoders: dict[tuple, BlockDecoder] = {}
+        self.hooks: dict[tuple, RowHooks] = {}  # streams with a row filter or transform
         self.batch: tuple[tuple, list[dict], list[int]] | None = None  # line-path records of one stream
         self.upstream_error: tuple[str, str] | None = None
         self.input_end = InputEnd()
@@ -74,6 +76,8 @@ class WritePipeline:
         if self.records or self.states or by_tasks:
             self.log(f"wrote {self.records} record(s){tasks}, committed {self.states} state(s) "
                      f"from {runs.lineno} line(s)")
+        if self.opened and hasattr(self.destination, "summary"):
+            self.log(self.destination.summary())
         if self.upstream_error:  # the reader printed its error: this line points to it, once
             message, failure_type = self.upstream_error
             raise UpstreamError(f"the reading side failed (the reader's own error line says why); "
@@ -98,8 +102,7 @@ class WritePipeline:
             self._flush_batch()
             return
         self._open()
-        self.destination.add_table(key, table, warnings)
-        self.records += table.num_rows
+        self._add_table(key, table, warnings)
 
     def _line(self, line: bytes, lineno: int) -> None:
         """One line: a well-formed RECORD of a known stream joins the batch, others get full validation."""
@@ -149,8 +152,15 @@ class WritePipeline:
             table = decoder.decode_rows(rows, warnings)
         except (ProtocolError, DestinationError):
             raise self._bad_row(key, rows, linenos) from None
-        self.destination.add_table(key, table, warnings)
+        self._add_table(key, table, warnings)
+
+    def _add_table(self, key: tuple, table, warnings: list[str]) -> None:
+        """Decoded records to the destination, through the stream's row filter and transform if any."""
         self.records += table.num_rows
+        if key in self.hooks:
+            table = self.hooks[key].apply(table)
+        if table.num_rows:
+            self.destination.add_table(key, table, warnings)
 
     def _bad_row(self, key: tuple, rows: list[dict], linenos: list[int]) -> OlakeError:
         """The error of the first row of a batch that failed to decode, naming its line, stream and column."""
@@ -251,6 +261,7 @@ class WritePipeline:
                 self.destination.widen(stream)
                 self.catalog.streams[self.catalog.streams.index(mine)] = stream
                 self._add_decoder(stream)
+                self.hooks.update(catalog_hooks(Catalog([stream])))
                 changes = ", ".join(f"'{c}' {column_type(mine, c)} -> {column_type(stream, c)}" for c in changed)
                 self.log(f"{stream.label}: column(s) widened: {changes}; later files use the wider type")
 
@@ -263,6 +274,7 @@ class WritePipeline:
         apply_to_catalog(catalog, self.known_state)  # columns the source widened in earlier runs
         self.catalog = catalog
         self.keys = {s.key for s in catalog.streams}
+        self.hooks = catalog_hooks(catalog)
         self.prefixes.clear()
         for stream in catalog.streams:
             self._add_decoder(stream)

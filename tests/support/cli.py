@@ -25,10 +25,11 @@ def olake_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "olake_cli", *args]
 
 
-def run_olake(*args: str, stdin: bytes | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run one olake command to completion, capturing stdout and stderr as bytes."""
+def run_olake(*args: str, stdin: bytes | None = None, timeout: float = 600,
+              env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run one olake command to completion, capturing stdout and stderr as bytes (``env``: extra variables)."""
     return subprocess.run(olake_cmd(*args), input=stdin, capture_output=True, timeout=timeout,
-                          env=olake_env())
+                          env={**olake_env(), **(env or {})})
 
 
 def messages(stdout: bytes) -> list[dict]:

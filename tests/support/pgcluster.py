@@ -86,6 +86,13 @@ class PgCluster:
         cfg.update(extra)
         return cfg
 
+    def destination_config(self, database: str, **extra: object) -> dict:
+        """An olake postgres destination config writing into ``database``."""
+        cfg = {"type": "postgres", "host": self.host, "port": self.port, "database": database,
+               "username": self.superuser, "password": self.password}
+        cfg.update(extra)
+        return cfg
+
     def _run(self, args: list[str], **kw) -> subprocess.CompletedProcess:
         if self.run_as:
             args = ["runuser", "-u", self.run_as, "--"] + args

@@ -28,8 +28,9 @@ from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile
 
 from olake_cli.core.faults import crash_point
+from olake_cli.core.load_progress import load_complete, load_id_of, merged_stream_state, newly_done_chunks
 from olake_cli.core.resync import is_resync_marker, lost_load, marker_replacing
-from olake_cli.core.state import State, StreamState, merge_state
+from olake_cli.core.state import StreamState
 from olake_cli.destinations.iceberg.buffer import StreamBuffer
 from olake_cli.destinations.iceberg.files import data_file_of, write_position_deletes, write_rows
 from olake_cli.destinations.iceberg.maintenance import maintain
@@ -58,7 +59,7 @@ def commit_stream(buf: StreamBuffer, ss: StreamState, options: CommitOptions) ->
     table, txn = buf.table, buf.table.transaction()
     load_id = (ss.extra or {}).get("load_id") or buf.load_id
     if buf.replacement is not None:
-        check_pending_rows(buf, _load_of(buf.committed) != load_id or (buf.staged or {}).get("load_id") == load_id)
+        check_pending_rows(buf, load_id_of(buf.committed) != load_id or (buf.staged or {}).get("load_id") == load_id)
     delta = RowDelta(txn)
     staged, watermark = _add_load(buf, ss, load_id, txn, delta, options)
     if buf.truncated:
@@ -66,7 +67,7 @@ def commit_stream(buf: StreamBuffer, ss: StreamState, options: CommitOptions) ->
         options.log(f"{buf.stream.label}: truncated at the source; the table is emptied")
     had_changes = bool(buf.change_rows or buf.change_tables)
     watermark = _apply_changes(buf, delta, txn, options, watermark)
-    merged = _merged(buf.committed, ss)
+    merged = merged_stream_state(buf.committed, ss)
     properties = {PROP_STATE: dumps(merged)}
     if watermark is not None:
         properties[PROP_MAX_OP] = watermark
@@ -107,14 +108,14 @@ def _add_load(buf: StreamBuffer, ss: StreamState, load_id: str, txn: Any, delta:
     next run's load replaces them."""
     if is_resync_marker(ss.to_dict()):
         return buf.staged, buf.watermark
-    new_load = _load_of(buf.committed) != load_id
+    new_load = load_id_of(buf.committed) != load_id
     swaps = new_load or (buf.staged or {}).get("load_id") == load_id
     if buf.replacement is not None and swaps and load_complete(ss):  # its columns change type with it
         make_current(txn, buf.replacement)
     metadata, io = txn.table_metadata, buf.table.io
     if buf.replacement is not None and metadata.current_schema_id != buf.replacement.current_schema_id:
         metadata = buf.replacement  # rows of the coming load take the replacement schema until it swaps in
-    newly = completed_chunks(buf.committed, ss, load_id)
+    newly = newly_done_chunks(buf.committed, ss, load_id)
     load_files = _load_files(buf, metadata, io, options)
     if not new_load and not newly and load_files:
         options.log(f"{buf.stream.label}: skipped {sum(f.record_count for f in load_files)} full-load row(s) "
@@ -201,45 +202,6 @@ def _staged_for(buf: StreamBuffer, load_id: str, new_load: bool, ss: StreamState
     if new_load and (load_files or ss.sync_type == "full-load") and has_rows(buf.table):
         return {"load_id": load_id, "files": []}
     return None
-
-
-def completed_chunks(committed: dict | None, ss: StreamState, load_id: str) -> list[int]:
-    """Chunks of ``load_id`` that ``ss`` marks done and the table's committed state does not."""
-    now = _pending(ss.to_dict(), load_id) or set()
-    before = _pending(committed, load_id)
-    if before is None:
-        before = set(range(len(ss.chunks or [])))
-    return sorted(before - now)
-
-
-def _pending(state: dict | None, load_id: str) -> set[int] | None:
-    """Chunk indexes not done in a state dict of load ``load_id`` (None: another load)."""
-    if state is None or _load_of(state) != load_id:
-        return None
-    chunks = (state.get("stream_state") or {}).get("chunks")
-    if state.get("sync_type") != "full-load" or not chunks:
-        return set()
-    return {i for i, chunk in enumerate(chunks) if chunk["status"] != "succeed"}
-
-
-def load_complete(ss: StreamState) -> bool:
-    """Whether ``ss`` says its load has every chunk done."""
-    return not (ss.sync_type == "full-load" and ss.chunks and any(c.status != "succeed" for c in ss.chunks))
-
-
-def _load_of(state: dict | None) -> str | None:
-    return None if state is None else (state.get("stream_state") or {}).get("load_id")
-
-
-def _merged(committed: dict | None, ss: StreamState) -> dict:
-    """The state to commit: ``ss`` merged over the table's (chunk progress never goes back)."""
-    if committed is None:
-        return ss.to_dict()
-    load_id = (ss.extra or {}).get("load_id")
-    if load_id and _pending(committed, load_id) == set() and not load_complete(ss):
-        return committed  # a replay of a load the table already holds whole
-    base = State(streams=[StreamState.from_dict(committed)])
-    return merge_state(base, State(level="stream", streams=[ss])).find(*ss.key).to_dict()
 
 
 def _sink_files(io: FileIO, metadata: Any, location: str, load_id: str, chunks: list[int]) -> list[DataFile]:

@@ -19,7 +19,8 @@ from pyiceberg.io import FileIO
 from pyiceberg.table import FileScanTask
 from pyiceberg.table.metadata import TableMetadata
 
-from olake_cli.destinations.iceberg.lookup import PATH, POS, DeleteCache, key_storage, locate, read_rows
+from olake_cli.core.key_columns import key_storage
+from olake_cli.destinations.iceberg.lookup import PATH, POS, DeleteCache, locate, read_rows
 from olake_cli.destinations.iceberg.schema import METADATA_NAMES, conform
 
 TOAST = "_olake_toast_unchanged"

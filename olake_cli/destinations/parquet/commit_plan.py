@@ -19,41 +19,15 @@ import hashlib
 
 import orjson
 
+from olake_cli.core.load_progress import load_complete
 from olake_cli.core.resync import is_resync_marker
 from olake_cli.core.state import StreamState
 from olake_cli.destinations.parquet.manifest import Manifest
 
 
-def pending_chunks(state: dict | None, load_id: str) -> set[int] | None:
-    """Indexes of the chunks of load ``load_id`` not yet done in a state dict (None: not that load)."""
-    if state is None:
-        return None
-    inner = state.get("stream_state") or {}
-    if inner.get("load_id") != load_id:
-        return None
-    chunks = inner.get("chunks")
-    if state.get("sync_type") != "full-load" or not chunks:
-        return set()
-    return {i for i, chunk in enumerate(chunks) if chunk["status"] != "succeed"}
-
-
-def newly_done_chunks(previous: dict | None, ss: StreamState, load_id: str) -> list[int]:
-    """Chunks of ``load_id`` that ``ss`` marks done and the previously committed state did not."""
-    now = pending_chunks(ss.to_dict(), load_id) or set()
-    before = pending_chunks(previous, load_id)
-    if before is None:  # first commit of this load seen here: every chunk it marks done is new
-        before = set(range(len(ss.chunks or [])))
-    return sorted(before - now)
-
-
 def commit_key(ss: StreamState) -> str:
     """A deterministic key of the STATE that commits a batch of rows."""
     return hashlib.sha1(orjson.dumps(ss.to_dict(), option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
-
-
-def load_complete(ss: StreamState) -> bool:
-    """Whether ``ss`` says its load has every chunk done."""
-    return not (ss.sync_type == "full-load" and ss.chunks and any(c.status != "succeed" for c in ss.chunks))
 
 
 def next_manifest(current: Manifest, ss: StreamState, load_id: str,

@@ -24,7 +24,8 @@ from olake_cli.core.errors import ConfigError, DestinationError
 from olake_cli.core.locks import LOCK_FILE
 from olake_cli.core.resync import lost_load, marker_replacing
 from olake_cli.core.state import State, StreamState
-from olake_cli.destinations.parquet.commit_plan import commit_key, newly_done_chunks, next_manifest
+from olake_cli.core.load_progress import newly_done_chunks
+from olake_cli.destinations.parquet.commit_plan import commit_key, next_manifest
 from olake_cli.core.faults import crash_point
 from olake_cli.destinations.parquet.manifest import (Manifest, fsync_path, load_manifest, remove_unlisted,
                                                      roll_forward, save_manifest)

@@ -223,6 +223,9 @@ class PostgresChangeCapture:
             with read_changes(self._feed_connection, slot, self.settings.publication, upto, routing=routing,
                               run_rows=min(RUN_ROWS, CHECKPOINT_EVERY), waiting=progress) as feed:
                 yield from _ChangeReader(self, active, state, watch, moved).batches(feed)
+            if feed.skipped_transactions:
+                self.log(f"change capture: left out {feed.skipped_transactions} transaction(s) applied under "
+                         f"skipped origins (skip_origins)")
         finally:
             progress.close()
             watch.close()
@@ -244,7 +247,8 @@ class PostgresChangeCapture:
 
         infos = [self.tables[key] for key in active]
         roots = partition_roots(conn, [(t.schema, t.table) for t in infos])
-        return FeedRouting(roots=roots, keys={(t.schema, t.table): tuple(t.primary_key) for t in infos})
+        return FeedRouting(roots=roots, keys={(t.schema, t.table): tuple(t.primary_key) for t in infos},
+                           skip_origins=self.settings.skip_origins)
 
 
 _GAP_REASONS = {

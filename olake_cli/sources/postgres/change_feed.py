@@ -13,6 +13,9 @@ position its destination has committed. Positions, as PostgreSQL defines them:
 * advancing to its ``commit_lsn`` (``OpId.commit``) delivers it again on the next read, which is
   what a resume from a destination's max OpId needs: the pipeline then drops events ``<=`` that
   OpId (seeds/000), so a transaction cut in the middle is completed, never lost.
+
+A transaction whose Origin message (sent by pgoutput for a transaction applied under a replication
+origin) names an origin in ``FeedRouting.skip_origins`` is left out; the positions still move past it.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from olake_cli.core.errors import (ConfigError, OlakeError, PositionLostError, S
                                    TransientError)
 from olake_cli.sources.postgres.lsn import format_lsn
 from olake_cli.sources.postgres.feed_runs import ChangeEvent, ColumnInfo, FeedRun, PendingRun, truncate_run
-from olake_cli.sources.postgres.pgoutput import Begin, Commit, Relation, Truncate, decode
+from olake_cli.sources.postgres.pgoutput import Begin, Commit, Origin, Relation, Truncate, decode
 
 ConnectionSource = Union[psycopg.Connection, Callable[[], psycopg.Connection]]
 
@@ -56,6 +59,11 @@ class FeedRouting:
 
     roots: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
     keys: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
+    skip_origins: frozenset[str] | str = frozenset()  # drop transactions replicated from these ("*": any)
+
+    def skips(self, origin: str) -> bool:
+        """Whether a transaction carrying an Origin message with this name is left out."""
+        return self.skip_origins == "*" or origin in self.skip_origins
 
 
 def slot_info(conn: psycopg.Connection, slot: str) -> dict[str, Any] | None:
@@ -122,6 +130,7 @@ class ChangeStream:
         self.last_end_lsn: int | None = None
         self.last_commit_ts_us: int | None = None
         self.transactions = 0
+        self.skipped_transactions = 0  # applied under an origin the routing skips
         self.finished = False
         self._source, self._batch_size, self._waiting = source, batch_size, waiting
         self._routing, self._run_rows = routing, run_rows
@@ -191,8 +200,11 @@ class ChangeStream:
         pending: PendingRun | None = None
         commit_lsn = seq = ts = xid = 0
         cap = 2 * self._run_rows
+        skipping = False  # the transaction came from an origin the routing skips
         for lsn, data in (row for fetch in fetches for row in fetch):
             if data[0] in _ROW_CHANGES:  # hot path: collected, decoded a run at a time
+                if skipping:
+                    continue
                 rel = relations[_U32(data, 1)[0]]
                 if pending is not None and (pending.relation is not rel or len(pending.messages) >= cap):
                     run = pending.finish(encoding)
@@ -210,6 +222,10 @@ class ChangeStream:
                 if self.last_commit_lsn is not None and msg.final_lsn <= self.last_commit_lsn:
                     raise SourceError(f"pgoutput: transaction at {format_lsn(msg.final_lsn)} out of commit order")
                 commit_lsn, ts, seq, xid = msg.final_lsn, msg.commit_ts_us, 0, msg.xid
+                skipping = False
+            elif kind is Origin:
+                skipping = self._routing.skips(msg.name)
+                self.skipped_transactions += skipping
             elif kind is Commit:
                 self._on_commit(msg, commit_lsn)
                 if pending is not None:
@@ -219,7 +235,7 @@ class ChangeStream:
                         pending = None
             elif kind is Relation:
                 relations[msg.oid] = _RelationView(msg, self._routing)
-            elif kind is Truncate:
+            elif kind is Truncate and not skipping:
                 if pending is not None:
                     run = pending.finish(encoding)
                     seq, pending = _seq_after(run, commit_lsn, seq), None
@@ -227,7 +243,7 @@ class ChangeStream:
                 for oid in msg.rel_oids:
                     seq += 1
                     yield truncate_run(relations[oid], commit_lsn, seq, ts, xid, lsn)
-            # Origin, Type and LogicalMessage carry nothing a destination needs.
+            # Type and LogicalMessage carry nothing a destination needs.
         if pending is not None:
             yield pending.finish(encoding)
 

@@ -1,14 +1,12 @@
-"""PostgreSQL source settings and connections (psycopg for control, ADBC for Arrow scans)."""
+"""PostgreSQL source settings; connecting itself is shared with the destination
+(``olake_cli.shared.postgres_connection``: connection fields, TLS, one-line errors, secret removal)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
-from olake_cli.core.config import config_files
-from olake_cli.core.errors import ConfigError, ConnectionFailed
-from olake_cli.core.redact import remove_secrets
+from olake_cli.shared.postgres_connection import ConnectionSettings, connect  # noqa: F401 (source modules import it here)
 
 DEFAULT_CHUNK_ROWS = 250_000
 DEFAULT_BATCH_ROWS = 10_000
@@ -16,22 +14,12 @@ DEFAULT_DECODING_WORK_MEM_MB = 256  # the change feed session's logical_decoding
 
 
 @dataclass(frozen=True)
-class PostgresSettings:
+class PostgresSettings(ConnectionSettings):
     """The validated ``postgres`` source config, with defaults applied."""
 
-    host: str
-    database: str
-    username: str
-    password: str = field(default="", repr=False)
-    port: int = 5432
     schemas: tuple[str, ...] = ("public",)
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
-    sslmode: str = "prefer"
-    sslrootcert: str | None = None  # absolute paths (resolved by from_config), or "system" for the root
-    sslcert: str | None = None
-    sslkey: str | None = None
-    connect_timeout: int = 10
     lock_timeout: int = 5  # seconds; see ExportedSnapshot.hold and LockWatch
     chunk_strategy: str = "ctid"
     chunk_rows: int = DEFAULT_CHUNK_ROWS
@@ -42,128 +30,20 @@ class PostgresSettings:
     create_slot_and_publication: bool = False
     on_position_lost: str = "resync"
     logical_decoding_work_mem_mb: int = DEFAULT_DECODING_WORK_MEM_MB
+    skip_origins: frozenset[str] | str = frozenset()  # "*": every origin
+
+    @property
+    def two_way(self) -> bool:
+        """Whether this database also receives replicated changes (``skip_origins`` is set)."""
+        return bool(self.skip_origins)
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any]) -> "PostgresSettings":
         """Build settings from a config dict already validated against the source schema."""
-        known = {f for f in cls.__dataclass_fields__}
-        values = {k: v for k, v in cfg.items() if k in known}
+        values = dict(cfg)
         for name in ("schemas", "include", "exclude"):
             if name in values:
                 values[name] = tuple(values[name])
-        values.update(_tls_files(values))
-        return cls(**values)
-
-    def tls_options(self) -> dict[str, str]:
-        """The libpq TLS parameters that are set: sslmode, and sslrootcert, sslcert, sslkey if given."""
-        options = {"sslmode": self.sslmode}
-        for name in TLS_FILE_FIELDS:
-            if getattr(self, name):
-                options[name] = getattr(self, name)
-        return options
-
-    def conninfo(self) -> dict[str, Any]:
-        """Keyword arguments for ``psycopg.connect``."""
-        return {"host": self.host, "port": self.port, "dbname": self.database, "user": self.username,
-                "password": self.password, **self.tls_options(), "connect_timeout": self.connect_timeout,
-                "application_name": "olake"}
-
-    def uri(self) -> str:
-        """A postgresql:// URI for ADBC (contains the password: never print it); libpq reads the TLS
-        parameters from its query, percent-decoded, exactly as from ``conninfo``."""
-        auth = quote(self.username, safe="")
-        if self.password:
-            auth += ":" + quote(self.password, safe="")
-        query = "&".join(f"{k}={quote(str(v), safe='')}" for k, v in
-                         {**self.tls_options(), "connect_timeout": self.connect_timeout,
-                          "application_name": "olake"}.items())
-        return f"postgresql://{auth}@{self.host}:{self.port}/{quote(self.database, safe='')}?{query}"
-
-    def describe(self) -> str:
-        """host:port/database as users know it, without secrets."""
-        return f"{self.username}@{self.host}:{self.port}/{self.database}"
-
-    def scrub(self, text: str) -> str:
-        """``text`` without the password (see core.redact; the user name stays readable)."""
-        return remove_secrets(text, [self.password], keep=[self.username])
-
-
-TLS_FILE_FIELDS = ("sslrootcert", "sslcert", "sslkey")
-
-
-def _tls_files(values: dict[str, Any]) -> dict[str, str]:
-    """The configured certificate and key paths made absolute; ``sslrootcert: system`` (libpq 16+: the
-    system's CAs) as it is; the client certificate and its key only together."""
-    found = config_files("postgres", values, TLS_FILE_FIELDS,
-                         keep=lambda name, path: name == "sslrootcert" and path == "system")
-    if bool(values.get("sslcert")) != bool(values.get("sslkey")):
-        raise ConfigError("postgres: give 'sslcert' and 'sslkey' together (the client certificate and its key)")
-    return found
-
-
-def connect(settings: PostgresSettings, autocommit: bool = True):
-    """Open a psycopg connection, turning failures into one actionable ConnectionFailed line."""
-    import psycopg
-
-    try:
-        return psycopg.connect(**settings.conninfo(), autocommit=autocommit)
-    except psycopg.OperationalError as exc:
-        raise ConnectionFailed(explain_connect_error(settings, str(exc))) from None
-
-
-def explain_connect_error(settings: PostgresSettings, raw: str) -> str:
-    """Map a libpq error text to a one-line hint naming what to fix (never the password)."""
-    text = [line.strip() for line in settings.scrub(raw).strip().splitlines() if line.strip()]
-    failed = [line for line in text if "failed:" in line]  # libpq's cause, not its closing advice
-    detail = (failed or text or ["unknown error"])[-1]
-    lowered = raw.lower()
-    where = f"{settings.host}:{settings.port}"
-    if "password authentication failed" in lowered or "no password supplied" in lowered:
-        hint = f"wrong username or password for user '{settings.username}'"
-    elif f'database "{settings.database}" does not exist'.lower() in lowered:
-        hint = f"database '{settings.database}' does not exist on {where}"
-    elif "could not translate host name" in lowered or "name or service not known" in lowered:
-        hint = f"unknown host '{settings.host}'; check 'host'"
-    elif "connection refused" in lowered:
-        hint = f"nothing accepts connections at {where}; check 'host' and 'port' and that PostgreSQL runs"
-    elif "timeout" in lowered or "timed out" in lowered:
-        hint = f"connecting to {where} timed out after {settings.connect_timeout}s; check 'host', 'port' and firewalls"
-    elif tls := _tls_hint(settings, lowered, where):
-        hint = tls
-    elif "no pg_hba.conf entry" in lowered:
-        hint = f"the server at {where} refuses this client (pg_hba.conf)"
-    else:
-        hint = f"cannot connect to {where}"
-    return f"postgres: {hint} ({detail})"
-
-
-def _tls_hint(settings: PostgresSettings, lowered: str, where: str) -> str | None:
-    """What a TLS failure means and which config fields to check; None if it is not one."""
-    files = f"'sslrootcert' ({settings.sslrootcert})" if settings.sslrootcert else "'sslrootcert' (not set)"
-    if "no pg_hba.conf entry" in lowered and "no encryption" in lowered:
-        return (f"the server at {where} accepts this client only over TLS, but 'sslmode' is "
-                f"'{settings.sslmode}'; set 'sslmode' to require, verify-ca or verify-full")
-    if "server does not support ssl" in lowered:
-        return (f"the server at {where} does not offer TLS, but 'sslmode' is '{settings.sslmode}'; "
-                f"enable ssl on the server, or lower 'sslmode'")
-    if "root certificate file" in lowered and ("does not exist" in lowered or "could not" in lowered):
-        return (f"'sslmode' {settings.sslmode} verifies the server certificate of {where} and needs the CA "
-                f"that signed it: set 'sslrootcert' to its PEM file")
-    if "does not match host name" in lowered or "no subjectaltname" in lowered:
-        return (f"the server certificate of {where} does not name host '{settings.host}' ('sslmode' "
-                f"verify-full); connect through a name the certificate lists (check 'host'), or use verify-ca")
-    if "certificate verify failed" in lowered or "self-signed certificate" in lowered \
-            or "unable to get local issuer" in lowered:
-        return (f"the server certificate of {where} does not verify against {files}; check 'sslrootcert' "
-                f"and 'sslmode'")
-    if "requires a valid client certificate" in lowered or "certificate authentication failed" in lowered \
-            or "alert unknown ca" in lowered or "alert certificate" in lowered or "alert bad certificate" in lowered:
-        return (f"the server at {where} refuses the client certificate; check 'sslcert' and 'sslkey' "
-                f"(a certificate its CA signed, for user '{settings.username}')")
-    if "private key file" in lowered or "certificate file" in lowered or "certificate present" in lowered:
-        return (f"cannot use the client certificate for {where}; check 'sslcert' and 'sslkey' (PEM files; "
-                f"the key readable by this user only, mode 0600)")
-    if "ssl" in lowered and ("error" in lowered or "handshake" in lowered):
-        return f"the TLS handshake with {where} failed; check 'sslmode', 'sslrootcert', 'sslcert' and 'sslkey'"
-    return None
-
+        if isinstance(values.get("skip_origins"), list):
+            values["skip_origins"] = frozenset(values["skip_origins"])
+        return super().from_config(values)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from olake_cli.core.errors import OlakeError, SnapshotLostError, SourceChangedError, SourceError, TransientError
+from olake_cli.shared.postgres_connection import is_transient, sqlstate
 from olake_cli.sources.postgres.snapshot import BEING_ALTERED
 
 
@@ -38,9 +39,9 @@ class PostgresChunkReader:
         except OlakeError:
             raise
         except Exception as exc:  # driver errors arrive as many types; report them as one SourceError
-            if _sqlstate(exc) == _LOCK_NOT_AVAILABLE:  # another session queued for an exclusive lock
+            if sqlstate(exc) == _LOCK_NOT_AVAILABLE:  # another session queued for an exclusive lock
                 raise SourceChangedError(BEING_ALTERED.format(label=self.label)) from None
-            if _sqlstate(exc) == _UNDEFINED_TABLE:
+            if sqlstate(exc) == _UNDEFINED_TABLE:
                 raise SourceChangedError(f"{self.label} was dropped during its full load; committed chunks "
                                          "are kept; run discover again if it is gone for good") from None
             if "invalid snapshot identifier" in str(exc):
@@ -120,30 +121,8 @@ class PostgresChunkReader:
                 raise value_error(SourceError, self.label, name, key, bad.index, bad.detail) from None
         return parsed
 
-# SQLSTATE classes and codes worth retrying: connection exceptions, serialization failures and
-# deadlocks, insufficient resources, a backend terminated by an administrator or a server shutdown.
-_TRANSIENT_CLASSES = ("08", "40", "53")
-_TRANSIENT_CODES = ("57P01", "57P02", "57P03")
 _LOCK_NOT_AVAILABLE = "55P03"
 _UNDEFINED_TABLE = "42P01"
-
-
-def is_transient(exc: BaseException) -> bool:
-    """Whether a driver error may go away on retry (by SQLSTATE; a lost connection has none)."""
-    state = _sqlstate(exc)
-    if state:
-        return state[:2] in _TRANSIENT_CLASSES or state in _TRANSIENT_CODES
-    text = str(exc).lower()
-    if "failed to connect" in text or "could not connect" in text or "shutting down" in text \
-            or "starting up" in text:  # planning connected: a server restarting, not a wrong address
-        return True
-    return "terminating connection" in text or "connection" in text and ("closed" in text or "reset" in text)
-
-
-def _sqlstate(exc: BaseException) -> str | None:
-    """The SQLSTATE a driver error carries (psycopg and ADBC name it differently), if any."""
-    state = getattr(exc, "sqlstate", None) or getattr(exc, "sqlstate_code", None)
-    return state if isinstance(state, str) and state else None
 
 
 def _scrub(text: str, uri: str) -> str:

@@ -38,7 +38,7 @@ class PostgresSource:
                 raise ConfigError(f"postgres: user '{self.settings.username}' lacks SELECT on {names}; "
                                   f"run as an admin: {grants} (and GRANT USAGE ON SCHEMA where missing)")
             tables = [(t[0], t[1]) for t in disco.list_tables(conn, self.settings.schemas, disco.TABLE_KINDS)]
-            cdc = self._check_change_capture(conn, tables)
+            cdc = self._check_change_capture(conn, tables) + self._check_two_way(conn)
         return (f"connected to {self.settings.describe()}; {len(tables)} table(s) readable in "
                 f"{', '.join(self.settings.schemas)}\n{cdc}")
 
@@ -64,6 +64,19 @@ class PostgresSource:
             return (f"full_refresh and incremental ready; cdc NOT ready, {len(problems)} problem(s):\n"
                     f"{_problem_lines(problems)}{notes}")
         return "change capture ready" + notes
+
+    def _check_two_way(self, conn) -> str:
+        """With ``skip_origins`` this database also receives the other direction's changes, whose
+        conflicts are decided by commit time: track_commit_timestamp must be on."""
+        if not self.settings.two_way:
+            return ""
+        if conn.execute("SELECT current_setting('track_commit_timestamp')").fetchone()[0] != "on":
+            raise ConfigError("postgres: 'skip_origins' is set (two-way replication), but track_commit_timestamp is "
+                              "off, so conflicts with the other direction cannot be decided by commit time; run "
+                              "ALTER SYSTEM SET track_commit_timestamp = on; and restart the server")
+        skipped = "every origin" if self.settings.skip_origins == "*" else \
+            ", ".join(sorted(self.settings.skip_origins))
+        return f"; two-way: transactions applied under {skipped} are not captured"
 
     def discover(self) -> dict[str, Any]:
         """The catalog of every table in the configured schemas."""

@@ -1,0 +1,214 @@
+"""Applying a stream's reduced changes to its target table with set-based statements.
+
+The rows go by COPY into a temporary table shaped like the target (``ON COMMIT DELETE ROWS``, made
+once per session), then, inside the caller's transaction: unsent TOAST values are read from the
+target rows that hold them; conflicts are decided (with ``track_commit_timestamp``); one
+``DELETE ... USING`` removes deleted keys (or marks them, with ``soft_delete``); one
+``INSERT ... ON CONFLICT (key) DO UPDATE`` writes the rest. Never a round trip per row.
+
+Conflicts: when a change meets a target row last written by another origin (a local session, or
+another replication origin), the later source commit wins: the change's commit time against the
+row's (``pg_xact_commit_timestamp_origin(xmin)``); equal times go to the greater origin name (a local
+row counts as ``local_origin``). A losing change is dropped. It is a conflict, counted and logged with
+its key, when the key was changed on both sides since this direction's previous commit into the table
+(the row's write is newer than that commit), or when the change loses.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Callable
+
+import pyarrow as pa
+from psycopg import sql
+
+from olake_cli.core.row_metadata import COMMIT_TS, OP, OP_ID, TOAST
+from olake_cli.destinations.postgres.change_plan import ReducedChanges, from_column
+from olake_cli.destinations.postgres.copy_text import copy_text
+from olake_cli.destinations.postgres.tables import TargetTable
+
+LOGGED_CONFLICTS = 100  # per commit; the rest are counted
+_META_TYPES = {OP: ("string", "text"), OP_ID: ("string", "text"), COMMIT_TS: ("timestamptz", "timestamptz"),
+               TOAST: ("array<string>", "text[]")}
+
+
+@dataclass(frozen=True)
+class ConflictRule:
+    """What this session needs to decide conflicts (a session without one does not detect them)."""
+
+    origin_id: int
+    origin: str
+    local_origin: str
+
+
+@dataclass
+class Applied:
+    """What one apply did."""
+
+    upserted: int = 0
+    deleted: int = 0
+    conflicts: int = 0
+    kept_target: int = 0  # conflicts the target's newer row won
+    conflict_lines: list[str] = field(default_factory=list)
+
+
+class ChangeApplier:
+    """Applies reduced changes within the caller's transaction (one temporary table per target table)."""
+
+    def __init__(self, conn, rule: ConflictRule | None, soft_delete: bool, log: Callable[[str], None]) -> None:
+        self.conn, self.rule, self.soft_delete, self.log = conn, rule, soft_delete, log
+        self.temp_tables: dict[tuple[str, str], str] = {}
+        self._numbers = itertools.count()
+
+    def apply(self, table: TargetTable, changes: ReducedChanges, since: datetime | None = None) -> Applied:
+        """Apply the rows of ``changes`` to ``table``; ``since``: when this direction last committed into
+        it (a target row written after that by someone else is a conflict)."""
+        temp = self._temp_table(table)
+        self._copy(table, temp, changes)
+        result = Applied()
+        if changes.unresolved:
+            self._read_unsent(table, temp, changes)
+        if self.rule is not None and table.key:
+            self._decide_conflicts(table, temp, result, since)
+        if table.key:
+            result.deleted = self._deletes(table, temp)
+        result.upserted = self._upserts(table, temp)
+        return result
+
+    def forget(self, ident: tuple[str, str]) -> None:
+        """Drop the temporary table of a target table whose columns changed (made again on next use)."""
+        name = self.temp_tables.pop(ident, None)
+        if name is not None:
+            self.conn.execute(sql.SQL("DROP TABLE IF EXISTS pg_temp.{}").format(sql.Identifier(name)))
+
+    def _temp_table(self, table: TargetTable) -> sql.Identifier:
+        name = self.temp_tables.get(table.ident)
+        if name is None:
+            name = self.temp_tables[table.ident] = f"olake_apply_{next(self._numbers)}"
+            by_name = {c.name: c for c in table.columns}
+            columns = [sql.SQL("{} {}").format(sql.Identifier(c.name), sql.SQL(c.sql_type)) for c in table.columns]
+            columns += [sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t)) for n, (_, t) in _META_TYPES.items()]
+            columns += [sql.SQL("{} {}").format(sql.Identifier(from_column(i)), sql.SQL(by_name[k].sql_type))
+                        for i, k in enumerate(table.key)]
+            self.conn.execute(sql.SQL("CREATE TEMP TABLE {} ({}) ON COMMIT DELETE ROWS").format(
+                sql.Identifier(name), sql.SQL(", ").join(columns)))
+        return sql.Identifier(name)
+
+    def _copy(self, table: TargetTable, temp: sql.Identifier, changes: ReducedChanges) -> None:
+        rows = changes.rows
+        names = [c.name for c in table.columns] + list(_META_TYPES)
+        types = [c.olake_type for c in table.columns] + [t for t, _ in _META_TYPES.values()]
+        props = [c.prop for c in table.columns] + [None] * len(_META_TYPES)
+        columns = [rows.column(c.name) for c in table.columns]
+        columns += [rows.column(OP), rows.column(OP_ID), _micros(rows.column(COMMIT_TS)), rows.column(TOAST)]
+        if changes.unresolved:
+            by_name = {c.name: c for c in table.columns}
+            for number, key in enumerate(table.key):
+                names.append(from_column(number))
+                types.append(by_name[key].olake_type)
+                props.append(by_name[key].prop)
+                columns.append(rows.column(from_column(number)))
+        data = copy_text(columns, types, names, props)
+        listed = sql.SQL(", ").join(sql.Identifier(n) for n in names)
+        with self.conn.cursor().copy(sql.SQL("COPY {} ({}) FROM STDIN").format(temp, listed)) as copy:
+            copy.write(data)
+
+    def _read_unsent(self, table: TargetTable, temp: sql.Identifier, changes: ReducedChanges) -> None:
+        """Columns an update did not send take the value of the target row they belong to."""
+        listed = {c for names in changes.rows.column(TOAST).to_pylist() if names for c in names}
+        assignments = sql.SQL(", ").join(
+            sql.SQL("{c} = CASE WHEN {n} = ANY(s.{toast}) THEN t.{c} ELSE s.{c} END").format(
+                c=sql.Identifier(name), n=sql.Literal(name), toast=sql.Identifier(TOAST))
+            for name in sorted(listed))
+        match = sql.SQL(" AND ").join(sql.SQL("t.{} = s.{}").format(sql.Identifier(k), sql.Identifier(from_column(i)))
+                                      for i, k in enumerate(table.key))
+        found = self.conn.execute(sql.SQL("UPDATE {temp} s SET {a} FROM {target} t WHERE {m} AND s.{toast} IS NOT NULL")
+                                  .format(temp=temp, a=assignments, target=table.qualified, m=match,
+                                          toast=sql.Identifier(TOAST))).rowcount
+        wanted = sum(1 for names in changes.rows.column(TOAST).to_pylist() if names)
+        if found < wanted:
+            self.log(f"{table.label}: {wanted - found} update(s) left large values unsent and the target has no "
+                     f"row to take them from; those columns are NULL")
+
+    def _decide_conflicts(self, table: TargetTable, temp: sql.Identifier, result: Applied,
+                          since: datetime | None) -> None:
+        """Lock the target rows the batch touches, drop the changes that lose, count and log conflicts."""
+        match = _match(table)
+        self.conn.execute(sql.SQL("SELECT count(*) FROM (SELECT FROM {target} t JOIN {temp} s ON {m} "
+                                  "FOR UPDATE OF t) AS locked").format(target=table.qualified, temp=temp, m=match))
+        keys = sql.SQL(", ").join(sql.SQL("s.{}").format(sql.Identifier(k)) for k in table.key)
+        query = sql.SQL(_CONFLICTS_SQL).format(target=table.qualified, temp=temp, m=match, keys=keys)
+        rule = self.rule
+        found = self.conn.execute(query, {"ours": rule.origin_id, "local": rule.local_origin,
+                                          "name": rule.origin, "since": since}).fetchall()
+        for key_text, op, incoming_ts, row_ts, row_origin, lost in found:
+            result.conflicts += 1
+            result.kept_target += bool(lost)
+            if len(result.conflict_lines) < LOGGED_CONFLICTS:
+                winner = f"the target's row ({row_origin or 'local'}, {row_ts}) is newer and stays" if lost else \
+                    f"it is newer than the target's row ({row_origin or 'local'}, {row_ts}) and is applied"
+                result.conflict_lines.append(f"{table.label}: conflict on key {key_text}: the '{op}' committed at "
+                                             f"{incoming_ts} {winner}")
+
+    def _deletes(self, table: TargetTable, temp: sql.Identifier) -> int:
+        if self.soft_delete:
+            statement = sql.SQL("UPDATE {target} t SET _olake_op = s._olake_op, _olake_op_id = s._olake_op_id, "
+                                "_olake_commit_ts = s._olake_commit_ts, _olake_synced_at = now() FROM {temp} s "
+                                "WHERE {m} AND s._olake_op = 'd'")
+        else:
+            statement = sql.SQL("DELETE FROM {target} t USING {temp} s WHERE {m} AND s._olake_op = 'd'")
+        return self.conn.execute(statement.format(target=table.qualified, temp=temp, m=_match(table))).rowcount
+
+    def _upserts(self, table: TargetTable, temp: sql.Identifier) -> int:
+        names = [c.name for c in table.columns]
+        selected = [sql.SQL("s.{}").format(sql.Identifier(n)) for n in names]
+        if table.metadata:
+            names += ["_olake_op", "_olake_op_id", "_olake_commit_ts", "_olake_synced_at"]
+            selected += [sql.SQL("s._olake_op"), sql.SQL("s._olake_op_id"), sql.SQL("s._olake_commit_ts"),
+                         sql.SQL("now()")]
+        statement = sql.SQL("INSERT INTO {target} ({cols}) SELECT {sel} FROM {temp} s WHERE s._olake_op <> 'd'").format(
+            target=table.qualified, cols=sql.SQL(", ").join(sql.Identifier(n) for n in names),
+            sel=sql.SQL(", ").join(selected), temp=temp)
+        if table.key:
+            updated = [n for n in names if n not in table.key]
+            action = sql.SQL("DO UPDATE SET {}").format(sql.SQL(", ").join(
+                sql.SQL("{n} = EXCLUDED.{n}").format(n=sql.Identifier(n)) for n in updated)) if updated \
+                else sql.SQL("DO NOTHING")
+            statement = sql.SQL("{} ON CONFLICT ({}) {}").format(
+                statement, sql.SQL(", ").join(sql.Identifier(k) for k in table.key), action)
+        return self.conn.execute(statement).rowcount
+
+
+_CONFLICTS_SQL = """
+WITH foreign_rows AS (
+    SELECT s.ctid AS row_id, ROW({keys})::text AS key_text, s._olake_op AS op, s._olake_commit_ts AS incoming_ts,
+           c.timestamp AS row_ts, coalesce(o.roname, %(local)s) AS row_origin
+    FROM {temp} s JOIN {target} t ON {m}
+    CROSS JOIN LATERAL pg_xact_commit_timestamp_origin(t.xmin) AS c
+    LEFT JOIN pg_replication_origin o ON o.roident = c.roident
+    WHERE c.roident IS NOT NULL AND c.roident <> %(ours)s
+), lost AS (
+    DELETE FROM {temp} s USING foreign_rows f
+    WHERE s.ctid = f.row_id AND (f.row_ts > f.incoming_ts OR (f.row_ts = f.incoming_ts AND f.row_origin > %(name)s))
+    RETURNING f.row_id
+)
+SELECT f.key_text, f.op, f.incoming_ts, f.row_ts, f.row_origin, f.row_id IN (SELECT row_id FROM lost) AS lost
+FROM foreign_rows f
+WHERE f.row_id IN (SELECT row_id FROM lost) OR %(since)s::timestamptz IS NULL OR f.row_ts > %(since)s::timestamptz
+ORDER BY f.key_text
+"""
+
+
+def _match(table: TargetTable) -> sql.Composable:
+    return sql.SQL(" AND ").join(sql.SQL("t.{k} = s.{k}").format(k=sql.Identifier(k)) for k in table.key)
+
+
+def _micros(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """Commit times (µs since 1970, or timestamps) as timestamp[us, UTC] for the COPY text."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if pa.types.is_timestamp(column.type):
+        return column.cast(pa.timestamp("us", tz="UTC"))
+    return column.cast(pa.int64()).view(pa.timestamp("us", tz="UTC"))

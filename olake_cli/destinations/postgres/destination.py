@@ -1,0 +1,255 @@
+"""PostgreSQL destination: one table per stream, each STATE committed with its rows in one transaction.
+
+Tables are ``<schema>.<table_prefix><stream>`` (``schema`` defaults to the stream's namespace),
+created with the source's exact types and key or checked before anything is written (tables.py).
+Full loads go in by COPY (commit.py; from Spark tasks under ``sync``, chunk_sink.py), changes by
+set-based statements (apply.py), and each stream's state lives in ``_olake.streams`` beside its rows
+(bookkeeping.py), so ``state recover`` reads it back. Every write runs under the configured
+replication origin (session.py), which is what two-way replication builds on.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pyarrow as pa
+
+from olake_cli.core.catalog import Catalog, CatalogStream
+from olake_cli.core.errors import ConfigError
+from olake_cli.core.locks import host_lock_path
+from olake_cli.core.state import State, StreamState
+from olake_cli.destinations.postgres import bookkeeping
+from olake_cli.destinations.postgres.apply import Applied, ChangeApplier, ConflictRule
+from olake_cli.destinations.postgres.buffer import StreamBuffer
+from olake_cli.destinations.postgres.chunk_sink import PostgresChunkSink
+from olake_cli.destinations.postgres.commit import CommitContext, commit_stream
+from olake_cli.destinations.postgres.config import TargetSettings
+from olake_cli.destinations.postgres.session import classify, ensure_origin, open_connection
+from olake_cli.destinations.postgres.tables import (TargetTable, check_table, create_table, evolve,
+                                                    existing_columns, plan_table, unique_keys)
+
+_MIN_CONFLICT_VERSION = 140000  # pg_xact_commit_timestamp_origin
+
+
+class PostgresDestination:
+    """Buffers records per stream; each STATE commits the rows before it with that state."""
+
+    def __init__(self, config: dict[str, Any], log: Callable[[str], None]) -> None:
+        self.settings = TargetSettings.from_config(config)
+        self.log = log
+        self._conn: Any = None
+        self._context: CommitContext | None = None
+        self.buffers: dict[tuple, StreamBuffer] = {}
+        self.sink: PostgresChunkSink | None = None
+        self.totals = Applied()
+
+    # -- connection ----------------------------------------------------------------------------
+
+    @property
+    def context(self) -> CommitContext:
+        """The driver's connection and what commits need, opened on first use."""
+        if self._context is None:
+            self._conn = open_connection(self.settings)
+            try:
+                bookkeeping.ensure_bookkeeping(self._conn)
+                origin_id = ensure_origin(self._conn, self.settings.origin)
+                rule = self._conflict_rule(origin_id)
+            except Exception as exc:
+                raise classify(exc, self.settings, "preparing the target") from None
+            applier = ChangeApplier(self._conn, rule, self.settings.soft_delete, self.log)
+            self._context = CommitContext(self._conn, self.settings.origin, applier, self.log)
+        return self._context
+
+    def _conflict_rule(self, origin_id: int | None) -> ConflictRule | None:
+        """Conflicts are decided when writes carry an origin and the target keeps commit timestamps."""
+        conn = self._conn
+        tracked = conn.execute("SELECT current_setting('track_commit_timestamp') = 'on', "
+                               "current_setting('server_version_num')::int").fetchone()
+        conn.commit()
+        if origin_id is None or not tracked[0] or tracked[1] < _MIN_CONFLICT_VERSION:
+            return None
+        return ConflictRule(origin_id, self.settings.origin, self.settings.local_origin)
+
+    def check(self) -> str:
+        """Connect, and verify what writing needs: CREATE for new schemas and tables, the origin functions."""
+        from olake_cli.destinations.postgres.checks import check_target
+
+        conn = open_connection(self.settings)
+        try:
+            return check_target(conn, self.settings)
+        except Exception as exc:
+            raise classify(exc, self.settings, "checking the target") from None
+        finally:
+            conn.close()
+
+    def lock_path(self) -> str:
+        """The lock file runs writing into this database's tables take (``core.locks``): a file on this
+        host, as a database offers no folder every host would see."""
+        s = self.settings
+        return host_lock_path("postgres", f"{s.host}:{s.port}/{s.database}|{s.schema or ''}|{s.table_prefix}")
+
+    def chunk_sink(self) -> PostgresChunkSink:
+        """Spark tasks of ``sync`` COPY their full-load chunks into the target themselves."""
+        if self.sink is None:
+            self.sink = PostgresChunkSink(self.settings)
+            for buf in self.buffers.values():
+                self.sink.tables[buf.stream.key] = buf.table
+        return self.sink
+
+    # -- tables --------------------------------------------------------------------------------
+
+    def open(self, catalog: Catalog) -> None:
+        """Create or check every selected stream's table (all are checked before any is created)."""
+        streams = [s for s in catalog.selected_streams() if s.key not in self.buffers]
+        conn = self.context.conn
+        try:
+            plans = [self._plan(conn, stream) for stream in streams]
+            conn.rollback()
+            for stream, (plan, existing) in zip(streams, plans):
+                self._prepare(conn, stream, plan, existing)
+        except Exception as exc:
+            _rollback_quietly(conn)
+            raise classify(exc, self.settings, "preparing the tables") from None
+
+    def _plan(self, conn, stream: CatalogStream) -> tuple[TargetTable, dict | None]:
+        if stream.sync_mode == "cdc" and not stream.primary_key_columns:
+            raise ConfigError(f"postgres destination: stream {stream.label} has no primary key; its changes "
+                              f"cannot be applied to a table by key (copy it with full_refresh instead)")
+        ident = self.settings.table_of(stream.namespace, stream.name)
+        taken = [b.stream.label for b in self.buffers.values() if b.table.ident == ident]
+        if taken:
+            raise ConfigError(f"postgres destination: streams {taken[0]} and {stream.label} would both write "
+                              f"table {ident[0]}.{ident[1]}; set 'schema' and 'table_prefix' apart")
+        plan = plan_table(conn, stream, ident, self.settings.metadata_columns, self.log)
+        existing = existing_columns(conn, ident)
+        if existing is not None:  # a table olake writes already is widened with its source
+            managed = bookkeeping.committed_state(conn, ident).state is not None
+            plan = check_table(plan, existing, unique_keys(conn, ident), widen=managed)
+        return plan, existing
+
+    def _prepare(self, conn, stream: CatalogStream, plan: TargetTable, existing: dict | None) -> None:
+        if existing is None:
+            create_table(conn, plan)
+            bookkeeping.forget_table(conn, plan.ident)  # what a table dropped outside olake had committed
+            self.log(f"{stream.label}: created table {plan.describe()}")
+        else:
+            changed = evolve(conn, plan, existing)
+            if changed:
+                self.log(f"{stream.label}: added or widened column(s) {', '.join(changed)} of table "
+                         f"{plan.describe()}")
+        committed = bookkeeping.committed_state(conn, plan.ident)
+        conn.commit()
+        buf = StreamBuffer(stream, plan, committed.state, committed.max_op_id, committed.at)
+        inner = (committed.state or {}).get("stream_state") or {}
+        buf.load_id = inner.get("load_id") or buf.load_id
+        buf.load_op_key = inner.get("load_op_key")
+        self.buffers[stream.key] = buf
+        if self.sink is not None:
+            self.sink.tables[stream.key] = plan
+
+    def widen(self, stream: CatalogStream) -> None:
+        """Later records of ``stream`` follow its wider schema: columns are added or widened in place."""
+        buf = self.buffers[stream.key]
+        buf.decode(self.log)
+        conn = self.context.conn
+        try:
+            plan = plan_table(conn, stream, buf.table.ident, self.settings.metadata_columns, self.log)
+            keys, existing = unique_keys(conn, plan.ident), existing_columns(conn, plan.ident) or {}
+            evolve(conn, check_table(plan, existing, keys, widen=True), existing)
+            plan = check_table(plan, existing_columns(conn, plan.ident) or {}, keys)
+            self.context.applier.forget(plan.ident)
+            conn.commit()
+        except Exception as exc:
+            _rollback_quietly(conn)
+            raise classify(exc, self.settings, f"widening table {buf.table.describe()}") from None
+        self.log(f"{stream.label}: table {plan.describe()} gained or widened columns")
+        buf.stream, buf.table = stream, plan
+        if self.sink is not None:
+            self.sink.tables[stream.key] = plan
+
+    # -- records and commits --------------------------------------------------------------------
+
+    def add(self, key: tuple, data: dict) -> None:
+        """Buffer one record's data."""
+        self.buffers[key].add(data, self.log)
+
+    def add_table(self, key: tuple, table: pa.Table, warnings: list[str]) -> None:
+        """Buffer rows already decoded to the stream's destination types, with their _olake_* columns."""
+        self.buffers[key].add_table(table, warnings, self.log)
+
+    def observe_state(self, state: State) -> None:
+        """Learn which load the records that follow belong to."""
+        for ss in state.streams:
+            buf = self.buffers.get(ss.key)
+            extra = ss.extra or {}
+            if buf is not None and extra.get("load_id") and extra["load_id"] != buf.load_id:
+                buf.decode(self.log)
+                buf.load_id = extra["load_id"]
+            if buf is not None and extra.get("load_op_key"):
+                buf.load_op_key = extra["load_op_key"]
+
+    def commit(self, state: State) -> State:
+        """Commit every buffered record of the streams ``state`` names, with it, one transaction each;
+        returns ``state``, or a copy in which a stream whose table lost its load is a re-sync marker."""
+        streams = []
+        for ss in state.streams:
+            buf = self.buffers.get(ss.key)
+            streams.append(ss if buf is None else self._commit_stream(buf, ss))
+        if any(new is not old for new, old in zip(streams, state.streams)):
+            state = State(state.level, state.version, streams)
+        self.observe_state(state)
+        return state
+
+    def _commit_stream(self, buf: StreamBuffer, ss: StreamState) -> StreamState:
+        """One table's commit (``commit.commit_stream``); its errors as one line; the state committed."""
+        context = self.context
+        try:
+            ss, applied = commit_stream(buf, ss, context)
+        except Exception as exc:
+            _rollback_quietly(context.conn)
+            raise classify(exc, self.settings, f"committing {buf.stream.label} into "
+                                               f"{buf.table.describe()}") from None
+        if applied is not None:
+            self._count(applied)
+        return ss
+
+    def _count(self, applied: Applied) -> None:
+        for line in applied.conflict_lines:
+            self.log(line)
+        if applied.conflicts > len(applied.conflict_lines):
+            self.log(f"... and {applied.conflicts - len(applied.conflict_lines)} more conflict(s) in this commit")
+        totals = self.totals
+        totals.upserted += applied.upserted
+        totals.deleted += applied.deleted
+        totals.conflicts += applied.conflicts
+        totals.kept_target += applied.kept_target
+
+    def has_uncommitted(self) -> bool:
+        """Whether records arrived that no STATE has covered yet (they are never committed)."""
+        return any(buf.has_rows() for buf in self.buffers.values())
+
+    def summary(self) -> str:
+        """The run's changes and conflicts, for the closing log line."""
+        t = self.totals
+        return (f"postgres: {t.upserted} row(s) inserted or updated and {t.deleted} deleted by changes; "
+                f"{t.conflicts} conflict(s), {t.kept_target} kept the target's newer row")
+
+    def committed_state(self, stream: CatalogStream) -> dict | None:
+        """The stream state committed in ``_olake.streams`` with the stream's table, or None."""
+        ident = self.settings.table_of(stream.namespace, stream.name)
+        conn = open_connection(self.settings)
+        try:
+            return bookkeeping.committed_state(conn, ident).state
+        except Exception as exc:
+            raise classify(exc, self.settings, "reading the committed state") from None
+        finally:
+            conn.close()
+
+
+def _rollback_quietly(conn) -> None:
+    """Roll back after a failure (a connection the failure broke has nothing to roll back)."""
+    if not (conn.closed or conn.broken):
+        try:
+            conn.rollback()
+        except Exception:  # it broke meanwhile: the server rolled back
+            pass

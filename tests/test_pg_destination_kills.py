@@ -1,0 +1,138 @@
+"""Exactly once into PostgreSQL across SIGKILL: ``write`` or ``sync`` killed at seeded moments while a
+writer keeps running ``UPDATE t SET v = v + 1`` in many small transactions; after the reruns every
+row's ``v`` equals the source's, so no transaction was applied twice or lost.
+
+Faults: a named step of the destination's commit (``postgres-before-commit``, ``postgres-committed``,
+a Spark task's ``postgres-chunk-committed``, the state file's ``state-saved``), after a random number
+of passes, or a random moment of the run. The process group is killed (the driver with its Spark JVM
+and workers). The short schedule (the suite's) makes 3 kills per path; the long one 15:
+
+    OLAKE_PG_KILLS=long OLAKE_PG_KILL_SEED=7 bash scripts/test.sh tests/test_pg_destination_kills.py -s
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.support.cdc import discover_catalog
+from tests.support.cli import olake_cmd, olake_env, write_json
+from tests.support.pg_compare import assert_same_rows
+
+LONG = os.environ.get("OLAKE_PG_KILLS", "short") == "long"
+KILLS = 15 if LONG else 3
+SEED = int(os.environ.get("OLAKE_PG_KILL_SEED", "20261201"))
+ROWS = 3000
+STEPS = {"pipe": ("postgres-before-commit", "postgres-committed", "state-saved"),
+         "sync": ("postgres-before-commit", "postgres-committed", "postgres-chunk-committed", "state-saved")}
+
+
+class Incrementer(threading.Thread):
+    """Runs ``UPDATE t SET v = v + 1`` on a few random rows per transaction until stopped."""
+
+    def __init__(self, dsn: str, seed: int) -> None:
+        super().__init__(daemon=True)
+        self.dsn, self.rng = dsn, random.Random(seed)
+        self.stop_event, self.transactions, self.error = threading.Event(), 0, None
+
+    def run(self) -> None:
+        try:
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                while not self.stop_event.is_set():
+                    first = self.rng.randint(1, ROWS)
+                    conn.execute("UPDATE t SET v = v + 1 WHERE id BETWEEN %s AND %s", (first, first + 4))
+                    self.transactions += 1
+                    time.sleep(0.01)
+        except BaseException as exc:  # surfaced by stop()
+            self.error = exc
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join(timeout=30)
+        if self.error:
+            raise self.error
+
+
+def _run(path: str, args: dict, fault: tuple | None, log: Path) -> bool:
+    """One run of ``read | write`` or ``sync`` with at most one fault; whether it was killed."""
+    env = olake_env()
+    if fault and fault[0] == "step":
+        env.update(OLAKE_TEST_CRASH_AT=fault[1], OLAKE_TEST_CRASH_AFTER=str(fault[2]))
+    with open(log, "ab") as err:
+        common = dict(env=env, stderr=err, start_new_session=True)
+        if path == "sync":
+            procs = [subprocess.Popen(olake_cmd("sync", "--source", args["src"], "--destination", args["dst"],
+                                                "--catalog", args["cat"], "--state", args["state"]),
+                                      stdout=subprocess.DEVNULL, **common)]
+        else:
+            reader = subprocess.Popen(olake_cmd("read", "--config", args["src"], "--catalog", args["cat"],
+                                                "--state", args["state"]), stdout=subprocess.PIPE, **common)
+            writer = subprocess.Popen(olake_cmd("write", "--config", args["dst"], "--state", args["state"]),
+                                      stdin=reader.stdout, stdout=subprocess.DEVNULL, **common)
+            reader.stdout.close()
+            procs = [writer, reader]
+    deadline = time.monotonic() + (fault[1] if fault and fault[0] == "time" else 600)
+    while procs[0].poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    killed = procs[0].poll() is None
+    if killed:
+        os.killpg(procs[0].pid, signal.SIGKILL)
+    for proc in procs:
+        proc.wait(timeout=120)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # a killed driver's JVM and workers must not outlive it
+        except ProcessLookupError:
+            pass
+    return killed or procs[0].returncode in (-signal.SIGKILL, 137)
+
+
+def _fault(path: str, rng: random.Random, loading: bool) -> tuple:
+    """A named commit step after 0-3 passes, or a random moment of the run."""
+    steps = [s for s in STEPS[path] if loading or s != "postgres-chunk-committed"]
+    if rng.random() < 0.35:
+        return ("time", rng.uniform(3.0, 12.0))
+    return ("step", rng.choice(steps), rng.randint(0, 3))
+
+
+@pytest.mark.parametrize("path", ["pipe", "sync"])
+def test_sigkill_at_any_moment_applies_every_transaction_exactly_once(pg_cluster, pg_db, pg_target, target_db,
+                                                                       tmp_path, path):
+    rng = random.Random(f"{SEED}-{path}")
+    source = pg_cluster.dsn(pg_db)
+    with psycopg.connect(source, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v bigint NOT NULL, pad text)")
+        conn.execute(f"INSERT INTO t SELECT g, 0, repeat('p', 50) FROM generate_series(1, {ROWS}) g")
+    slot = f"kill_{path}"
+    args = {"src": write_json(tmp_path / "src.json", pg_cluster.source_config(
+                pg_db, replication_slot=slot, publication=f"{slot}_pub", create_slot_and_publication=True,
+                chunk_rows=500, chunk_strategy="primary_key")),
+            "dst": write_json(tmp_path / "dst.json", pg_target.destination_config(target_db)),
+            "cat": str(tmp_path / "cat.json"), "state": str(tmp_path / "state.json")}
+    discover_catalog(args["src"], tmp_path / "cat.json", {"t": "cdc"})
+    writer = Incrementer(source, rng.randint(0, 10**6))
+    writer.start()
+    kills, runs, log = [], 0, tmp_path / "runs.log"
+    try:
+        while len(kills) < KILLS and runs < KILLS * 4:
+            fault = _fault(path, rng, loading=runs == 0 or not Path(args["state"]).exists())
+            runs += 1
+            if _run(path, args, fault, log):
+                kills.append(fault)
+    finally:
+        writer.stop()
+    assert not _run(path, args, None, log), "a clean run completes"
+    assert not _run(path, args, None, log), "a second clean run completes (nothing left to apply)"
+    print(f"pg kills [{path}]: seed {SEED}, {len(kills)} kills in {runs} runs ({kills}), "
+          f"{writer.transactions} source transactions")
+    assert len(kills) == KILLS, f"only {len(kills)} kills landed in {runs} runs"
+    assert_same_rows(source, ("public", "t"), pg_target.dsn(target_db), ("public", "t"), ["id", "v", "pad"])
+    with psycopg.connect(source, autocommit=True) as conn:
+        conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
