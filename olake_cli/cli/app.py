@@ -166,7 +166,7 @@ def pack(output: str = typer.Option(..., "--output", metavar="FILE.tar.gz",
 @state_app.command("show")
 def state_show(path: str = typer.Argument(..., metavar="STATE_FILE", hidden=True),
                as_json: bool = typer.Option(False, "--json", help="Print the state as a STATE message instead."),
-               catalog: Optional[str] = typer.Option(None, "--catalog", help="Also list the catalog's selected "
+               catalog: Optional[str] = typer.Option(None, "--catalog", metavar="FILE", help="Also list the catalog's selected "
                                                      "streams STATE_FILE does not hold (phase DISCOVERY); "
                                                      "STATE_FILE need not exist yet.")) -> None:
     """Show STATE_FILE on stdout: per stream its sync type, position, chunks done and phase (a table)."""
