@@ -62,8 +62,9 @@ def test_changes_made_out_of_the_publication_fail_or_resync(pg_cluster, pg_db, t
     before = lake.state.read_bytes()
     codes, errors = _failing_run(lake, mode, src_fail)
     assert all(code != 0 for code in codes) and errors, codes
-    message = errors[0]["trace"]["error"]["message"]
-    assert errors[0]["trace"]["error"]["failure_type"] == "config_error"
+    error = errors[0]["trace"]["error"]  # write's TRACE carries the reader's message as internal_message
+    message = error["internal_message"] if mode == "pipe" else error["message"]
+    assert error["failure_type"] == "config_error"
     assert "public.acct" in message and NEVER_PUBLISHED.decode() in message and "on_position_lost" in message, message
     assert lake.state.read_bytes() == before
 

@@ -101,7 +101,7 @@ def test_dropped_then_advanced_slot_resyncs_or_fails(pg_cluster, pg_db, tmp_path
     piped = read_into_write(["--config", src_fail, "--catalog", cat, "--state", str(state)],
                             ["--config", dst, "--state", str(state)])
     assert piped.read_code != 0 and piped.write_code != 0 and state.read_bytes() == before
-    assert "change position lost" in trace_errors(piped.write_stdout)[0]["trace"]["error"]["message"]
+    assert "change position lost" in trace_errors(piped.write_stdout)[0]["trace"]["error"]["internal_message"]
     assert _slot(dsn, slot) is None, "with on_position_lost = fail nothing is created"
     result = sync_once(src, tmp_path / "cat.json", dst, state)
     second_load = _assert_resynced(result, state, out, first_load, "does not exist")
