@@ -1,6 +1,6 @@
 """``write`` fails an input that ends before the reader's final messages, and checks values on arrival.
 
-In-process against a real Parquet destination: the rule of ``core.input_end`` (every announced stream
+In-process against real Parquet and Iceberg destinations: the rule of ``core.input_end`` (every announced stream
 ends with STREAM_STATUS COMPLETE, no RECORD after the last STATE), what stays committed when it is
 broken, and a RECORD whose value does not fit its column reported with its line, stream and column.
 """
@@ -20,6 +20,7 @@ from olake_cli.core.messages import MessageWriter, catalog_message, trace_error,
 from olake_cli.core.registry import make_destination
 from olake_cli.core.state import FileStateStore
 from olake_cli.pipeline.write import BATCH_ROWS, WritePipeline
+from tests.support.current_view import iceberg_rows
 
 SCHEMA = {"type": "object", "properties": {"id": {"type": "integer", "x-olake-type": "int32"},
                                            "v": {"type": ["string", "null"], "x-olake-type": "string"}}}
@@ -41,9 +42,11 @@ def _status(stream: str, status: str) -> dict:
     return trace_stream_status(stream, "n", status)
 
 
-def _write(tmp_path, lines: list, catalog: dict | None = None) -> tuple[list[dict], OlakeError | None]:
-    """Run write in-process over ``lines`` (dicts, or raw bytes lines); (messages on stdout, its error)."""
-    destination = make_destination("parquet", {"type": "parquet", "path": str(tmp_path / "out")}, lambda line: None)
+def _write(tmp_path, lines: list, catalog: dict | None = None,
+           kind: str = "parquet") -> tuple[list[dict], OlakeError | None]:
+    """Run write in-process into a ``kind`` destination over ``lines`` (dicts, or raw bytes lines);
+    (messages on stdout, its error)."""
+    destination = make_destination(kind, {"type": kind, "path": str(tmp_path / "out")}, lambda line: None)
     out = io.BytesIO()
     stdin = b"".join(line if isinstance(line, bytes) else orjson.dumps(line) + b"\n" for line in lines)
     pipeline = WritePipeline(destination, None if catalog is None else parse_catalog(catalog),
@@ -56,7 +59,15 @@ def _write(tmp_path, lines: list, catalog: dict | None = None) -> tuple[list[dic
     return [json.loads(line) for line in out.getvalue().splitlines()], error
 
 
-def _ids(tmp_path, stream: str) -> list[int]:
+def _ids(tmp_path, stream: str, kind: str = "parquet") -> list[int]:
+    """The ids a reader of the destination sees in ``stream`` (none when it holds no table)."""
+    if kind == "iceberg":
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            return sorted(iceberg_rows(tmp_path / "out", "n", stream).column("id").to_pylist())
+        except NoSuchTableError:
+            return []
     folder = tmp_path / "out" / "n" / stream
     return sorted(ds.dataset(str(folder)).to_table().column("id").to_pylist()) if folder.exists() else []
 
@@ -68,6 +79,7 @@ A_RUN = [catalog_message(CATALOG), _status("a", "STARTED"), _status("b", "STARTE
 READER_ERROR = trace_error("cannot connect", "config_error")
 
 
+@pytest.mark.parametrize("kind", ["parquet", "iceberg"])
 @pytest.mark.parametrize("lines, catalog, unfinished", [
     ([], None, None),
     ([READER_ERROR], None, None),
@@ -76,8 +88,8 @@ READER_ERROR = trace_error("cannot connect", "config_error")
     (A_RUN + [_status("a", "COMPLETE"), _status("b", "INCOMPLETE")], None, ["'n.b'"]),
     (A_RUN[1:] + [_status("a", "COMPLETE")], CATALOG, ["'n.b'"]),  # no CATALOG line: --catalog's streams
 ])
-def test_an_input_cut_short_commits_what_its_states_covered_then_fails(tmp_path, lines, catalog, unfinished):
-    out, error = _write(tmp_path, lines, catalog)
+def test_an_input_cut_short_commits_what_its_states_covered_then_fails(tmp_path, lines, catalog, unfinished, kind):
+    out, error = _write(tmp_path, lines, catalog, kind)
     if lines and lines[0] == READER_ERROR:  # the reading side reported why: its error, nothing opened
         assert isinstance(error, UpstreamError) and error.failure_type == "config_error"
         assert error.message == "the reading side failed (the reader's own error line says why); nothing was committed"
@@ -94,7 +106,7 @@ def test_an_input_cut_short_commits_what_its_states_covered_then_fails(tmp_path,
     for label in unfinished:
         assert label in error.message
     assert [m["type"] for m in out] == ["STATE", "STATE"]
-    assert (_ids(tmp_path, "a"), _ids(tmp_path, "b")) == ([1, 2], [3])  # every STATE before the cut holds
+    assert (_ids(tmp_path, "a", kind), _ids(tmp_path, "b", kind)) == ([1, 2], [3])  # every STATE before the cut holds
     assert json.loads((tmp_path / "st.json").read_text())["streams"][1]["stream_name"] == "b"
 
 
@@ -135,11 +147,12 @@ def _bad_value_lines(layout: str, rows: int, bad_at: int) -> list:
     return lines
 
 
-@pytest.mark.parametrize("layout", ["read", "other"])
+@pytest.mark.parametrize("layout, kind", [("read", "parquet"), ("other", "parquet"), ("read", "iceberg"),
+                                          ("other", "iceberg")])
 @pytest.mark.parametrize("rows, bad_at", [(5, 3), (BATCH_ROWS + 700, BATCH_ROWS + 123), (3000, 0)])
-def test_a_value_of_the_wrong_type_names_its_line_stream_and_column_on_arrival(tmp_path, layout, rows, bad_at):
-    out, error = _write(tmp_path, _bad_value_lines(layout, rows, bad_at))
+def test_a_value_of_the_wrong_type_names_its_line_stream_and_column_on_arrival(tmp_path, layout, kind, rows, bad_at):
+    out, error = _write(tmp_path, _bad_value_lines(layout, rows, bad_at), kind=kind)
     assert isinstance(error, ProtocolError), error
     assert error.message.startswith(f"stdin line {bad_at + 2}: stream 'n.a', column 'id': "), error.message
     assert "'one'" in error.message
-    assert out == [] and _ids(tmp_path, "a") == []
+    assert out == [] and _ids(tmp_path, "a", kind) == []
