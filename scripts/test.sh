@@ -24,4 +24,13 @@ if (( select_all )); then
     set -- tests "$@"
 fi
 
-exec "$repo_root/.venv/bin/python" -m pytest -q -p no:cacheprovider --durations=15 "$@"
+# Two pytest workers by default (OLAKE_TEST_WORKERS=0 runs in one process): a test mostly waits on its
+# olake processes, Spark and the servers, so two files at a time keep both cores busy. Each worker
+# starts its own servers; --dist loadfile keeps a file's tests together, in order, on one worker.
+workers=${OLAKE_TEST_WORKERS:-2}
+parallel=()
+if [[ "$workers" =~ ^[0-9]+$ ]] && (( workers > 1 )); then
+    parallel=(-n "$workers" --dist loadfile)
+fi
+
+exec "$repo_root/.venv/bin/python" -m pytest -q -p no:cacheprovider --durations=15 "${parallel[@]}" "$@"

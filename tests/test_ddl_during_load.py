@@ -20,7 +20,7 @@ import pytest
 from tests.support.cli import messages, olake_cmd, olake_env, run_olake, write_json
 from tests.support.verify import assert_table_matches, read_parquet
 
-ROWS = 8000
+ROWS = 4000  # 20 chunks of 200 rows (40 of 100): enough left when the DDL lands after the second
 BEING_ALTERED = b"public.parts is being altered or dropped by another session"
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from bson import Binary, Code, Decimal128, Int64, MaxKey, MinKey, ObjectId, Regex, Timestamp
 from bson.datetime_ms import DatetimeMS
+from pymongo import UpdateOne
 
 from olake_cli.sources.mongodb.bson_types import documents_to_batch
 from tests.support.cdc import discover_catalog, sync_once
@@ -253,8 +254,7 @@ def test_lost_resume_token(mongo_server, tmp_path, on_lost):
         with connect(server.uri) as client:
             client.shop.orders.update_one({"_id": 1}, {"$set": {"note": "before the roll-over"}})
             client.shop.noise.insert_many([{"i": i} for i in range(1500)])  # pushes the position out
-            for i in range(1100):
-                client.shop.noise.update_one({"i": i}, {"$set": {"j": i}})
+            client.shop.noise.bulk_write([UpdateOne({"i": i}, {"$set": {"j": i}}) for i in range(1100)])
         before = state.read_bytes()
         if on_lost == "fail":
             result = run_olake("read", "--config", src, "--catalog", str(tmp_path / "cat.json"), "--state", str(state))

@@ -78,7 +78,8 @@ def test_signal_stops_sync_cleanly_and_the_rerun_completes(pg_cluster, pg_db, tm
 
 PIPE_ROWS = 100_000
 PIPE_CHUNK = 5_000
-BOUND_S = 5.0  # generous: measured well under 2 s (see the README's "What is guaranteed")
+BOTH_GONE_S = 2.0  # read and write themselves: the promise (measured 0.03 s on a loaded 2-core machine)
+BOUND_S = 5.0  # every process they started (Spark's JVM and workers; measured 0.5 s), and a slot read
 
 
 class _Drain:
@@ -180,7 +181,7 @@ def test_ctrl_c_ends_read_and_write_at_once_and_the_rerun_completes(pipe_load, c
         assert text.strip().splitlines()[-1].startswith("olake: interrupted by SIGINT; "), text[-2000:]
         assert text.count("interrupted by") == 1 and "error" not in text.lower(), text[-2000:]
         assert "Traceback" not in text and "Exception" not in text, text[-3000:]
-    assert both_s < BOUND_S and all_s < BOUND_S, f"read and write took {both_s:.2f}s, every process {all_s:.2f}s"
+    assert both_s < BOTH_GONE_S and all_s < BOUND_S, f"read and write took {both_s:.2f}s, every process {all_s:.2f}s"
     state = json.loads(open(write_args[-1]).read())
     done = sum(c["status"] == "succeed" for c in state["streams"][0]["stream_state"]["chunks"])
     assert done == _committed_chunks(write_out) and 2 <= done < PIPE_ROWS // PIPE_CHUNK, done
@@ -198,7 +199,7 @@ def test_a_reader_stopped_alone_says_so_once_and_the_writer_points_to_it(pipe_lo
     codes, (read_text, write_text), write_out, both_s, _ = _interrupt_mid_load(read_args, write_args,
                                                                                  signal.SIGTERM, False)
     assert codes == (143, 1), (read_text[-2000:], write_text[-2000:])
-    assert both_s < BOUND_S, f"read and write took {both_s:.2f}s"
+    assert both_s < BOTH_GONE_S, f"read and write took {both_s:.2f}s"
     read_lines = [line for line in read_text.splitlines() if "interrupted" in line or "error" in line]
     assert read_lines == [read_lines[0]] and read_lines[0].startswith("olake: interrupted by SIGTERM; "), read_text
     errors = [line for line in write_text.splitlines() if "error" in line or "interrupted" in line]
