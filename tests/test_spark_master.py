@@ -19,10 +19,11 @@ def _closed_port() -> int:
 
 
 @pytest.mark.parametrize("master, expected", [
-    (f"spark://127.0.0.1:{_closed_port()}", "cannot reach the Spark master"),
+    ("spark://127.0.0.1:{closed_port}", "cannot reach the Spark master"),
     ("sparc://cluster:7077", "is not a Spark master URL"),
 ])
 def test_wrong_spark_master_fails_fast_with_one_line(pg_cluster, pg_db, tmp_path, master, expected):
+    master = master.format(closed_port=_closed_port())  # at run time: test ids stay the same in every worker
     src = write_json(tmp_path / "src.json", pg_cluster.source_config(pg_db))
     (tmp_path / "cat.json").write_text('{"streams": []}')
     started = time.monotonic()
@@ -75,10 +76,11 @@ def test_spark_output_goes_to_its_log_and_a_failed_start_names_it(pg_cluster, pg
 
 
 @pytest.mark.parametrize("remote, expected", [
-    (f"sc://127.0.0.1:{_closed_port()}", "cannot reach the Spark Connect server"),
+    ("sc://127.0.0.1:{closed_port}", "cannot reach the Spark Connect server"),
     ("http://127.0.0.1:15002", "is not a Spark Connect URL"),
 ])
 def test_dead_spark_connect_url_fails_fast_with_one_line(pg_cluster, pg_db, tmp_path, remote, expected):
+    remote = remote.format(closed_port=_closed_port())
     src = write_json(tmp_path / "src.json", pg_cluster.source_config(pg_db))
     (tmp_path / "cat.json").write_text('{"streams": []}')
     for env in ([], ["OLAKE_SPARK_REMOTE"]):
