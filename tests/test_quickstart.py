@@ -96,3 +96,45 @@ def _sync(src: str, dst: str, catalog, state) -> str:
     assert result.returncode == 0, result.stderr.decode()[-3000:]
     [summary] = [line for line in result.stderr.decode().splitlines() if line.startswith("olake: summary: ")]
     return summary
+
+
+def _demo_module():
+    """``scripts/demo.py`` as a module (the Quickstart's first command runs it as a script)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("olake_demo", README.parent / "scripts" / "demo.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_demo_shows_change_capture_into_iceberg(pg_cluster, pg_db, tmp_path, capsys):
+    """The demo's change-capture part as it runs in the Quickstart, on the suite's cluster: its slot and
+    publication SQL, a first sync, its changes, a second sync; what it prints about shop.orders, and the
+    Iceberg table equal to the source table value by value."""
+    from tests.test_iceberg_e2e import assert_stream_matches
+
+    demo = _demo_module()
+    dsn = pg_cluster.dsn(pg_db)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute((README.parent / "fixtures" / "postgres" / "demo.sql").read_text())
+    src = pg_cluster.source_config(pg_db, schemas=["shop"], replication_slot=demo.SLOT, publication=demo.PUBLICATION)
+    write_json(tmp_path / "src.json", src)
+    discovered = run_olake("discover", "--config", str(tmp_path / "src.json"))  # the demo's discover > catalog.json
+    assert discovered.returncode == 0, discovered.stderr.decode()
+    (tmp_path / "catalog.json").write_bytes(discovered.stdout)
+    try:
+        demo.iceberg_demo(tmp_path, dsn)
+        printed = capsys.readouterr().out
+        assert ("shop.orders held 20000 rows after the first sync, 20001 after the second;\n  orders 1-3 are now "
+                "shipped, shipped, shipped; new orders 20001 (paid, 42.50), 20002 (pending, 9.99); order 19999 "
+                "is gone") in printed, printed
+        catalog = json.loads((tmp_path / "cdc-catalog.json").read_text())
+        [orders] = [s for s in catalog["streams"] if s["name"] == "orders"]
+        assert orders["sync_mode"] == "cdc"
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            assert_stream_matches(conn, tmp_path / "iceberg", orders)
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s",
+                         (demo.SLOT,))
