@@ -25,59 +25,9 @@ from olake_cli.sources.dynamodb.positions import time_ms, time_text
 from tests.support.cdc import sync_once
 from tests.support.cli import messages, run_olake, trace_errors, write_json
 from tests.support.current_view import iceberg_rows
-from tests.support.dynamo import actual_row, all_items, create_table, expected_row, put_items
+from tests.support.dynamo import (NAMESPACE, actual_row, all_items, create_table, discovered_catalog,
+                                  dynamo_source, every_type_items, expected_row, first_schema, put_items)
 from tests.support.verify import latest_versions, read_parquet
-
-NAMESPACE = "dynamodb"
-
-
-def every_type_items(count: int) -> list[dict]:
-    """Items holding every DynamoDB type, consistent shapes (structs, lists) and mixed ones (json)."""
-    items = []
-    for i in range(count):
-        item = {
-            "pk": {"S": f"user#{i % 17}"}, "sk": {"N": str(10**37 + i) if i % 5 == 0 else str(i)},
-            "s": {"S": ["plain", "ünïcode ✓", 'quote " and \\ slash', "tab\tnew\nline", ""][i % 5]},
-            "price": {"N": ["12.5", "-0.125", "99999999999999999999999999999999999.999", "0", "7"][i % 5]},
-            "huge": {"N": ["1E+100", "0.5", "-3"][i % 3]},
-            "raw": {"B": bytes([i % 256, 0, 255])}, "ok": {"BOOL": i % 2 == 0},
-            "tags": {"SS": [f"t{i}", "common"]}, "scores": {"NS": [str(i), "0.25"]},
-            "blobs": {"BS": [b"\x00", bytes([i % 256 or 1, 7])]},
-            "addr": {"M": {"city": {"S": f"c{i}"}, "zip": {"N": str(1000 + i)},
-                           "geo": {"M": {"lat": {"N": "1.5"}, "ok": {"BOOL": True}}}}},
-            "events": {"L": [{"M": {"at": {"N": str(i)}, "what": {"S": "x"}}}]},
-            "words": {"L": [{"S": "a"}, {"S": f"w{i}"}]},
-            "mixed": [{"S": "s"}, {"N": "1.5"}, {"L": [{"S": "a"}, {"N": "2"}]}, {"BS": [b"\x01"]}][i % 4],
-            "varmap": {"M": {f"k{i % 3}": {"N": str(i)}}},
-            "gone": {"NULL": True},
-        }
-        if i % 4 == 1:
-            del item["ok"], item["addr"]  # missing attributes are null
-        if i % 6 == 2:
-            item["s"] = {"NULL": True}
-        items.append(item)
-    return items
-
-
-def _source(tmp_path: Path, moto_server, table: str, name: str = "src", **extra) -> str:
-    config = moto_server.config(**{"tables": [table], "segments": 2, "checkpoint_items": 40, "page_items": 20,
-                                   **extra})
-    return write_json(tmp_path / f"{name}.json", config)
-
-
-def _catalog(tmp_path: Path, src: str, mode: str) -> Path:
-    result = run_olake("discover", "--config", src)
-    assert result.returncode == 0, result.stderr.decode()
-    catalog = [m for m in messages(result.stdout) if m["type"] == "CATALOG"][0]["catalog"]
-    for stream in catalog["streams"]:
-        stream["sync_mode"] = mode
-    path = tmp_path / f"catalog-{mode}.json"
-    path.write_text(json.dumps(catalog))
-    return path
-
-
-def _schema(catalog: Path) -> dict:
-    return json.loads(catalog.read_text())["streams"][0]["json_schema"]
 
 
 def _parquet(tmp_path: Path, name: str = "lake") -> tuple[str, Path]:
@@ -119,9 +69,9 @@ def _sync(src: str, catalog: Path, dst: str, state: Path) -> str:
 def test_full_load_of_every_attribute_type(moto_server, dynamo_table, tmp_path):
     create_table(moto_server.client(), dynamo_table)
     put_items(moto_server.client(), dynamo_table, every_type_items(60))
-    src = _source(tmp_path, moto_server, dynamo_table, segments=3, checkpoint_items=1000)
-    full = _catalog(tmp_path, src, "full_refresh")
-    schema = _schema(full)
+    src = dynamo_source(tmp_path, moto_server, dynamo_table, segments=3, checkpoint_items=1000)
+    full = discovered_catalog(tmp_path, src, "full_refresh")
+    schema = first_schema(full)
     types = {name: prop["x-olake-type"] for name, prop in schema["properties"].items()}
     assert types == {"pk": "string", "sk": "decimal(38,0)", "addr": "document", "blobs": "array<bytes>",
                      "events": "array<document>", "gone": "json", "huge": "numeric", "mixed": "json",
@@ -137,7 +87,7 @@ def test_full_load_of_every_attribute_type(moto_server, dynamo_table, tmp_path):
 
     # cdc into Iceberg: INIT_SYNC, then SYNC replays the inserts (made within the replay margin) on top
     ice, ice_root = _iceberg(tmp_path)
-    _sync(src, _catalog(tmp_path, src, "cdc"), ice, tmp_path / "ice-state.json")
+    _sync(src, discovered_catalog(tmp_path, src, "cdc"), ice, tmp_path / "ice-state.json")
     assert_equals_table(iceberg_rows(ice_root, NAMESPACE, dynamo_table).to_pylist(), moto_server, dynamo_table,
                         schema)
 
@@ -147,8 +97,8 @@ def test_killed_init_sync_resumes_inside_its_segment(moto_server, dynamo_table, 
     create_table(client, dynamo_table)
     put_items(client, dynamo_table, [{"pk": {"S": f"p{i % 29}"}, "sk": {"N": str(i)}, "v": {"S": f"value {i}"}}
                                      for i in range(200)])
-    src = _source(tmp_path, moto_server, dynamo_table, checkpoint_items=25, page_items=25)
-    catalog = _catalog(tmp_path, src, "full_refresh")
+    src = dynamo_source(tmp_path, moto_server, dynamo_table, checkpoint_items=25, page_items=25)
+    catalog = discovered_catalog(tmp_path, src, "full_refresh")
     dst, root = _parquet(tmp_path)
     state = tmp_path / "state.json"
     monkeypatch.setenv("OLAKE_TEST_CRASH_AT", "state-saved")
@@ -169,7 +119,7 @@ def test_killed_init_sync_resumes_inside_its_segment(moto_server, dynamo_table, 
     stderr = _sync(src, catalog, dst, state)
     assert "resuming full load" in stderr
     rows = read_parquet(str(root / NAMESPACE / dynamo_table)).to_pylist()
-    assert_equals_table(rows, moto_server, dynamo_table, _schema(catalog))  # 200 rows: none lost, none doubled
+    assert_equals_table(rows, moto_server, dynamo_table, first_schema(catalog))  # 200 rows: none lost, none doubled
 
 
 class ItemWriter(threading.Thread):
@@ -232,9 +182,9 @@ def _assert_fails_unchanged(src_fail: str, catalog: Path, state: Path, reason: s
 
 def test_changes_during_and_after_init_sync_converge_with_sync_to_parquet(moto_server, dynamo_table, tmp_path):
     _seed_accounts(moto_server, dynamo_table, 150)
-    src = _source(tmp_path, moto_server, dynamo_table)
-    catalog = _catalog(tmp_path, src, "cdc")
-    schema = _schema(catalog)
+    src = dynamo_source(tmp_path, moto_server, dynamo_table)
+    catalog = discovered_catalog(tmp_path, src, "cdc")
+    schema = first_schema(catalog)
     dst, root = _parquet(tmp_path)
     state = tmp_path / "state.json"
     writer = ItemWriter(moto_server, dynamo_table, 150)
@@ -261,7 +211,7 @@ def test_changes_during_and_after_init_sync_converge_with_sync_to_parquet(moto_s
     for _ in range(30):
         writer.change()
     aged = "the stored position is 21.0 hours old, beyond safe_zone_hours = 20"
-    src_fail = _source(tmp_path, moto_server, dynamo_table, name="src-fail", on_position_lost="fail")
+    src_fail = dynamo_source(tmp_path, moto_server, dynamo_table, name="src-fail", on_position_lost="fail")
     _assert_fails_unchanged(src_fail, catalog, state, aged)
     stderr = _sync(src, catalog, dst, state)
     assert f"change position lost: {aged}" in stderr
@@ -275,9 +225,9 @@ def test_changes_during_and_after_a_killed_init_sync_converge_with_read_write_to
     from tests.support.cli import kill_read_after_chunks
 
     _seed_accounts(moto_server, dynamo_table, 150)
-    src = _source(tmp_path, moto_server, dynamo_table)
-    catalog = _catalog(tmp_path, src, "cdc")
-    schema = _schema(catalog)
+    src = dynamo_source(tmp_path, moto_server, dynamo_table)
+    catalog = discovered_catalog(tmp_path, src, "cdc")
+    schema = first_schema(catalog)
     shown = run_olake("state", "show", str(tmp_path / "state.json"), "--catalog", str(catalog)).stdout.decode()
     assert "DISCOVERY" in shown
     dst, root = _iceberg(tmp_path)
@@ -304,8 +254,8 @@ def test_changes_during_and_after_a_killed_init_sync_converge_with_read_write_to
 def test_init_sync_skip_captures_only_later_changes(moto_server, dynamo_table, tmp_path):
     _seed_accounts(moto_server, dynamo_table, 50)
     time.sleep(1.1)  # the skip position is the current second: the seed's records are older
-    src = _source(tmp_path, moto_server, dynamo_table, init_sync="skip")
-    catalog = _catalog(tmp_path, src, "cdc")
+    src = dynamo_source(tmp_path, moto_server, dynamo_table, init_sync="skip")
+    catalog = discovered_catalog(tmp_path, src, "cdc")
     dst, root = _parquet(tmp_path)
     state = tmp_path / "state.json"
     stderr = _sync(src, catalog, dst, state)

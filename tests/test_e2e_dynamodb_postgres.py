@@ -25,8 +25,8 @@ import psycopg
 from psycopg import sql
 
 from tests.support.cli import messages, run_olake, write_json
-from tests.support.dynamo import all_items, create_table, expected_row, put_items
-from tests.test_e2e_dynamodb import NAMESPACE, _catalog, _schema, _source, every_type_items
+from tests.support.dynamo import (NAMESPACE, all_items, create_table, discovered_catalog, dynamo_source,
+                                  every_type_items, expected_row, first_schema, put_items)
 
 
 def _norm(value: Any, prop: dict) -> Any:
@@ -81,9 +81,9 @@ def test_dynamodb_changes_into_postgres_converge_and_replay_harmlessly(moto_serv
     items = every_type_items(60)
     create_table(client, dynamo_table)  # pk S + sk N, stream NEW_AND_OLD_IMAGES
     put_items(client, dynamo_table, items[:40])
-    src = _source(tmp_path, moto_server, dynamo_table, segments=2)
-    catalog = _catalog(tmp_path, src, "cdc")
-    schema = _schema(catalog)
+    src = dynamo_source(tmp_path, moto_server, dynamo_table, segments=2)
+    catalog = discovered_catalog(tmp_path, src, "cdc")
+    schema = first_schema(catalog)
     dst = write_json(tmp_path / "dst.json", pg_target.destination_config(target_db))
     target, state = pg_target.dsn(target_db), tmp_path / "state.json"
     sync_args = ["sync", "--source", src, "--destination", dst, "--catalog", str(catalog), "--state", str(state)]

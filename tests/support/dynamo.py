@@ -22,7 +22,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from tests.support.cli import messages, run_olake, write_json
+
 REGION = "us-east-1"
+NAMESPACE = "dynamodb"  # the namespace of every DynamoDB stream
 CREDENTIALS = {"access_key_id": "testing", "secret_access_key": "testing-secret"}
 
 
@@ -192,3 +195,56 @@ def _actual(value: Any, prop: dict) -> Any:
     if olake_type == "document":
         return {name: _actual(value.get(name), sub) for name, sub in prop["properties"].items()}
     return value
+
+
+def every_type_items(count: int) -> list[dict]:
+    """Items holding every DynamoDB type, consistent shapes (structs, lists) and mixed ones (json)."""
+    items = []
+    for i in range(count):
+        item = {
+            "pk": {"S": f"user#{i % 17}"}, "sk": {"N": str(10**37 + i) if i % 5 == 0 else str(i)},
+            "s": {"S": ["plain", "ünïcode ✓", 'quote " and \\ slash', "tab\tnew\nline", ""][i % 5]},
+            "price": {"N": ["12.5", "-0.125", "99999999999999999999999999999999999.999", "0", "7"][i % 5]},
+            "huge": {"N": ["1E+100", "0.5", "-3"][i % 3]},
+            "raw": {"B": bytes([i % 256, 0, 255])}, "ok": {"BOOL": i % 2 == 0},
+            "tags": {"SS": [f"t{i}", "common"]}, "scores": {"NS": [str(i), "0.25"]},
+            "blobs": {"BS": [b"\x00", bytes([i % 256 or 1, 7])]},
+            "addr": {"M": {"city": {"S": f"c{i}"}, "zip": {"N": str(1000 + i)},
+                           "geo": {"M": {"lat": {"N": "1.5"}, "ok": {"BOOL": True}}}}},
+            "events": {"L": [{"M": {"at": {"N": str(i)}, "what": {"S": "x"}}}]},
+            "words": {"L": [{"S": "a"}, {"S": f"w{i}"}]},
+            "mixed": [{"S": "s"}, {"N": "1.5"}, {"L": [{"S": "a"}, {"N": "2"}]}, {"BS": [b"\x01"]}][i % 4],
+            "varmap": {"M": {f"k{i % 3}": {"N": str(i)}}},
+            "gone": {"NULL": True},
+        }
+        if i % 4 == 1:
+            del item["ok"], item["addr"]  # missing attributes are null
+        if i % 6 == 2:
+            item["s"] = {"NULL": True}
+        items.append(item)
+    return items
+
+
+def dynamo_source(tmp_path: Path, moto_server, table: str, name: str = "src", **extra) -> str:
+    """A DynamoDB source config for ``table`` (2 segments, small pages and checkpoints) written to
+    ``<name>.json``; ``extra`` overrides any field. Returns its path."""
+    config = moto_server.config(**{"tables": [table], "segments": 2, "checkpoint_items": 40, "page_items": 20,
+                                   **extra})
+    return write_json(tmp_path / f"{name}.json", config)
+
+
+def discovered_catalog(tmp_path: Path, src: str, mode: str) -> Path:
+    """``discover`` of ``src`` with every stream set to ``mode``, written to ``catalog-<mode>.json``."""
+    result = run_olake("discover", "--config", src)
+    assert result.returncode == 0, result.stderr.decode()
+    catalog = [m for m in messages(result.stdout) if m["type"] == "CATALOG"][0]["catalog"]
+    for stream in catalog["streams"]:
+        stream["sync_mode"] = mode
+    path = tmp_path / f"catalog-{mode}.json"
+    path.write_text(json.dumps(catalog))
+    return path
+
+
+def first_schema(catalog: Path) -> dict:
+    """The json_schema of the catalog file's first stream."""
+    return json.loads(catalog.read_text())["streams"][0]["json_schema"]
