@@ -175,6 +175,32 @@ class ChunkSink(Protocol):
         ...
 
 
+@runtime_checkable
+class BinaryCopyReader(Protocol):
+    """A chunk reader that can also hand over its rows in PostgreSQL's binary COPY format, untouched."""
+
+    def copy_rows(self, casts: tuple[tuple[str, str], ...]) -> Iterator[bytes]:
+        """The chunk's rows as binary COPY data (header to trailer, in blocks): for each ``(column, type)``
+        of ``casts``, the column cast to that SQL type, in that order; the same errors as ``read_batches``."""
+        ...
+
+
+@runtime_checkable
+class BinaryCopySink(Protocol):
+    """A chunk sink that can take a chunk as binary COPY data (a database of the same kind, which then
+    receives every value exactly as the source holds it, with no conversion in between)."""
+
+    def copy_casts(self, namespace: str | None, stream: str) -> tuple[tuple[str, str], ...] | None:
+        """The ``(column, SQL type)`` casts a :class:`BinaryCopyReader` must apply for the stream's table,
+        or None when its chunks must arrive as Arrow batches through ``write``."""
+        ...
+
+    def write_copy(self, namespace: str | None, stream: str, load_id: str | None, chunk_index: int,
+                   blocks: Iterable[bytes]) -> tuple[int, list[str]]:
+        """Like ``write``, for rows in binary COPY data; (rows, warnings)."""
+        ...
+
+
 class Destination(Protocol):
     """A system olake writes to; rows become visible only together with the state that covers them.
 

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from olake_cli.core.contracts import ChunkReader, ChunkSink
+from olake_cli.core.contracts import BinaryCopyReader, BinaryCopySink, ChunkReader, ChunkSink
 from olake_cli.core.errors import OlakeError, SourceError, TransientError
 
 RETRIES = int(os.environ.get("OLAKE_CHUNK_RETRIES", "3"))  # transient failures retried per chunk
@@ -119,6 +119,14 @@ def _encode_chunk(job: ChunkJob, result: ScanResult, spool) -> None:
 
 
 def _sink_chunk(job: ChunkJob, result: ScanResult) -> None:
+    """Hand the chunk to the sink: as binary COPY data when reader and sink both speak it (no row is
+    decoded on the way), else as Arrow batches."""
+    if isinstance(job.reader, BinaryCopyReader) and isinstance(job.sink, BinaryCopySink):
+        casts = job.sink.copy_casts(job.namespace, job.stream)
+        if casts is not None:
+            result.rows, result.warnings = job.sink.write_copy(job.namespace, job.stream, job.load_id,
+                                                               job.chunk_index, job.reader.copy_rows(casts))
+            return
     wire_columns = getattr(job.reader, "wire_columns", None)
     batches = ((b, wire_columns(b) if wire_columns else None) for b in job.reader.read_batches() if b.num_rows)
     result.rows, result.warnings = job.sink.write(job.namespace, job.stream, job.load_id, job.chunk_index,

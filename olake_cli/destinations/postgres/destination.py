@@ -10,6 +10,7 @@ replication origin (session.py), which is what two-way replication builds on.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable
 
 import pyarrow as pa
@@ -24,6 +25,7 @@ from olake_cli.destinations.postgres.buffer import StreamBuffer
 from olake_cli.destinations.postgres.chunk_sink import PostgresChunkSink
 from olake_cli.destinations.postgres.commit import CommitContext, commit_stream
 from olake_cli.destinations.postgres.config import TargetSettings
+from olake_cli.destinations.postgres.load_copy import passthrough_casts
 from olake_cli.destinations.postgres.session import classify, ensure_origin, open_connection
 from olake_cli.destinations.postgres.tables import (TargetTable, check_table, create_table, evolve,
                                                     existing_columns, plan_table, unique_keys)
@@ -137,6 +139,7 @@ class PostgresDestination:
             if changed:
                 self.log(f"{stream.label}: added or widened column(s) {', '.join(changed)} of table "
                          f"{plan.describe()}")
+        plan = replace(plan, copy_casts=passthrough_casts(conn, plan))
         committed = bookkeeping.committed_state(conn, plan.ident)
         conn.commit()
         buf = StreamBuffer(stream, plan, committed.state, committed.max_op_id, committed.at)

@@ -1,6 +1,7 @@
 """Full-load rows into a table by one ``COPY ... FROM STDIN``: binary where every column allows it
 (``copy_binary``), text otherwise (``copy_text``), with the ``_olake_*`` values of a load when the
-table has them."""
+table has them; or, from a PostgreSQL source into a table of built-in types, the source's own binary
+COPY data passed through untouched (``passthrough_casts``, ``copy_passthrough``)."""
 
 from __future__ import annotations
 
@@ -56,3 +57,29 @@ def _block(table: TargetTable, rows: pa.Table | pa.RecordBatch, op_key: str | No
         return copy_binary_rows(columns, types, sql_types)
     props = [c.prop for c in table.columns] + [None] * (len(columns) - len(table.columns))
     return copy_text(columns, types, table.column_names(), props)
+
+
+def passthrough_casts(conn, table: TargetTable) -> tuple[tuple[str, str], ...] | None:
+    """The ``(column, type)`` casts under which a PostgreSQL source's binary COPY data fits ``table``
+    exactly, or None: the table has ``_olake_*`` columns, or a column whose type (or element type) is not
+    built in, as binary data names such types by a number each database assigns itself.
+
+    Each column's type holds its source type (``tables.check_table``), so the cast on the source is exact.
+    """
+    if table.metadata:
+        return None
+    types = [c.sql_type for c in table.columns]
+    builtin = conn.execute(
+        "SELECT count(*) = cardinality(%s::text[]) AND coalesce(bool_and(t.oid < 16384 AND t.typelem < 16384), false) "
+        "FROM unnest(%s::text[]) AS n JOIN pg_type t ON t.oid = to_regtype(n)", (types, types)).fetchone()[0]
+    return tuple((c.name, c.sql_type) for c in table.columns) if builtin else None
+
+
+def copy_passthrough(conn, target: sql.Composable, table: TargetTable, blocks: Iterable[bytes]) -> int:
+    """COPY binary data (header to trailer, the table's columns in order) into ``target``; the row count."""
+    statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT binary)").format(target, table.column_list())
+    with conn.cursor() as cur:
+        with cur.copy(statement) as copy:
+            for block in blocks:
+                copy.write(block)
+        return cur.rowcount

@@ -44,6 +44,7 @@ class TargetTable:
     columns: tuple[TargetColumn, ...]
     key: tuple[str, ...]
     metadata: bool = False
+    copy_casts: tuple[tuple[str, str], ...] | None = None  # see load_copy.passthrough_casts
 
     @property
     def ident(self) -> tuple[str, str]:

@@ -179,8 +179,10 @@ class PostgresReadSession:
         cols += [sql.SQL("{} AS {}").format(check, sql.Identifier(f"olake_shape_{i}"))
                  for i, (_, check) in enumerate(checks)]  # last: the reader inspects and drops them
         table = sql.SQL("{}.{}").format(sql.Identifier(info.schema), sql.Identifier(info.table))
-        query = sql.SQL("SELECT {cols} FROM {t} WHERE {w}").format(cols=sql.SQL(", ").join(cols), t=table, w=where)
+        rows_of = sql.SQL("FROM {t} WHERE {w}").format(t=table, w=where)
+        query = sql.SQL("SELECT {cols} {rows_of}").format(cols=sql.SQL(", ").join(cols), rows_of=rows_of)
         return PostgresChunkReader(label=stream.label, chunk_index=index, query=query.as_string(conn),
+                                   copy_from=rows_of.as_string(conn), copy_columns=frozenset(c.name for c in present),
                                    uri=self.settings.uri(), snapshot_id=self.snapshot.snapshot_id,
                                    batch_rows=self.settings.batch_rows, key_columns=key,
                                    rewrite_check=rewritten_query(table.as_string(conn)).as_string(conn),
