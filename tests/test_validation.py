@@ -91,7 +91,9 @@ def test_unknown_field_names_the_closest_valid_one_or_lists_them() -> None:
     assert info.value.message == "src.json: unknown field 'chunk_row'; did you mean 'chunk_rows'?"
     with pytest.raises(ConfigError) as info:
         validate({"type": "parquet", "path": "/out", "zzz": 1}, "destination-parquet", "dest.json")
-    assert info.value.message == "dest.json: unknown field 'zzz' (allowed: type, path, rows_per_file, compression, shared_path)"
+    assert info.value.message == ("dest.json: unknown field 'zzz' (allowed: type, path, rows_per_file, compression, "
+                                  "shared_path, s3.endpoint, s3.region, s3.access-key-id, s3.secret-access-key, "
+                                  "s3.session-token)")
 
 
 def test_password_value_is_never_echoed() -> None:

@@ -48,6 +48,13 @@ class IcebergChunkSink:
     compression: str = "zstd"
     tables: dict[tuple, SinkTable] = field(default_factory=dict)
 
+    @property
+    def writes_local_files(self) -> bool:
+        """Whether tasks write on their own filesystem: a local warehouse (``file:`` or a path; a
+        non-local Spark master then needs ``shared_path``), not one on object storage (``s3://...``)."""
+        warehouse = self.catalog_properties.get("warehouse", "")
+        return warehouse.startswith(("file:", "/")) or "://" not in warehouse
+
     def write(self, namespace: str | None, stream: str, load_id: str | None, chunk_index: int,
               load_op_key: str | None, json_schema: dict, batches: list[Any],
               key_columns: tuple[str, ...] = ()) -> tuple[int, list[str]]:

@@ -2,8 +2,11 @@
 
 The rows never become JSON lines: the scanned Arrow batches are converted to the destination types
 in the task (``codec_decode.to_destination``) batch by batch as the scan yields them, and written under the
-chunk's deterministic staged names in the load's directory (``_staged.part-<load>-c<chunk>-<part>.parquet``,
-parts of at most ``rows_per_file`` rows), so a retried task replaces its own files. The task returns only counts; the driver's commit of the chunk's STATE makes the file live.
+chunk's deterministic names in the load's directory (parts of at most ``rows_per_file`` rows), so a retried
+task replaces its own files: on a local path staged names (``_staged.part-<load>-c<chunk>-<part>.parquet``),
+in a bucket the final names (``part-<load>-c<chunk>-<part>.parquet``; parts an earlier attempt wrote
+beyond this one's are deleted). The task returns only counts; the driver's commit of the chunk's STATE
+(the manifest) makes the files live.
 """
 
 from __future__ import annotations
@@ -12,17 +15,32 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from olake_cli.core import codec_decode, row_metadata
-from olake_cli.destinations.parquet.paths import StreamPaths, chunk_file_name, staged_name
-from olake_cli.destinations.parquet.writer import UNKNOWN_LOAD, StagedFile, append_metadata, conform, file_schema
+from olake_cli.destinations.parquet.paths import StreamPaths, chunk_file_name
+from olake_cli.destinations.parquet.s3_store import S3Options
+from olake_cli.destinations.parquet.storage import Store
+from olake_cli.destinations.parquet.writer import UNKNOWN_LOAD, append_metadata, conform, file_schema
 
 
 @dataclass(frozen=True)
 class ParquetChunkSink:
-    """Picklable: where and how a task writes a chunk (staged files of at most ``rows_per_file`` rows)."""
+    """Picklable: where and how a task writes a chunk (files of at most ``rows_per_file`` rows)."""
 
-    root: str
+    root: str  # the destination's ``path``: a folder, or s3://bucket/prefix with ``s3`` set
     compression: str | None = "zstd"
     rows_per_file: int = 1_000_000
+    s3: S3Options | None = None
+
+    @property
+    def writes_local_files(self) -> bool:
+        """Whether tasks write on their own filesystem (a non-local Spark master needs ``shared_path``)."""
+        return self.s3 is None
+
+    def store(self) -> Store:
+        """The store the task writes into."""
+        from olake_cli.destinations.parquet.local_store import LocalStore
+        from olake_cli.destinations.parquet.s3_store import S3Store
+
+        return LocalStore(self.root) if self.s3 is None else S3Store(self.root, self.s3)
 
     def write(self, namespace: str | None, stream: str, load_id: str | None, chunk_index: int,
               load_op_key: str | None, json_schema: dict, batches: Iterable[Any],
@@ -32,7 +50,8 @@ class ParquetChunkSink:
         warnings: list[str] = []
         label = f"{namespace}.{stream}" if namespace else stream
         load_id = load_id or UNKNOWN_LOAD
-        folder = StreamPaths.of(self.root, namespace, stream).load_dir(load_id)
+        store = self.store()
+        paths = StreamPaths.of(store.root, namespace, stream)
         # rows that rank at an operation id are a cdc stream's load: changes will share these files
         schema = file_schema(json_schema, key_columns, with_changes=load_op_key is not None)
         rows, part, staged = 0, 0, None
@@ -44,8 +63,9 @@ class ParquetChunkSink:
                 table = conform(table, schema, label)
                 while table.num_rows:
                     if staged is None:
-                        name = staged_name(chunk_file_name(load_id, chunk_index, part))
-                        staged, in_part = StagedFile(folder, name, table.schema, self.compression), 0
+                        name = chunk_file_name(load_id, chunk_index, part)
+                        staged = store.new_file(paths, load_id, name, table.schema, self.compression)
+                        in_part = 0
                     piece = table.slice(0, self.rows_per_file - in_part)
                     staged.write(piece)
                     in_part, rows, table = in_part + piece.num_rows, rows + piece.num_rows, table.slice(piece.num_rows)
@@ -54,7 +74,8 @@ class ParquetChunkSink:
                         staged, part = None, part + 1
             if staged is not None:
                 staged.close()
-                staged = None
+                staged, part = None, part + 1
+            store.drop_stale_parts(paths, load_id, chunk_index, part)
         finally:
             if staged is not None:
                 staged.abort()

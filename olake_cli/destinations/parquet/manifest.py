@@ -1,6 +1,10 @@
-"""The per-stream manifest of the Parquet destination: which files are live, and the committed state.
+"""The per-stream manifest of the Parquet destination: which files are live, and the committed state;
+and the commit on a local disk (on object storage, ``s3_store.py`` replaces steps 1 and 3).
 
-A commit of one stream is, in order:
+The manifest also names the live load's files (``live_files``, relative to the manifest's folder):
+the way to read a stream on object storage, where no symlink picks the live load.
+
+A local commit of one stream is, in order:
 
 1. data files are written under staged names (``_staged.part-*.parquet``, ignored by readers);
 2. the manifest is replaced atomically (``atomic_write_bytes``): this is the commit point;
@@ -14,7 +18,8 @@ deleted when the destination opens) or the new one (opening rolls it forward). R
 documented folder therefore only ever see one complete commit.
 
 Kill tests: ``OLAKE_TEST_CRASH_AT=<step>`` SIGKILLs the process at a step of a commit (core/faults.py:
-``staged``, ``manifest-written``, ``renamed``, ``swapped``; ``state-saved`` in the write pipeline).
+``staged``, ``manifest-written``, ``renamed``, ``swapped``; ``state-saved`` in the write pipeline). On
+object storage a commit has no ``renamed`` or ``swapped`` step.
 """
 
 from __future__ import annotations
@@ -53,32 +58,47 @@ class Manifest:
         found = [d for d, entry in self.loads.items() if entry["load_id"] == load_id]
         return found[-1] if found else None
 
-    def to_bytes(self) -> bytes:
-        """The manifest as JSON."""
+    def live_files(self, paths: StreamPaths) -> list[str]:
+        """The live load's files, relative to the manifest's folder (what a reader reads)."""
+        if self.live is None or self.live not in self.loads:
+            return []
+        return [f"{paths.dir_name(self.live)}/{name}" for name in self.files(self.live)]
+
+    def to_bytes(self, paths: StreamPaths) -> bytes:
+        """The manifest as JSON (with the live files for readers)."""
         return orjson.dumps({"version": MANIFEST_VERSION, "commit": self.commit, "live": self.live,
-                             "loads": self.loads, "retired": self.retired, "state": self.state},
-                            option=orjson.OPT_INDENT_2)
+                             "live_files": self.live_files(paths), "loads": self.loads,
+                             "retired": self.retired, "state": self.state}, option=orjson.OPT_INDENT_2)
+
+
+def parse_manifest(data: bytes, where: str) -> Manifest:
+    """A manifest from its JSON (``where`` names it in errors)."""
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise DestinationError(f"parquet: cannot read manifest '{where}': {exc}") from None
+    if not isinstance(obj, dict) or obj.get("version") != MANIFEST_VERSION:
+        raise DestinationError(f"parquet: manifest '{where}' has an unknown format")
+    return Manifest(obj["live"], obj["loads"], obj["retired"], obj["state"], obj["commit"])
 
 
 def load_manifest(paths: StreamPaths) -> Manifest | None:
     """The stream's manifest, or None if it has none yet."""
     try:
         with open(paths.manifest, "rb") as handle:
-            obj = orjson.loads(handle.read())
+            data = handle.read()
     except FileNotFoundError:
         return None
-    except (OSError, orjson.JSONDecodeError) as exc:
+    except OSError as exc:
         raise DestinationError(f"parquet: cannot read manifest '{paths.manifest}': {exc}") from None
-    if not isinstance(obj, dict) or obj.get("version") != MANIFEST_VERSION:
-        raise DestinationError(f"parquet: manifest '{paths.manifest}' has an unknown format")
-    return Manifest(obj["live"], obj["loads"], obj["retired"], obj["state"], obj["commit"])
+    return parse_manifest(data, paths.manifest)
 
 
 def save_manifest(paths: StreamPaths, manifest: Manifest) -> None:
     """Replace the manifest atomically (the commit point)."""
     try:
         os.makedirs(paths.parent, exist_ok=True)
-        atomic_write_bytes(paths.manifest, manifest.to_bytes())
+        atomic_write_bytes(paths.manifest, manifest.to_bytes(paths))
     except OSError as exc:
         raise DestinationError(f"parquet: cannot write '{paths.manifest}': {exc.strerror or exc}") from None
     crash_point("manifest-written")

@@ -3,34 +3,32 @@
 Rows are buffered per stream and spilled to hidden files; a STATE makes the rows before it live for
 the streams it names (deterministic names, a manifest per stream, a symlink swap when a load replaces
 another: see manifest.py, commit_plan.py and paths.py). Rows no STATE covers are never made live.
+The files go to a local folder or an S3 bucket (``path: s3://bucket/prefix``) through a store
+(storage.py: local_store.py, s3_store.py).
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 import uuid
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from olake_cli.core import codec, codec_decode, row_metadata
 from olake_cli.core.catalog import Catalog, CatalogStream
-from olake_cli.core.errors import ConfigError, DestinationError
-from olake_cli.core.locks import LOCK_FILE
+from olake_cli.core.errors import DestinationError
 from olake_cli.core.resync import lost_load, marker_replacing
 from olake_cli.core.state import State, StreamState
 from olake_cli.core.load_progress import newly_done_chunks
 from olake_cli.destinations.parquet.commit_plan import commit_key, next_manifest
 from olake_cli.core.faults import crash_point
-from olake_cli.destinations.parquet.manifest import (Manifest, fsync_path, load_manifest, remove_unlisted,
-                                                     roll_forward, save_manifest)
-from olake_cli.destinations.parquet.paths import (StreamPaths, chunk_file_name, chunk_prefix,
-                                                  commit_file_name, staged_name)
+from olake_cli.destinations.parquet.local_store import write_staged
+from olake_cli.destinations.parquet.manifest import Manifest
+from olake_cli.destinations.parquet.paths import StreamPaths, chunk_file_name, commit_file_name
+from olake_cli.destinations.parquet.storage import make_store
 
 METADATA_FIELDS = [
     pa.field("_olake_op", pa.string(), nullable=False),          # r (full load), c, u, d
@@ -65,7 +63,7 @@ class ParquetDestination:
 
     def __init__(self, config: dict[str, Any], log: Callable[[str], None]) -> None:
         self.root = config["path"]
-        check_root(self.root)
+        self.store = make_store(config)
         self.rows_per_file = int(config.get("rows_per_file", 1_000_000))
         compression = config.get("compression", "zstd")
         self.compression = None if compression == "none" else compression
@@ -74,33 +72,28 @@ class ParquetDestination:
         self.snapshot_keys: dict[tuple, str] = {}  # op id of full-load rows: the snapshot's position
 
     def check(self) -> str:
-        """The folder exists (or can be created) and accepts files."""
-        try:
-            os.makedirs(self.root, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=self.root, prefix=".olake-check-"):
-                pass
-        except OSError as exc:
-            raise ConfigError(f"parquet: cannot write into '{self.root}': {exc.strerror or exc}") from None
-        return f"parquet: '{self.root}' is writable"
+        """The folder (or bucket prefix) exists or can be created, and accepts files."""
+        return self.store.check()
 
     def lock_path(self) -> str:
-        """The file runs writing into this folder lock (``core.locks``)."""
-        return os.path.join(self.root, LOCK_FILE)
+        """The file runs writing into this destination lock (``core.locks``)."""
+        return self.store.lock_path()
 
     def chunk_sink(self):
-        """Spark tasks of ``sync`` write their full-load chunks as staged files themselves."""
+        """Spark tasks of ``sync`` write their full-load chunks' files themselves."""
         from olake_cli.destinations.parquet.chunk_sink import ParquetChunkSink
 
-        return ParquetChunkSink(self.root, self.compression, self.rows_per_file)
+        return ParquetChunkSink(self.root, self.compression, self.rows_per_file,
+                                None if self.store.local else self.store.options)
 
     def open(self, catalog: Catalog) -> None:
         """Prepare each stream of the catalog: roll its last commit forward, delete uncommitted files."""
         for stream in catalog.streams:
             if stream.key not in self.buffers:
                 paths = self.stream_paths(stream)
-                manifest = load_manifest(paths) or Manifest()
-                roll_forward(paths, manifest, delete=manifest.retired)
-                if remove_unlisted(paths, manifest):
+                manifest = self.store.load_manifest(paths) or Manifest()
+                self.store.roll_forward(paths, manifest, delete=manifest.retired)
+                if self.store.remove_unlisted(paths, manifest):
                     self.log(f"{stream.label}: removed files no commit made live (an interrupted run)")
                 buf = StreamBuffer(stream, destination_schema(stream), paths, manifest)
                 committed = manifest.state or {}
@@ -109,16 +102,16 @@ class ParquetDestination:
 
     def stream_paths(self, stream: CatalogStream) -> StreamPaths:
         """Where one stream's files and manifest live."""
-        return StreamPaths.of(self.root, stream.namespace, stream.name)
+        return StreamPaths.of(self.store.root, stream.namespace, stream.name)
 
     def committed_state(self, stream: CatalogStream) -> dict | None:
         """The stream state last committed with the stream's files (its manifest), or None."""
-        manifest = load_manifest(self.stream_paths(stream))
+        manifest = self.store.load_manifest(self.stream_paths(stream))
         return None if manifest is None else manifest.state
 
     def stream_dir(self, stream: CatalogStream) -> str:
         """The documented folder of one stream (``<path>/<namespace>/<stream>``)."""
-        return self.stream_paths(stream).link
+        return self.store.describe(self.stream_paths(stream).link)
 
     def add(self, key: tuple, data: dict) -> None:
         """Buffer one record's data (a truncate record drops what came before it in this commit)."""
@@ -194,17 +187,17 @@ class ParquetDestination:
         files = self._name_spills(buf, commit_key(ss), done[0] if len(done) == 1 else None, load_id)
         for index in done:  # files the Spark tasks of ``olake sync`` staged for these chunks
             names = files.setdefault((load_id, load_id), [])
-            names += [n for n in self._sink_files(buf.paths, load_id, index) if n not in names]
+            names += [n for n in self.store.chunk_files(buf.paths, load_id, index) if n not in names]
         crash_point("staged")
         manifest = next_manifest(buf.manifest, ss, load_id, files, buf.truncated_into)
-        save_manifest(buf.paths, manifest)
-        roll_forward(buf.paths, manifest, delete=buf.manifest.retired)
+        self.store.save_manifest(buf.paths, manifest)
+        self.store.roll_forward(buf.paths, manifest, delete=buf.manifest.retired)
         buf.manifest, buf.spills, buf.truncated_into = manifest, [], None
         return ss
 
     def _name_spills(self, buf: StreamBuffer, key: str, chunk: int | None,
                      load_id: str) -> dict[tuple[str, str], list[str]]:
-        """Rename this commit's spill files to deterministic staged names; (dir id, load id) -> names.
+        """Give this commit's spill files their deterministic names; (dir id, load id) -> names.
 
         Rows of the chunk this STATE marks done are named by that chunk, any others by ``key``.
         """
@@ -215,18 +208,9 @@ class ParquetDestination:
                 name = chunk_file_name(load_id, chunk, len(names))
             else:
                 name = commit_file_name(file_load, key, len(names))
-            os.replace(spill, os.path.join(os.path.dirname(spill), staged_name(name)))
+            self.store.place_spill(spill, buf.paths, dir_id, name)
             names.append(name)
         return files
-
-    @staticmethod
-    def _sink_files(paths: StreamPaths, load_id: str, chunk_index: int) -> list[str]:
-        """Final names of the staged files a Spark task wrote for one chunk (``olake sync``)."""
-        folder = paths.load_dir(load_id)
-        prefix = staged_name(chunk_prefix(load_id, chunk_index))
-        if not os.path.isdir(folder):
-            return []
-        return sorted(n[len(staged_name("")):] for n in os.listdir(folder) if n.startswith(prefix))
 
     def _decode(self, buf: StreamBuffer) -> None:
         if not buf.rows:
@@ -262,7 +246,7 @@ class ParquetDestination:
         if not buf.table_rows:
             return
         dir_id = buf.truncated_into or buf.manifest.dir_of(buf.load_id) or buf.load_id
-        folder = buf.paths.load_dir(dir_id)
+        folder = self.store.spill_folder(buf.paths, dir_id)
         parts = file_parts(pa.concat_tables(buf.tables), self.rows_per_file)
         kept = parts.pop() if whole_files_only and parts[-1].num_rows < self.rows_per_file else None
         for part in parts:
@@ -309,70 +293,9 @@ def file_parts(table: pa.Table, rows_per_file: int) -> list[pa.Table]:
     return [table.slice(start, rows_per_file) for start in range(0, table.num_rows, rows_per_file)]
 
 
-def check_root(root: str) -> None:
-    """Refuse a destination path that is a file, or lies under one (a config error, not a crash)."""
-    if os.path.exists(root) and not os.path.isdir(root):
-        raise ConfigError(f"parquet: the destination path '{root}' is a file, not a folder")
-    existing = os.path.dirname(os.path.abspath(root))
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        raise ConfigError(f"parquet: cannot write into '{root}': Not a directory ('{existing}' is a file)")
-
-
 def append_metadata(table: pa.Table, metadata: row_metadata.RowMetadata, json_schema: dict) -> pa.Table:
     """``table`` with the stream's _olake_* columns appended (full-load rows rank at their snapshot's
     position)."""
     for meta, column in zip(metadata_fields(json_schema), metadata.columns(int(time.time() * 1_000_000))):
         table = table.append_column(meta, column)
     return table
-
-
-def write_staged(folder: str, name: str, table: pa.Table, compression: str | None) -> str:
-    """Write ``table`` to ``folder/name`` (a hidden, not yet live name): temp file, fsync, rename.
-
-    Writing the same name again (a retried task) replaces the file whole.
-    """
-    staged = StagedFile(folder, name, table.schema, compression)
-    staged.write(table)
-    return staged.close()
-
-
-class StagedFile:
-    """A Parquet file written a table at a time under a temporary name, renamed to ``name`` (after an
-    fsync) only when closed whole; ``abort`` leaves nothing behind."""
-
-    def __init__(self, folder: str, name: str, schema: pa.Schema, compression: str | None) -> None:
-        self.folder, self.path = folder, os.path.join(folder, name)
-        self.tmp = os.path.join(folder, f"_tmp-{uuid.uuid4().hex}.parquet")
-        with self._errors():
-            os.makedirs(folder, exist_ok=True)
-            self.writer = pq.ParquetWriter(self.tmp, schema, compression=compression)
-
-    def write(self, table: pa.Table) -> None:
-        """Append ``table``'s rows."""
-        with self._errors():
-            self.writer.write_table(table)
-
-    def close(self) -> str:
-        """Finish the file and give it its name; returns the path."""
-        with self._errors():
-            self.writer.close()
-            fsync_path(self.tmp)
-            os.replace(self.tmp, self.path)
-        return self.path
-
-    def abort(self) -> None:
-        """Drop the unfinished file."""
-        try:
-            self.writer.close()
-        finally:
-            if os.path.exists(self.tmp):
-                os.remove(self.tmp)
-
-    @contextmanager
-    def _errors(self) -> Iterator[None]:
-        try:
-            yield
-        except OSError as exc:
-            raise DestinationError(f"parquet: cannot write {self.folder}: {exc.strerror or exc}") from None

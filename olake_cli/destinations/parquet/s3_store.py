@@ -1,0 +1,283 @@
+"""The Parquet destination on S3-compatible object storage (``"path": "s3://bucket/prefix"``), through
+pyarrow's S3 filesystem: no rename and no symlink, so the commit is the manifest object itself.
+
+Layout (the same names as on a local disk, ``paths.py``, without the stream's symlink):
+
+    <prefix>/<ns>/.<stream>%.<load>/part-*.parquet   data objects, written once under their final,
+                                                      deterministic names (a retried task or a replayed
+                                                      chunk overwrites the same objects)
+    <prefix>/<ns>/.<stream>.manifest.json             live files and committed state: one PUT, the
+                                                      commit point (S3 replaces an object atomically)
+
+A commit uploads its data objects, then PUTs the manifest; objects of loads the previous commit
+retired are deleted after it (one commit later, so a reader holding the older manifest can finish);
+opening the destination deletes every object no manifest lists (a killed run's leftovers). A prefix
+listing may show objects of a commit not made yet: readers take the file list of the manifest
+(``live_files``). The secret key is never part of a message: errors pass through :meth:`S3Options.redact`.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from olake_cli.core.errors import ConfigError, DestinationError
+from olake_cli.core.faults import crash_point
+from olake_cli.core.locks import host_lock_path
+from olake_cli.core.redact import remove_secrets
+from olake_cli.destinations.parquet.manifest import Manifest, parse_manifest
+from olake_cli.destinations.parquet.paths import DIR_SEPARATOR, StreamPaths, chunk_prefix
+
+SCHEME = "s3://"
+FIELDS = {"s3.endpoint": "endpoint", "s3.region": "region", "s3.access-key-id": "access_key_id",
+          "s3.secret-access-key": "secret_access_key", "s3.session-token": "session_token"}
+
+
+def is_s3_path(path: str) -> bool:
+    """Whether a destination ``path`` names object storage (``s3://bucket/prefix``)."""
+    return path.startswith(SCHEME)
+
+
+@dataclass(frozen=True)
+class S3Options:
+    """Picklable: where the bucket answers and how to sign (secrets kept out of ``repr``)."""
+
+    endpoint: str | None = None
+    region: str | None = None
+    access_key_id: str | None = None
+    secret_access_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def of(cls, config: dict[str, Any]) -> S3Options | None:
+        """The options of a validated destination config; None for a local path (ConfigError when the
+        ``s3.*`` fields and the path disagree)."""
+        given = {name: str(config[key]) for key, name in FIELDS.items() if config.get(key) is not None}
+        if not is_s3_path(config["path"]):
+            if given:
+                raise ConfigError(f"parquet: '{next(k for k in FIELDS if k in config)}' applies only to a path "
+                                  f"on object storage (s3://bucket/prefix), not to '{config['path']}'")
+            return None
+        if ("access_key_id" in given) != ("secret_access_key" in given):
+            raise ConfigError("parquet: give both 's3.access-key-id' and 's3.secret-access-key', or neither "
+                              "(the default AWS credential chain)")
+        return cls(**given)
+
+    def filesystem(self) -> Any:
+        """A pyarrow S3 filesystem with these options (default credential chain when none are given)."""
+        from pyarrow import fs
+
+        return fs.S3FileSystem(endpoint_override=self.endpoint, region=self.region, access_key=self.access_key_id,
+                               secret_key=self.secret_access_key, session_token=self.session_token)
+
+    def redact(self, text: str) -> str:
+        """``text`` without the secret key or the session token."""
+        return remove_secrets(text, [self.secret_access_key, self.session_token], keep=[self.access_key_id])
+
+
+def bucket_path(uri: str) -> str:
+    """``bucket/prefix`` of ``s3://bucket/prefix/`` (what pyarrow's S3 filesystem takes)."""
+    return uri[len(SCHEME):].strip("/")
+
+
+class S3Store:
+    """Files, manifests and leftovers of the destination in a bucket (see the module's docstring)."""
+
+    local = False
+
+    def __init__(self, uri: str, options: S3Options) -> None:
+        self.uri, self.options, self.root = uri, options, bucket_path(uri)
+        if not self.root:
+            raise ConfigError(f"parquet: '{uri}' names no bucket")
+        self._fs: Any = None
+        self._spill_dir: str | None = None
+
+    @property
+    def fs(self) -> Any:
+        """The pyarrow filesystem (made on first use, so the store pickles without it)."""
+        if self._fs is None:
+            self._fs = self.options.filesystem()
+        return self._fs
+
+    def describe(self, path: str | None = None) -> str:
+        """A path of the store as a URI (the root's without ``path``)."""
+        return SCHEME + (path or self.root)
+
+    def check(self) -> str:
+        """Write and delete a probe object under the root; a ConfigError naming the root otherwise."""
+        probe = f"{self.root}/.olake-check-{uuid.uuid4().hex}"
+        try:
+            with self.fs.open_output_stream(probe) as out:
+                out.write(b"olake check\n")
+            self.fs.delete_file(probe)
+        except OSError as exc:
+            raise ConfigError(f"parquet: cannot write into '{self.uri}': {self._reason(exc)}") from None
+        return f"parquet: '{self.uri}' is writable"
+
+    def lock_path(self) -> str:
+        """A lock file on this host (a bucket holds no lock that runs could take)."""
+        return host_lock_path("parquet", f"{self.options.endpoint or ''}|{self.root}")
+
+    def spill_folder(self, paths: StreamPaths, dir_id: str) -> str:
+        """Rows waiting for their STATE are spilled on this machine (their names are not known yet)."""
+        if self._spill_dir is None:
+            import atexit
+            import shutil
+            import tempfile
+
+            self._spill_dir = tempfile.mkdtemp(prefix="olake-parquet-spill-")
+            atexit.register(shutil.rmtree, self._spill_dir, True)
+        return self._spill_dir
+
+    def place_spill(self, spill: str, paths: StreamPaths, dir_id: str, name: str) -> None:
+        """Upload a spilled file under its final name in its load's prefix (overwriting a replay's)."""
+        with self._errors(paths.load_dir(dir_id)):
+            from pyarrow import fs
+
+            fs.copy_files(spill, f"{paths.load_dir(dir_id)}/{name}", source_filesystem=fs.LocalFileSystem(),
+                          destination_filesystem=self.fs)
+        os.remove(spill)
+
+    def chunk_files(self, paths: StreamPaths, load_id: str, chunk_index: int) -> list[str]:
+        """Names of the objects tasks wrote for one chunk of a load (``olake sync``)."""
+        prefix = chunk_prefix(load_id, chunk_index)
+        return sorted(n for n in self._names(paths.load_dir(load_id)) if n.startswith(prefix))
+
+    def drop_stale_parts(self, paths: StreamPaths, load_id: str, chunk_index: int, written: int) -> None:
+        """Delete parts of a chunk beyond the ``written`` ones (an earlier attempt wrote more)."""
+        folder, prefix = paths.load_dir(load_id), chunk_prefix(load_id, chunk_index)
+        for name in self._names(folder):
+            if name.startswith(prefix) and int(name[len(prefix):].split(".")[0]) >= written:
+                self._delete(f"{folder}/{name}")
+
+    def new_file(self, paths: StreamPaths, load_id: str, name: str, schema: pa.Schema,
+                 compression: str | None) -> ObjectFile:
+        """A data object written by a task under its final name."""
+        return ObjectFile(self, f"{paths.load_dir(load_id)}/{name}", schema, compression)
+
+    def load_manifest(self, paths: StreamPaths) -> Manifest | None:
+        """The stream's manifest object, or None if it has none yet."""
+        try:
+            with self.fs.open_input_stream(paths.manifest) as handle:
+                data = handle.read()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise DestinationError(f"parquet: cannot read manifest '{self.describe(paths.manifest)}': "
+                                   f"{self._reason(exc)}") from None
+        return parse_manifest(data, self.describe(paths.manifest))
+
+    def save_manifest(self, paths: StreamPaths, manifest: Manifest) -> None:
+        """PUT the manifest (the commit point: S3 replaces an object whole)."""
+        with self._errors(paths.manifest):
+            with self.fs.open_output_stream(paths.manifest) as out:
+                out.write(manifest.to_bytes(paths))
+        crash_point("manifest-written")
+
+    def roll_forward(self, paths: StreamPaths, manifest: Manifest, delete: list[str]) -> None:
+        """Nothing to rename: delete the load prefixes in ``delete`` that ``manifest`` no longer holds."""
+        for dir_id in delete:
+            if dir_id != manifest.live and dir_id not in manifest.loads:
+                self._delete_dir(paths.load_dir(dir_id))
+
+    def remove_unlisted(self, paths: StreamPaths, manifest: Manifest) -> int:
+        """Delete the objects no manifest lists (leftovers of killed runs, abandoned loads); a count."""
+        removed = 0
+        for dir_id in self._dir_ids(paths):
+            folder = paths.load_dir(dir_id)
+            if dir_id not in manifest.loads:
+                self._delete_dir(folder)
+                removed += 1
+                continue
+            listed = set(manifest.files(dir_id))
+            for name in self._names(folder):
+                if name not in listed:
+                    self._delete(f"{folder}/{name}")
+                    removed += 1
+        return removed
+
+    def _dir_ids(self, paths: StreamPaths) -> list[str]:
+        """The load prefixes of this stream that hold objects."""
+        from olake_cli.core.path_names import decode_name
+
+        prefix = f".{paths.component}{DIR_SEPARATOR}"
+        return [decode_name(n[len(prefix):]) for n, kind in self._entries(paths.parent)
+                if kind == "dir" and n.startswith(prefix)]
+
+    def _names(self, folder: str) -> list[str]:
+        """File names directly under ``folder`` (none when it does not exist)."""
+        return [n for n, kind in self._entries(folder) if kind == "file"]
+
+    def _entries(self, folder: str) -> list[tuple[str, str]]:
+        from pyarrow import fs
+
+        with self._errors(folder):
+            infos = self.fs.get_file_info(fs.FileSelector(folder, allow_not_found=True))
+        return [(os.path.basename(i.path), "dir" if i.type == fs.FileType.Directory else "file")
+                for i in infos if i.type in (fs.FileType.Directory, fs.FileType.File)]
+
+    def _delete(self, path: str) -> None:
+        try:
+            self.fs.delete_file(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise DestinationError(f"parquet: cannot delete '{self.describe(path)}': {self._reason(exc)}") from None
+
+    def _delete_dir(self, path: str) -> None:
+        try:
+            self.fs.delete_dir(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise DestinationError(f"parquet: cannot delete '{self.describe(path)}/': {self._reason(exc)}") from None
+
+    def _reason(self, exc: BaseException) -> str:
+        return self.options.redact((str(exc).strip().splitlines() or [type(exc).__name__])[0])
+
+    @contextmanager
+    def _errors(self, path: str) -> Iterator[None]:
+        try:
+            yield
+        except OSError as exc:
+            raise DestinationError(f"parquet: cannot write '{self.describe(path)}': {self._reason(exc)}") from None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_fs": None, "_spill_dir": None}
+
+
+class ObjectFile:
+    """A Parquet object written a table at a time; it exists (whole) once closed; ``abort`` removes
+    what an unfinished upload left."""
+
+    def __init__(self, store: S3Store, path: str, schema: pa.Schema, compression: str | None) -> None:
+        self.store, self.path = store, path
+        with store._errors(path):
+            self.stream = store.fs.open_output_stream(path)
+            self.writer = pq.ParquetWriter(self.stream, schema, compression=compression)
+
+    def write(self, table: pa.Table) -> None:
+        """Append ``table``'s rows."""
+        with self.store._errors(self.path):
+            self.writer.write_table(table)
+
+    def close(self) -> str:
+        """Finish the object; returns its path."""
+        with self.store._errors(self.path):
+            self.writer.close()
+            self.stream.close()
+        return self.path
+
+    def abort(self) -> None:
+        """Drop the unfinished object."""
+        try:
+            self.writer.close()
+            self.stream.close()
+        finally:
+            self.store._delete(self.path)

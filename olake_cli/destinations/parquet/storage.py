@@ -1,0 +1,65 @@
+"""Where the Parquet destination keeps its files: a local folder or an S3 bucket, one interface.
+
+``make_store`` picks the store of a destination config: ``local_store.LocalStore`` (staged names,
+renames, the stream's symlink) or ``s3_store.S3Store`` (final names, the manifest object as the commit
+point). writer.py (the driver's commits) and chunk_sink.py (Spark tasks) use only the methods of
+:class:`Store`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+from olake_cli.destinations.parquet.manifest import Manifest
+from olake_cli.destinations.parquet.paths import StreamPaths
+
+
+class DataFile(Protocol):
+    """A Parquet file being written; visible under its name only once closed."""
+
+    def write(self, table: pa.Table) -> None:
+        """Append ``table``'s rows."""
+        ...
+
+    def close(self) -> str:
+        """Finish the file; returns its path."""
+        ...
+
+    def abort(self) -> None:
+        """Drop the unfinished file."""
+        ...
+
+
+class Store(Protocol):
+    """The file operations of one destination root (local folder or bucket prefix)."""
+
+    root: str
+    local: bool  # files on this machine's filesystem (a cluster's executors need it shared)
+
+    def describe(self, path: str | None = None) -> str: ...
+    def check(self) -> str: ...
+    def lock_path(self) -> str: ...
+    def spill_folder(self, paths: StreamPaths, dir_id: str) -> str: ...
+    def place_spill(self, spill: str, paths: StreamPaths, dir_id: str, name: str) -> None: ...
+    def chunk_files(self, paths: StreamPaths, load_id: str, chunk_index: int) -> list[str]: ...
+    def drop_stale_parts(self, paths: StreamPaths, load_id: str, chunk_index: int, written: int) -> None: ...
+    def new_file(self, paths: StreamPaths, load_id: str, name: str, schema: pa.Schema,
+                 compression: str | None) -> DataFile: ...
+    def load_manifest(self, paths: StreamPaths) -> Manifest | None: ...
+    def save_manifest(self, paths: StreamPaths, manifest: Manifest) -> None: ...
+    def roll_forward(self, paths: StreamPaths, manifest: Manifest, delete: list[str]) -> None: ...
+    def remove_unlisted(self, paths: StreamPaths, manifest: Manifest) -> int: ...
+
+
+def make_store(config: dict[str, Any]) -> Store:
+    """The store of a validated Parquet destination config (``path`` local or ``s3://bucket/prefix``)."""
+    from olake_cli.destinations.parquet.local_store import LocalStore, check_root
+    from olake_cli.destinations.parquet.s3_store import S3Options, S3Store
+
+    options = S3Options.of(config)
+    if options is not None:
+        return S3Store(config["path"], options)
+    check_root(config["path"])
+    return LocalStore(config["path"])
