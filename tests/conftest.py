@@ -68,6 +68,29 @@ def spark():
     stop_spark_session()
 
 
+# ----------------------------------------------------------------------------- TLS
+
+from tests.support.tls import Certs, make_certs, start_tls_cluster  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def certs(tmp_path_factory) -> Certs:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, in a folder whose name needs
+    percent-encoding in a URI (tests.support.tls)."""
+    folder = tmp_path_factory.mktemp("tls") / "certs & keys %41"
+    folder.mkdir()
+    return make_certs(folder)
+
+
+@pytest.fixture(scope="session")
+def tls_cluster(certs: Certs) -> PgCluster:
+    """A cluster refusing TCP connections without TLS, with database ``tls_db`` (tests.support.tls);
+    started only when a test asks for it."""
+    cluster = start_tls_cluster(certs)
+    yield cluster
+    cluster.stop()
+
+
 # ----------------------------------------------------------------------------- MongoDB
 
 from tests.support.mongo import MongoServer, connect, start_mongo_server  # noqa: E402
