@@ -10,6 +10,8 @@ target cluster; output row counts checked):
 Change apply (run.py's ``--changes`` changes of its change-capture table; each path set up before the
 changes are made, untimed):
     cdc-sync-postgres  ``olake sync`` of the changes into the target (after an untimed full load)
+    cdc-pipe-postgres  ``olake read | olake write`` of the changes into the target (its own slot and
+                       database; the full load before them by ``sync``, untimed)
     pg-subscription    PostgreSQL's own logical replication: a subscription made and synced before the
                        changes, then disabled; timed from ``ALTER SUBSCRIPTION ... ENABLE`` until its slot
                        confirmed the WAL position after the changes
@@ -37,10 +39,12 @@ FULL_PATHS = {
 }
 CDC_PATHS = {
     "cdc-sync-postgres": "`olake sync` → PostgreSQL (apply)",
+    "cdc-pipe-postgres": "`olake read \\| olake write` → PostgreSQL (apply)",
     "pg-subscription": "PostgreSQL logical replication (`CREATE SUBSCRIPTION`), until caught up",
     "psql-replay": "the changes as one SQL script, `psql -f`",
 }
 SLOT_OLAKE, SLOT_SQL, SUBSCRIPTION = "bench_slot_pg", "bench_slot_sql", "bench_sub"
+OLAKE_CDC = {"cdc-sync-postgres": (SLOT_OLAKE, "c_olake"), "cdc-pipe-postgres": (SLOT_OLAKE + "_pipe", "c_pipe")}
 _CHECKSUM = "SELECT count(*), md5(string_agg(md5(t::text), '' ORDER BY id)) FROM bench t"
 
 
@@ -144,12 +148,13 @@ def before_changes(b, selected: set[str], catalog: str) -> None:
     """Set the change-apply paths up at the source's current position (before the changes)."""
     import psycopg
 
-    if "cdc-sync-postgres" in selected:
-        b.write_json("src-cdc-sync-postgres.json", b.cluster.source_config(
-            "benchcdc", replication_slot=SLOT_OLAKE, publication="bench_pub", create_slot_and_publication=True))
-        b.write_json("dst-cdc-sync-postgres.json", b.target.destination_config("c_olake"))
-        _target_db(b, "c_olake")
-        b.sh(_olake_cdc(b, catalog))  # the initial full load, untimed
+    for key, (slot, database) in OLAKE_CDC.items():
+        if key in selected:
+            b.write_json(f"src-{key}.json", b.cluster.source_config(
+                "benchcdc", replication_slot=slot, publication="bench_pub", create_slot_and_publication=True))
+            b.write_json(f"dst-{key}.json", b.target.destination_config(database))
+            _target_db(b, database)
+            b.sh(_olake_cdc(b, catalog, key, pipe=False))  # the initial full load, untimed
     if "pg-subscription" in selected:
         _target_db(b, "c_sub", "benchcdc")
         with psycopg.connect(b.target.dsn("c_sub"), autocommit=True) as conn:
@@ -173,11 +178,12 @@ def after_changes(b, selected: set[str], catalog: str, changes: int | None, make
     with psycopg.connect(b.cluster.dsn("benchcdc"), autocommit=True) as conn:
         end = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()[0]
     rows = []
-    if "cdc-sync-postgres" in selected:
-        row = make_row("cdc-sync-postgres", CDC_PATHS["cdc-sync-postgres"], changes)
-        if b.run(row, _olake_cdc(b, catalog), "cdc-sync-postgres.log"):
-            _verify(row, expected, lambda: checksum(b.target, "c_olake"))
-        rows.append(row)
+    for key, (_, database) in OLAKE_CDC.items():
+        if key in selected:
+            row = make_row(key, CDC_PATHS[key], changes)
+            if b.run(row, _olake_cdc(b, catalog, key, pipe=key == "cdc-pipe-postgres"), f"{key}.log"):
+                _verify(row, expected, lambda database=database: checksum(b.target, database))
+            rows.append(row)
     if "pg-subscription" in selected:
         row = make_row("pg-subscription", CDC_PATHS["pg-subscription"], changes)
         wait = (f"{shlex.quote(sys.executable)} {shlex.quote(str(ROOT / 'bench' / 'pg_destination.py'))} caught-up "
@@ -198,9 +204,13 @@ def after_changes(b, selected: set[str], catalog: str, changes: int | None, make
     return rows
 
 
-def _olake_cdc(b, catalog: str) -> str:
-    return (f"{b.olake} sync --source src-cdc-sync-postgres.json --destination dst-cdc-sync-postgres.json "
-            f"--catalog {catalog} --state st-cdc-sync-postgres.json > /dev/null 2>> cdc-sync-postgres.log")
+def _olake_cdc(b, catalog: str, key: str, pipe: bool) -> str:
+    """The command of olake change-apply path ``key``: ``sync``, or ``read | write`` with ``pipe``."""
+    if pipe:
+        return (f"{b.olake} read --config src-{key}.json --catalog {catalog} --state st-{key}.json 2>> {key}.log | "
+                f"{b.olake} write --config dst-{key}.json --state st-{key}.json > /dev/null 2>> {key}.log")
+    return (f"{b.olake} sync --source src-{key}.json --destination dst-{key}.json "
+            f"--catalog {catalog} --state st-{key}.json > /dev/null 2>> {key}.log")
 
 
 _FIELD = re.compile(r"(\w+)\[[^\]]+\]:('(?:[^']|'')*'|\S+)")

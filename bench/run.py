@@ -725,10 +725,14 @@ def pg_report(info: dict) -> list[str]:
         ratio = by["sync-postgres"].m.wall_s / by["pg-copy-pipe"].m.wall_s
         lines.append(f"| `olake sync` → PostgreSQL within 1.5× the COPY pipe | {ratio:.2f}× | "
                      f"{'**met**' if ratio <= 1.5 else '**not met**'} |")
-    if "cdc-sync-postgres" in by and "pg-subscription" in by:
-        ours, theirs = (by[k].count / by[k].m.wall_s for k in ("cdc-sync-postgres", "pg-subscription"))
-        lines.append(f"| change apply at least as fast as PostgreSQL's own subscription | {ours:,.0f}/s vs "
-                     f"{theirs:,.0f}/s | {'**met**' if ours >= theirs else '**not met**'} |")
+    if "pg-subscription" in by:
+        theirs = by["pg-subscription"].count / by["pg-subscription"].m.wall_s
+        for key in ("cdc-sync-postgres", "cdc-pipe-postgres"):
+            if key in by:
+                ours = by[key].count / by[key].m.wall_s
+                lines.append(f"| change apply ({pgd.CDC_PATHS[key]}) at least as fast as PostgreSQL's own "
+                             f"subscription | {ours:,.0f}/s vs {theirs:,.0f}/s | "
+                             f"{'**met**' if ours >= theirs else '**not met**'} |")
     return out + ["**Targets of issue [F8]**:", ""] + lines + [""]
 
 
