@@ -3,16 +3,21 @@ on it (tests/support/spark_cluster.py, started once per run), compared value by 
 Every worker runs a Python without olake (``bare_python``): the runs ship it (``olake pack``).
 
 Multi-chunk loads go through ``read | write`` (the driver writes; on the cluster the chunks' lines come
-back from the executors) and ``sync`` (the executors write Parquet or Iceberg files on a path every node
-sees, declared ``shared_path``), on the cluster with ``--spark-master`` and through Connect with
-``--spark-remote``. A worker killed in the middle of a load loses its tasks; they run again elsewhere and
-nothing is lost or doubled. Each way of running is covered once by default (PostgreSQL ``read | write``
-on the master and ``sync`` through Connect, MongoDB ``read | write`` through Connect, the kill test's
-``sync`` on the master); ``OLAKE_TEST_CLUSTER_ALL=1`` adds the other pairings (about a minute more).
+back from the executors) and ``sync`` (the executors write the Parquet or Iceberg data files themselves),
+on the cluster with ``--spark-master`` and through Connect with ``--spark-remote``, into object storage:
+a bucket of moto's S3 server (Parquet at ``s3://bucket/lake``, an Iceberg warehouse at
+``s3://bucket/warehouse`` with its SQLite catalog on the driver), which the executors reach on loopback
+with no ``shared_path`` declared. A worker killed in the middle of a load loses its tasks; they run
+again elsewhere and nothing is lost or doubled (into a local folder declared ``shared_path``). Each
+way of running is covered once by default (PostgreSQL ``read | write`` into Iceberg on the master and
+``sync`` into Parquet through Connect; MongoDB ``read | write`` into Parquet and ``sync`` into Iceberg
+through Connect; the kill test's ``sync`` on the master); ``OLAKE_TEST_CLUSTER_ALL=1`` adds the other
+pairings (about a minute more).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -25,14 +30,15 @@ import psycopg
 import pytest
 
 from tests.support.cli import olake_cmd, olake_env, read_into_write, run_olake, write_json
-from tests.support.current_view import iceberg_rows
 from tests.support.mongo import connect
+from tests.support.object_store import REGION, create_bucket, iceberg_bucket_rows, parquet_config, parquet_rows
 from tests.support.spark_cluster import cluster_spark_config
 from tests.support.verify import assert_table_matches, read_parquet
 
 EVERY_PAIRING = pytest.mark.skipif(os.environ.get("OLAKE_TEST_CLUSTER_ALL") != "1",
                                    reason="set OLAKE_TEST_CLUSTER_ALL=1 for every pairing of command and Spark")
 ROWS = 6000
+_buckets = itertools.count()
 SCAN = "COPY (SELECT %FROM \"public\".\"big\"%"
 TABLE_SQL = f"""
 CREATE TABLE items (id bigint PRIMARY KEY, price numeric(12,3), name text, seen timestamptz, tags text[],
@@ -84,6 +90,28 @@ def items_db(pg_cluster, pg_db) -> str:
 
 
 @pytest.fixture()
+def bucket(moto_server) -> str:
+    """A fresh bucket on the tests' S3 server."""
+    return create_bucket(moto_server, f"cluster-{os.getpid()}-{next(_buckets)}")
+
+
+def _lake(moto_server, bucket: str, tmp_path: Path) -> tuple[str, str]:
+    """Configs of a Parquet destination at s3://bucket/lake and an Iceberg one whose warehouse is
+    s3://bucket/warehouse (its SQLite catalog on the driver); neither declares ``shared_path``."""
+    parquet = write_json(tmp_path / "lake.json", parquet_config(moto_server, bucket))
+    iceberg = write_json(tmp_path / "ice.json", {"type": "iceberg", "catalog": _warehouse(moto_server, bucket, tmp_path)})
+    return parquet, iceberg
+
+
+def _warehouse(moto_server, bucket: str, tmp_path: Path) -> dict:
+    from tests.support.object_store import ACCESS_KEY_ID, SECRET_ACCESS_KEY
+
+    return {"type": "sql", "uri": f"sqlite:///{tmp_path / 'catalog.db'}", "warehouse": f"s3://{bucket}/warehouse",
+            "s3.endpoint": moto_server.endpoint, "s3.region": REGION, "s3.access-key-id": ACCESS_KEY_ID,
+            "s3.secret-access-key": SECRET_ACCESS_KEY}
+
+
+@pytest.fixture()
 def bare_workers(bare_python, monkeypatch) -> str:
     """olake runs started by the test give their executors ``bare_python`` (classic Spark takes the
     driver's PYSPARK_PYTHON; the Connect server was started with it)."""
@@ -99,31 +127,30 @@ def _spark_args(cluster, via: str) -> list[str]:
     pytest.param("master", "remote", id="pipe-on-master-sync-through-connect"),
     pytest.param("remote", "master", id="pipe-through-connect-sync-on-master", marks=EVERY_PAIRING)])
 def test_postgres_full_loads_on_the_cluster(pg_cluster, items_db, spark_connect, olake_archive, bare_workers,
-                                            tmp_path, pipe_via, sync_via):
-    """read | write into Parquet and sync into Iceberg (whose tasks write the data files on the
-    executors), every chunk a task on the cluster's executors."""
+                                            moto_server, bucket, tmp_path, pipe_via, sync_via):
+    """read | write into Iceberg and sync into Parquet (whose tasks write the chunk objects into the
+    bucket from the executors; the driver writes the manifest), every chunk a task on the cluster."""
     src = _source(pg_cluster, items_db, tmp_path, olake_archive)
     cat, stream = _catalog(src, tmp_path)
-    ice_root, lake = tmp_path / "ice", tmp_path / "lake"
-    iceberg = write_json(tmp_path / "ice.json", {"type": "iceberg", "path": str(ice_root), "shared_path": True})
-    parquet = write_json(tmp_path / "lake.json", {"type": "parquet", "path": str(lake), "shared_path": True})
-    result = _pipe(_spark_args(spark_connect, pipe_via), src, cat, parquet, tmp_path / "pipe-state.json")
+    parquet, iceberg = _lake(moto_server, bucket, tmp_path)
+    result = _pipe(_spark_args(spark_connect, pipe_via), src, cat, iceberg, tmp_path / "pipe-state.json")
     assert "chunk 4/4" in result.read_stderr.decode()
-    _sync(_spark_args(spark_connect, sync_via), src, cat, iceberg, tmp_path / "sync-state.json")
+    _sync(_spark_args(spark_connect, sync_via), src, cat, parquet, tmp_path / "sync-state.json")
     columns = list(stream["json_schema"]["properties"])
     with psycopg.connect(pg_cluster.dsn(items_db)) as conn:
         assert_table_matches(conn, "public", "items", stream["json_schema"],
-                             iceberg_rows(ice_root, "public", "items").select(columns))
+                             iceberg_bucket_rows(_warehouse(moto_server, bucket, tmp_path), "public", "items")
+                             .select(columns))
         assert_table_matches(conn, "public", "items", stream["json_schema"],
-                             read_parquet(str(lake / "public" / "items")))
+                             parquet_rows(moto_server, f"{bucket}/lake", "public", "items"))
 
 
-@pytest.mark.parametrize("command, via", [
-    pytest.param("pipe", "remote", id="pipe-through-connect"),
-    pytest.param("sync", "master", id="sync-on-master", marks=EVERY_PAIRING)])
+@pytest.mark.parametrize("via", [pytest.param("remote", id="through-connect"),
+                                 pytest.param("master", id="on-master", marks=EVERY_PAIRING)])
 def test_mongodb_full_loads_on_the_cluster(mongo_server, mongo_db, spark_connect, olake_archive, bare_workers,
-                                           tmp_path, command, via):
-    """A multi-chunk MongoDB load: read | write into Iceberg, or sync into Parquet."""
+                                           moto_server, bucket, tmp_path, via):
+    """A multi-chunk MongoDB load: read | write into Parquet, and sync into Iceberg (the executors write
+    the data files into the bucket)."""
     from olake_cli.sources.mongodb.bson_types import documents_to_batch
     from tests.test_iceberg_e2e import _canon, _mongo_docs
 
@@ -132,22 +159,17 @@ def test_mongodb_full_loads_on_the_cluster(mongo_server, mongo_db, spark_connect
     src = write_json(tmp_path / "src.json", {"type": "mongodb", "uri": mongo_server.uri, "database": mongo_db,
                                              "chunk_documents": 600, "spark": cluster_spark_config(olake_archive)})
     cat, stream = _catalog(src, tmp_path, "things")
-    if command == "pipe":
-        _pipe(_spark_args(spark_connect, via), src, cat,
-              write_json(tmp_path / "ice.json", {"type": "iceberg", "path": str(tmp_path / "ice")}),
-              tmp_path / "state.json")
-        loaded = iceberg_rows(tmp_path / "ice", mongo_db, "things")
-    else:
-        _sync(_spark_args(spark_connect, via), src, cat,
-              write_json(tmp_path / "lake.json", {"type": "parquet", "path": str(tmp_path / "lake"),
-                                                  "shared_path": True}), tmp_path / "state.json")
-        loaded = read_parquet(str(tmp_path / "lake" / mongo_db / "things"))
+    parquet, iceberg = _lake(moto_server, bucket, tmp_path)
+    _pipe(_spark_args(spark_connect, via), src, cat, parquet, tmp_path / "pipe-state.json")
+    _sync(_spark_args(spark_connect, via), src, cat, iceberg, tmp_path / "sync-state.json")
     with connect(mongo_server.uri) as client:
         source = list(client[mongo_db].things.find())
     want = {r["_id"]: _canon(r) for r in documents_to_batch(source, stream["json_schema"], "things").to_pylist()}
-    got = loaded.select(list(stream["json_schema"]["properties"])).to_pylist()
-    assert len(got) == len(source)
-    assert {r["_id"]: _canon(r) for r in got} == want
+    for loaded in (parquet_rows(moto_server, f"{bucket}/lake", mongo_db, "things"),
+                   iceberg_bucket_rows(_warehouse(moto_server, bucket, tmp_path), mongo_db, "things")):
+        got = loaded.select(list(stream["json_schema"]["properties"])).to_pylist()
+        assert len(got) == len(source)
+        assert {r["_id"]: _canon(r) for r in got} == want
 
 
 @pytest.mark.parametrize("via", ["remote", pytest.param("master", marks=EVERY_PAIRING)])
