@@ -10,8 +10,9 @@ Conflicts: when a change meets a target row last written by another origin (a lo
 another replication origin), the later source commit wins: the change's commit time against the
 row's (``pg_xact_commit_timestamp_origin(xmin)``); equal times go to the greater origin name (a local
 row counts as ``local_origin``). A losing change is dropped. It is a conflict, counted and logged with
-its key, when the key was changed on both sides since this direction's previous commit into the table
-(the row's write is newer than that commit), or when the change loses.
+its key, when the key was changed on both sides since this direction last wrote rows into the table
+(the row's write is newer than that commit; commits that only move the position do not count), or
+when the change loses.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ class ChangeApplier:
         self._numbers = itertools.count()
 
     def apply(self, table: TargetTable, changes: ReducedChanges, since: datetime | None = None) -> Applied:
-        """Apply the rows of ``changes`` to ``table``; ``since``: when this direction last committed into
+        """Apply the rows of ``changes`` to ``table``; ``since``: when this direction last wrote rows into
         it (a target row written after that by someone else is a conflict)."""
         temp = self._temp_table(table)
         self._copy(table, temp, changes)

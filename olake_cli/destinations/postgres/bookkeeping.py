@@ -1,7 +1,7 @@
 """The ``_olake`` schema in the target: what each table committed, and the full load in progress.
 
-``_olake.streams``: per target table, the stream state committed with its rows and the highest
-operation id applied (changes at or below it are replays). ``_olake.loads``: the full load a table is
+``_olake.streams``: per target table, the stream state committed with its rows, the highest
+operation id applied (changes at or below it are replays) and when olake last wrote rows into it. ``_olake.loads``: the full load a table is
 receiving and, for a load that replaces earlier contents, the staging table it is written into.
 ``_olake.chunks``: full-load chunks that Spark tasks of ``olake sync`` committed themselves, each in
 the same transaction as its rows. Every write here shares its transaction with the rows it covers.
@@ -82,15 +82,18 @@ def with_task_chunks(conn, table: tuple[str, str], state: dict) -> dict:
 
 
 def save_state(conn, table: tuple[str, str], stream: tuple[str | None, str], state: dict,
-               max_op_id: str | None) -> datetime:
-    """Record the stream state (and highest operation id) committed with ``table``'s rows; returns the
-    time recorded (the transaction's start)."""
+               max_op_id: str | None, wrote_rows: bool = True) -> datetime:
+    """Record the stream state (and highest operation id) committed with ``table``'s rows; returns
+    ``updated_at``: when olake last wrote rows into the table (this transaction's start if
+    ``wrote_rows`` or the table has no row here yet; a commit that only moves the position keeps the
+    earlier time, which is where the conflict window of the next changes starts)."""
     return conn.execute(
         "INSERT INTO _olake.streams (table_schema, table_name, stream_namespace, stream_name, state, max_op_id) "
         "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (table_schema, table_name) DO UPDATE SET "
         "stream_namespace = EXCLUDED.stream_namespace, stream_name = EXCLUDED.stream_name, "
-        "state = EXCLUDED.state, max_op_id = EXCLUDED.max_op_id, updated_at = now() RETURNING updated_at",
-        (*table, *stream, jsonb(state), max_op_id)).fetchone()[0]
+        "state = EXCLUDED.state, max_op_id = EXCLUDED.max_op_id, "
+        "updated_at = CASE WHEN %s THEN now() ELSE _olake.streams.updated_at END RETURNING updated_at",
+        (*table, *stream, jsonb(state), max_op_id, wrote_rows)).fetchone()[0]
 
 
 def forget_table(conn, table: tuple[str, str]) -> None:

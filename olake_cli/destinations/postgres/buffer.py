@@ -35,7 +35,7 @@ class StreamBuffer:
     table: TargetTable
     committed: dict | None = None  # the stream state the target holds
     max_op_id: str | None = None  # highest operation id applied to the target
-    committed_at: datetime | None = None  # when this destination last committed into the table
+    committed_at: datetime | None = None  # when this destination last wrote rows into the table
     load_id: str = UNKNOWN_LOAD
     load_op_key: str | None = None
     load_rows: list[dict] = field(default_factory=list)

@@ -52,7 +52,8 @@ def commit_stream(buf: StreamBuffer, ss: StreamState, ctx: CommitContext) -> tup
     conn, table = ctx.conn, buf.table
     load_id = (ss.extra or {}).get("load_id") or buf.load_id
     new_load = load_id_of(buf.committed) != load_id
-    watermark = buf.max_op_id if marker else _load_rows(buf, ss, load_id, new_load, ctx)
+    watermark, wrote = (buf.max_op_id, False) if marker else _load_rows(buf, ss, load_id, new_load, ctx)
+    wrote = wrote or buf.truncated
     if buf.truncated:
         conn.execute(sql.SQL("TRUNCATE {}").format(table.qualified))
         ctx.log(f"{buf.stream.label}: truncated at the source; the table is emptied")
@@ -61,14 +62,16 @@ def commit_stream(buf: StreamBuffer, ss: StreamState, ctx: CommitContext) -> tup
     if buf.replayed:
         ctx.log(f"{buf.stream.label}: skipped {buf.replayed} change(s) the target already holds (a replay)")
     if changes is not None:
+        wrote = True
         applied = ctx.applier.apply(table, reduce_changes(changes, list(table.key)), buf.committed_at)
         top = pc.max(changes.column(OP_ID)).as_py()
         watermark = top if watermark is None or top > watermark else watermark
         source_commit = (int(top[:16], 16), pc.max(changes.column(COMMIT_TS)).as_py() or 0)
     if not marker and load_complete(ss) and bookkeeping.finish_load(conn, table.ident, load_id, table.column_list()):
         ctx.log(f"{buf.stream.label}: the new load replaced the table's rows")
+        wrote = True
     merged = merged_stream_state(buf.committed, ss)
-    committed_at = bookkeeping.save_state(conn, table.ident, buf.stream.key, merged, watermark)
+    committed_at = bookkeeping.save_state(conn, table.ident, buf.stream.key, merged, watermark, wrote)
     commit_under_origin(conn, ctx.origin, source_commit)
     buf.committed, buf.max_op_id, buf.load_id, buf.committed_at = merged, watermark, load_id, committed_at
     buf.truncated, buf.replayed = False, 0
@@ -87,8 +90,10 @@ def _marker_if_lost(buf: StreamBuffer, ss: StreamState, log: Callable[[str], Non
     return marker
 
 
-def _load_rows(buf: StreamBuffer, ss: StreamState, load_id: str, new_load: bool, ctx: CommitContext) -> str | None:
-    """COPY the full-load rows this STATE covers (or skip a replay); the operation id watermark after them."""
+def _load_rows(buf: StreamBuffer, ss: StreamState, load_id: str, new_load: bool,
+               ctx: CommitContext) -> tuple[str | None, bool]:
+    """COPY the full-load rows this STATE covers (or skip a replay); the operation id watermark after
+    them, and whether rows were copied."""
     table = buf.table
     rows = buf.take_load(ctx.log)
     newly = newly_done_chunks(buf.committed, ss, load_id)
@@ -102,6 +107,6 @@ def _load_rows(buf: StreamBuffer, ss: StreamState, load_id: str, new_load: bool,
         if rows is not None:
             copy_load(ctx.conn, bookkeeping.load_rows_target(table.ident, staged), table, [rows], op_key)
     if new_load and (rows is not None or ss.sync_type == "full-load"):
-        return op_key  # a new load: its rows rank at its position, whatever the table held before
+        return op_key, rows is not None  # a new load: its rows rank at its position, whatever the table held
     watermark = buf.max_op_id
-    return op_key if op_key and (watermark is None or op_key > watermark) else watermark
+    return (op_key if op_key and (watermark is None or op_key > watermark) else watermark), rows is not None
