@@ -245,9 +245,21 @@ def _decimal_text(value: Decimal128) -> str:
     return text[1:] if text.startswith("-") and number.is_zero() else text  # numeric has no -0
 
 
-def _expected_mongo_row(doc: dict) -> dict:
-    """The target row a document becomes (psycopg's Python values; jsonb as parsed JSON)."""
-    canonical = json_util.CANONICAL_JSON_OPTIONS
+def _canonical(value) -> object:
+    """A ``bson`` field's jsonb value: the value's canonical Extended JSON, parsed."""
+    return None if value is None else json.loads(json_util.dumps(value, json_options=json_util.CANONICAL_JSON_OPTIONS))
+
+
+def _expected_mongo_row(doc: dict, drifted: bool = False) -> dict:
+    """The target row a document becomes (psycopg's Python values; jsonb as parsed JSON); ``drifted``:
+    after ``s`` became ``bson`` (jsonb) and ``i32`` float64."""
+    row = _expected_typed_row(doc)
+    if drifted:
+        row["s"], row["i32"] = _canonical(doc["s"]), None if doc["i32"] is None else float(doc["i32"])
+    return row
+
+
+def _expected_typed_row(doc: dict) -> dict:
     mixed = doc["mixed"]
     sub = doc["sub"]
     return {
@@ -255,7 +267,7 @@ def _expected_mongo_row(doc: dict) -> dict:
         "b": doc["b"], "bin": bytes(doc["bin"]), "uid": doc["uid"], "dec": _decimal_text(doc["dec"]),
         "when": _EPOCH + timedelta(milliseconds=int(doc["when"])),
         "sub": {"a": sub["a"], "b": sub["b"], "tags": sub["tags"]},
-        "mixed": None if mixed is None else json.loads(json_util.dumps(mixed, json_options=canonical)),
+        "mixed": _canonical(mixed),
         "tags": doc["tags"], "nums": doc["nums"], "people": doc["people"], "maybe": doc["maybe"],
     }
 
@@ -274,10 +286,10 @@ def _target_mongo_rows(dsn: str, schema: str, table: str) -> dict[str, dict]:
     return found
 
 
-def _assert_mongo_target(uri: str, database: str, dsn: str) -> int:
+def _assert_mongo_target(uri: str, database: str, dsn: str, drifted: bool = False) -> int:
     with connect(uri) as client:
         docs = list(client[database].things.find())
-    want = {str(d["_id"]): _expected_mongo_row(d) for d in docs}
+    want = {str(d["_id"]): _expected_mongo_row(d, drifted) for d in docs}
     got = _target_mongo_rows(dsn, database, "things")
     assert got.keys() == want.keys(), (sorted(got.keys() - want.keys()), sorted(want.keys() - got.keys()))
     for key, row in want.items():
@@ -327,6 +339,15 @@ def test_mongodb_types_into_postgres_by_sync_and_read_write(mongo_server, mongo_
     sync_once(src, catalog, dst, state)  # changes, by read | write
     assert _assert_mongo_target(mongo_server.uri, mongo_db, target) == 22
     assert _column_types(target, mongo_db, "things") == _MONGO_TYPES
+
+    with connect(mongo_server.uri) as client:  # drift: 's' becomes mixed (bson), 'i32' float64
+        client[mongo_db].things.insert_one({**_mongo_document(31), "s": 31, "i32": 1.5})
+    drift = _sync(src, dst, catalog, state)
+    assert "the stream is loaded anew on the next run" in drift, drift
+    reloaded = _sync(src, dst, catalog, state)  # the load anew, under the wider types
+    assert "gained or widened columns" in reloaded, reloaded
+    assert _column_types(target, mongo_db, "things") == {**_MONGO_TYPES, "s": "jsonb", "i32": "double precision"}
+    assert _assert_mongo_target(mongo_server.uri, mongo_db, target, drifted=True) == 23
 
 
 # ----------------------------------------------------------------------------- enums
@@ -456,3 +477,17 @@ def test_filter_and_transform_into_iceberg_for_loads_and_changes(pg_cluster, pg_
     assert_hooked()
     _drop_slots(source, "slot_ice_hooks")
 
+
+
+def test_which_replaced_column_types_change_in_place():
+    """A column olake writes follows a type its source replaced (MongoDB drift): to jsonb from anything,
+    to double precision from integers; nothing else that does not hold the old values."""
+    from olake_cli.destinations.postgres.types import holds, replaces
+
+    for planned, existing in (("jsonb", "text"), ("jsonb", "integer"), ("jsonb", "text[]"), ("jsonb", "boolean"),
+                              ("double precision", "integer"), ("double precision", "bigint"),
+                              ("double precision[]", "smallint[]"), ("jsonb[]", "text[]")):
+        assert replaces(planned, existing) and not holds(existing, planned), (planned, existing)
+    for planned, existing in (("text", "jsonb"), ("integer", "text"), ("real", "integer"), ("bigint", "numeric"),
+                              ("double precision", "numeric"), ("double precision[]", "integer"), ("uuid", "text")):
+        assert not replaces(planned, existing), (planned, existing)

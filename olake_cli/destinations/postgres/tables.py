@@ -18,7 +18,7 @@ from psycopg import sql
 from olake_cli.core.catalog import CatalogStream
 from olake_cli.core.codec import olake_type_of
 from olake_cli.core.errors import ConfigError
-from olake_cli.destinations.postgres.types import holds, olake_sql_type, wanted_type
+from olake_cli.destinations.postgres.types import holds, olake_sql_type, replaces, wanted_type
 
 METADATA_COLUMNS = (("_olake_op", "text"), ("_olake_op_id", "text"),
                     ("_olake_commit_ts", "timestamp with time zone"), ("_olake_synced_at", "timestamp with time zone"))
@@ -111,13 +111,14 @@ def unique_keys(conn, ident: tuple[str, str]) -> list[set[str]]:
 def check_table(plan: TargetTable, existing: dict[str, tuple[str, bool, bool]], keys: list[set[str]],
                 widen: bool = False) -> TargetTable:
     """``plan`` with the existing table's column types (columns it lacks, and with ``widen`` columns of a
-    narrower type that the planned one holds, keep the planned type: see :func:`evolve`); a
-    ConfigError naming the table and column when it cannot receive the stream."""
+    narrower type that the planned one holds or replaces (``types.replaces``), keep the planned type: see
+    :func:`evolve`); a ConfigError naming the table and column when it cannot receive the stream."""
     where = f"postgres destination: table {plan.describe()} (stream {plan.label})"
     columns = []
     for column in plan.columns:
         found = existing.get(column.name)
-        if found is None or (widen and not holds(found[0], column.sql_type) and holds(column.sql_type, found[0])):
+        if found is None or (widen and not holds(found[0], column.sql_type)
+                             and (holds(column.sql_type, found[0]) or replaces(column.sql_type, found[0]))):
             columns.append(column)
             continue
         if not holds(found[0], column.sql_type):
@@ -137,14 +138,16 @@ def check_table(plan: TargetTable, existing: dict[str, tuple[str, bool, bool]], 
 
 def evolve(conn, plan: TargetTable, existing: dict[str, tuple[str, bool, bool]]) -> list[str]:
     """Add the columns ``plan`` has and the table lacks, and widen those ``check_table`` kept at the
-    planned type; the names of the columns changed."""
+    planned type (into jsonb by ``to_jsonb``); the names of the columns changed."""
     changed = [name for name, _ in missing_columns(plan, existing)]
     add_columns(conn, plan, missing_columns(plan, existing))
     for column in plan.columns:
         found = existing.get(column.name)
         if found is not None and found[0] != column.sql_type:
-            conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE {}").format(
-                plan.qualified, sql.Identifier(column.name), sql.SQL(column.sql_type)))
+            name = sql.Identifier(column.name)
+            using = sql.SQL(" USING to_jsonb({})").format(name) if column.sql_type == "jsonb" else sql.SQL("")
+            conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE {}{}").format(
+                plan.qualified, name, sql.SQL(column.sql_type), using))
             changed.append(column.name)
     return changed
 

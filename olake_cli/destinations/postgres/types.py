@@ -64,6 +64,18 @@ def holds(existing: str, wanted: str) -> bool:
     return _same_kind_wider(have, want)
 
 
+def replaces(planned: str, existing: str) -> bool:
+    """Whether a column olake already writes may change in place from ``existing`` to ``planned`` although
+    neither holds the other: the source replaced the column's type (a MongoDB field that drifted to mixed
+    values, ``bson``, or from integers to doubles; its stream is then loaded anew). Any value converts to
+    jsonb (``to_jsonb``), and an integer to a double."""
+    if planned.endswith("[]") and existing.endswith("[]"):
+        planned, existing = planned[:-2], existing[:-2]
+    if planned == "jsonb":
+        return True
+    return planned == "double precision" and existing in _INTEGERS
+
+
 _KNOWN_KINDS = frozenset(_INTEGERS + _TEXTS + ("real", "double precision", "numeric", "boolean", "uuid", "json",
                                                 "jsonb", "bytea", "date", "interval", "time", "timestamp",
                                                 "character", "name"))
