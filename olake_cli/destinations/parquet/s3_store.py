@@ -137,7 +137,7 @@ class S3Store:
 
     def place_spill(self, spill: str, paths: StreamPaths, dir_id: str, name: str) -> None:
         """Upload a spilled file under its final name in its load's prefix (overwriting a replay's)."""
-        with self._errors(paths.load_dir(dir_id)):
+        with self.errors(paths.load_dir(dir_id)):
             from pyarrow import fs
 
             fs.copy_files(spill, f"{paths.load_dir(dir_id)}/{name}", source_filesystem=fs.LocalFileSystem(),
@@ -154,7 +154,7 @@ class S3Store:
         folder, prefix = paths.load_dir(load_id), chunk_prefix(load_id, chunk_index)
         for name in self._names(folder):
             if name.startswith(prefix) and int(name[len(prefix):].split(".")[0]) >= written:
-                self._delete(f"{folder}/{name}")
+                self.delete(f"{folder}/{name}")
 
     def new_file(self, paths: StreamPaths, load_id: str, name: str, schema: pa.Schema,
                  compression: str | None) -> ObjectFile:
@@ -175,7 +175,7 @@ class S3Store:
 
     def save_manifest(self, paths: StreamPaths, manifest: Manifest) -> None:
         """PUT the manifest (the commit point: S3 replaces an object whole)."""
-        with self._errors(paths.manifest):
+        with self.errors(paths.manifest):
             with self.fs.open_output_stream(paths.manifest) as out:
                 out.write(manifest.to_bytes(paths))
         crash_point("manifest-written")
@@ -198,7 +198,7 @@ class S3Store:
             listed = set(manifest.files(dir_id))
             for name in self._names(folder):
                 if name not in listed:
-                    self._delete(f"{folder}/{name}")
+                    self.delete(f"{folder}/{name}")
                     removed += 1
         return removed
 
@@ -217,12 +217,13 @@ class S3Store:
     def _entries(self, folder: str) -> list[tuple[str, str]]:
         from pyarrow import fs
 
-        with self._errors(folder):
+        with self.errors(folder):
             infos = self.fs.get_file_info(fs.FileSelector(folder, allow_not_found=True))
         return [(os.path.basename(i.path), "dir" if i.type == fs.FileType.Directory else "file")
                 for i in infos if i.type in (fs.FileType.Directory, fs.FileType.File)]
 
-    def _delete(self, path: str) -> None:
+    def delete(self, path: str) -> None:
+        """Delete one object (gone already is fine)."""
         try:
             self.fs.delete_file(path)
         except FileNotFoundError:
@@ -242,7 +243,8 @@ class S3Store:
         return self.options.redact((str(exc).strip().splitlines() or [type(exc).__name__])[0])
 
     @contextmanager
-    def _errors(self, path: str) -> Iterator[None]:
+    def errors(self, path: str) -> Iterator[None]:
+        """DestinationError (naming ``path``, without secrets) for an OSError inside."""
         try:
             yield
         except OSError as exc:
@@ -258,18 +260,18 @@ class ObjectFile:
 
     def __init__(self, store: S3Store, path: str, schema: pa.Schema, compression: str | None) -> None:
         self.store, self.path = store, path
-        with store._errors(path):
+        with store.errors(path):
             self.stream = store.fs.open_output_stream(path)
             self.writer = pq.ParquetWriter(self.stream, schema, compression=compression)
 
     def write(self, table: pa.Table) -> None:
         """Append ``table``'s rows."""
-        with self.store._errors(self.path):
+        with self.store.errors(self.path):
             self.writer.write_table(table)
 
     def close(self) -> str:
         """Finish the object; returns its path."""
-        with self.store._errors(self.path):
+        with self.store.errors(self.path):
             self.writer.close()
             self.stream.close()
         return self.path
@@ -280,4 +282,4 @@ class ObjectFile:
             self.writer.close()
             self.stream.close()
         finally:
-            self.store._delete(self.path)
+            self.store.delete(self.path)
