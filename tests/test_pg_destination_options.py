@@ -411,6 +411,18 @@ def test_an_enum_stays_an_enum_where_the_target_has_the_type_and_is_text_elsewhe
         conn.execute("DELETE FROM mood_log WHERE id = 30")
     copy_both()  # changes
     assert table_texts(pg_target.dsn(with_type), "public", "feelings", ["id", "m"])[0] == ("1", "ok")
+
+    short = f"{target_db}_short"  # a type of that name lacking labels: one config error before anything
+    create_database(pg_target, short)
+    with psycopg.connect(pg_target.dsn(short), autocommit=True) as conn:
+        conn.execute("CREATE TYPE mood AS ENUM ('sad', 'ok')")
+    dst_short = write_json(tmp_path / "short.json", pg_target.destination_config(short))
+    refused = run_olake("sync", "--source", src_sync, "--destination", dst_short, "--catalog", str(catalog),
+                        "--state", str(tmp_path / "short-state.json"))
+    assert_one_error(refused, "config_error", "table public.feelings (stream public.feelings): column 'm'",
+                     "lacks the value(s) 'happy', 'très \"bien\"'", "ALTER TYPE mood ADD VALUE")
+    assert _user_tables(pg_target.dsn(short)) == set(), "no table is created"
+    assert not (tmp_path / "short-state.json").exists()
     _drop_slots(source, "slot_enum", "slot_enum_sync")
 
 

@@ -84,8 +84,36 @@ def plan_table(conn, stream: CatalogStream, ident: tuple[str, str], metadata: bo
             fallback = olake_sql_type(olake_type)
             log(f"{stream.label}: the target has no type {sql_type} (column '{name}'); it becomes {fallback}")
             sql_type = fallback
+        elif prop.get("x-pg-type") and enum_labels(prop) is not None:
+            check_enum(conn, f"table {ident[0]}.{ident[1]} (stream {stream.label})", name, sql_type, enum_labels(prop))
         columns.append(TargetColumn(name, sql_type, olake_type, prop))
     return TargetTable(ident[0], ident[1], stream.label, tuple(columns), tuple(stream.primary_key_columns), metadata)
+
+
+def enum_labels(prop: dict) -> list[str] | None:
+    """The labels of a source enum column (or of its array elements), from the catalog's ``enum``."""
+    while isinstance(prop, dict):
+        if isinstance(prop.get("enum"), list):
+            return [label for label in prop["enum"] if label is not None]
+        prop = prop.get("items")
+    return None
+
+
+def check_enum(conn, where: str, column: str, sql_type: str, labels: list[str]) -> None:
+    """A ConfigError unless the target's type ``sql_type`` (or its element type) is an enum holding every
+    one of the source enum's ``labels``: a value it lacks would fail the load or a change later on."""
+    base = sql_type
+    while base.endswith("[]"):
+        base = base[:-2]
+    is_enum, have = conn.execute("SELECT t.typtype = 'e', array(SELECT e.enumlabel FROM pg_enum e WHERE e.enumtypid "
+                                 "= t.oid) FROM pg_type t WHERE t.oid = to_regtype(%s)", (base,)).fetchone()
+    missing = [label for label in labels if label not in set(have)]
+    if is_enum and not missing:
+        return
+    what = "is not an enum" if not is_enum else \
+        f"lacks the value(s) {', '.join(repr(m) for m in missing)} (ALTER TYPE {base} ADD VALUE ...)"
+    raise ConfigError(f"postgres destination: {where}: column '{column}' is of the source's enum type {base}, and the "
+                      f"target's type {base} {what}; complete the type, or drop it to copy the column as text")
 
 
 def existing_columns(conn, ident: tuple[str, str]) -> dict[str, tuple[str, bool, bool]] | None:
