@@ -106,13 +106,7 @@ def test_check_writes_into_the_bucket_and_names_a_missing_one(moto_server, tmp_p
     assert "s3://no-such-bucket/warehouse" in errors[0] and "cannot write" in errors[0], errors
 
 
-PARQUET_SQL = """
-CREATE TABLE items (id bigint PRIMARY KEY, price numeric(12,3), name text, seen timestamptz, tags text[],
-                    doc jsonb, raw bytea);
-INSERT INTO items SELECT g, g / 7.0, 'item ' || g || repeat('é', g % 5),
-       '2024-01-01'::timestamptz + g * interval '1 min', ARRAY['a' || g, NULL], jsonb_build_object('g', g),
-       decode(lpad(to_hex(g), 8, '0'), 'hex')
-FROM generate_series(1, 3000) g;
+PARQUET_SQL = TABLE_SQL + """
 CREATE TABLE prices (id int PRIMARY KEY, amount numeric(10,2), label text);
 INSERT INTO prices SELECT g, g * 1.25, 'first ' || g FROM generate_series(1, 2500) g;
 """

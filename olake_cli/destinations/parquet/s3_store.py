@@ -184,7 +184,7 @@ class S3Store:
         """Nothing to rename: delete the load prefixes in ``delete`` that ``manifest`` no longer holds."""
         for dir_id in delete:
             if dir_id != manifest.live and dir_id not in manifest.loads:
-                self._delete_dir(paths.load_dir(dir_id))
+                self.delete(paths.load_dir(dir_id), folder=True)
 
     def remove_unlisted(self, paths: StreamPaths, manifest: Manifest) -> int:
         """Delete the objects no manifest lists (leftovers of killed runs, abandoned loads); a count."""
@@ -192,7 +192,7 @@ class S3Store:
         for dir_id in self._dir_ids(paths):
             folder = paths.load_dir(dir_id)
             if dir_id not in manifest.loads:
-                self._delete_dir(folder)
+                self.delete(folder, folder=True)
                 removed += 1
                 continue
             listed = set(manifest.files(dir_id))
@@ -222,22 +222,15 @@ class S3Store:
         return [(os.path.basename(i.path), "dir" if i.type == fs.FileType.Directory else "file")
                 for i in infos if i.type in (fs.FileType.Directory, fs.FileType.File)]
 
-    def delete(self, path: str) -> None:
-        """Delete one object (gone already is fine)."""
+    def delete(self, path: str, folder: bool = False) -> None:
+        """Delete one object, or every object under a prefix with ``folder`` (gone already is fine)."""
         try:
-            self.fs.delete_file(path)
+            (self.fs.delete_dir if folder else self.fs.delete_file)(path)
         except FileNotFoundError:
             pass
         except OSError as exc:
-            raise DestinationError(f"parquet: cannot delete '{self.describe(path)}': {self._reason(exc)}") from None
-
-    def _delete_dir(self, path: str) -> None:
-        try:
-            self.fs.delete_dir(path)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            raise DestinationError(f"parquet: cannot delete '{self.describe(path)}/': {self._reason(exc)}") from None
+            raise DestinationError(f"parquet: cannot delete '{self.describe(path)}{'/' if folder else ''}': "
+                                   f"{self._reason(exc)}") from None
 
     def _reason(self, exc: BaseException) -> str:
         return self.options.redact((str(exc).strip().splitlines() or [type(exc).__name__])[0])
