@@ -25,6 +25,7 @@ from tests.support.cdc import discover_catalog
 from tests.support.cli import olake_cmd, olake_env, read_into_write, run_olake, write_json
 from tests.support.object_store import (ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY, create_bucket, keys,
                                         manifest_of, parquet_config, parquet_rows, unlisted_objects)
+from tests.support.protocol_lines import CHUNKS_1, CHUNKS_2, catalog, full_load, rows, state, write
 from tests.support.verify import assert_table_matches, latest_versions
 
 _buckets = itertools.count()
@@ -208,8 +209,6 @@ def test_parquet_commit_in_a_bucket_killed_at_each_step(moto_server, tmp_path, s
     """``olake write`` of a load L2 replacing L1 (protocol lines as ``read`` sends them), SIGKILLed at a
     commit step: a reader of the manifest sees one whole load, the run from the state file ends with
     L2 exactly, and the next commit deletes L1's objects; no object is left that no manifest lists."""
-    from tests.test_parquet_commit import CHUNKS_1, CHUNKS_2, catalog, full_load, rows, state, write
-
     bucket = create_bucket(moto_server, f"olake-{next(_buckets)}")
     dst = write_json(tmp_path / "dst.json", parquet_config(moto_server, bucket))
     state_file, root = tmp_path / "st.json", f"{bucket}/lake"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 
 import duckdb
 import pyarrow as pa
@@ -17,53 +16,9 @@ import pytest
 
 from olake_cli.core.path_names import decode_name, encode_name
 
-from tests.support.cli import messages, olake_cmd, olake_env, run_olake, trace_errors, with_stream_ends, write_json
-
-COLUMNS = {"id": {"type": ["integer", "null"], "x-olake-type": "int32"},
-           "v": {"type": ["string", "null"], "x-olake-type": "string"}}
-
-
-def catalog(name="t", namespace="public", mode="full_refresh", columns=None) -> dict:
-    return {"type": "CATALOG", "catalog": {"streams": [{
-        "name": name, "namespace": namespace, "sync_mode": mode, "supported_sync_modes": ["full_refresh", "cdc"],
-        "json_schema": {"type": "object", "properties": columns or COLUMNS}}]}}
-
-
-def state(load_id, statuses, name="t", namespace="public", sync_type="full-load", cursor=None, **extra) -> dict:
-    inner = {"cursor_field": cursor, "load_id": load_id, **extra}
-    if statuses is not None:
-        inner["chunks"] = [{"status": s, "min": str(i), "max": str(i + 1)} for i, s in enumerate(statuses)]
-    return {"type": "STATE", "state": {"level": "stream", "version": "v1", "streams": [{
-        "sync_type": sync_type, "stream_name": name, "stream_namespace": namespace, "stream_state": inner}]}}
-
-
-def record(i, tag, name="t", namespace="public", **meta) -> dict:
-    return {"type": "RECORD", "record": {"stream": name, "namespace": namespace, "emitted_at": 0,
-                                         "data": {"id": i, "v": f"{tag}-{i}", **meta}}}
-
-
-def full_load(load_id: str, chunks: list[range], done: int = 0) -> list[dict]:
-    """What a reader sends for a full load whose first ``done`` chunks are already done."""
-    statuses = ["succeed"] * done + ["pending"] * (len(chunks) - done)
-    lines = [catalog(), state(load_id, statuses)]
-    for index in range(done, len(chunks)):
-        lines += [record(i, load_id) for i in chunks[index]]
-        statuses[index] = "succeed"
-        lines.append(state(load_id, None if all(s == "succeed" for s in statuses) else list(statuses)))
-    return lines
-
-
-def write(dst: str, lines: list[dict], state_file=None, crash_at=None, crash_after=0, catalog_file=None,
-          ended: bool = True):
-    """``olake write`` of ``lines`` (ended as ``read`` ends its output, unless not ``ended``)."""
-    args = ["write", "--config", dst] + (["--state", str(state_file)] if state_file else [])
-    args += ["--catalog", catalog_file] if catalog_file else []
-    env = olake_env()
-    if crash_at:
-        env.update(OLAKE_TEST_CRASH_AT=crash_at, OLAKE_TEST_CRASH_AFTER=str(crash_after))
-    stdin = b"".join(json.dumps(m).encode() + b"\n" for m in lines)
-    stdin = with_stream_ends(stdin) if ended else stdin
-    return subprocess.run(olake_cmd(*args), input=stdin, capture_output=True, env=env, timeout=120)
+from tests.support.cli import messages, run_olake, trace_errors, write_json
+from tests.support.protocol_lines import (CHUNKS_1, CHUNKS_2, COLUMNS, catalog, full_load, record, rows, state,
+                                          write)
 
 
 def visible(folder) -> list[tuple]:
@@ -72,10 +27,6 @@ def visible(folder) -> list[tuple]:
         return []
     table = ds.dataset(str(folder), format="parquet").to_table(columns=["id", "v"])
     return sorted(zip(table.column("id").to_pylist(), table.column("v").to_pylist()))
-
-
-def rows(load_id: str, ids) -> list[tuple]:
-    return sorted((i, f"{load_id}-{i}") for i in ids)
 
 
 def hidden_leftovers(stream_parent) -> list[str]:
@@ -90,10 +41,6 @@ def hidden_leftovers(stream_parent) -> list[str]:
 @pytest.fixture()
 def dst(tmp_path) -> str:
     return write_json(tmp_path / "dst.json", {"type": "parquet", "path": str(tmp_path / "out")})
-
-
-CHUNKS_1 = [range(0, 40), range(40, 80)]
-CHUNKS_2 = [range(0, 50), range(50, 90), range(90, 130)]
 
 
 # (step, times the step is let through (opening rolls forward too), the load a reader sees after the kill)
