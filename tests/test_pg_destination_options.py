@@ -22,6 +22,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import psycopg
+import pytest
 from bson import Binary, Decimal128, Int64, ObjectId, json_util
 from bson.datetime_ms import DatetimeMS
 from psycopg import sql
@@ -211,6 +212,8 @@ _DECIMALS = ["12.30", "-0.000000000000000000000000000000001", "1E+6144", "999999
              "NaN", "Infinity", "-Infinity", "0E-10"]
 _DOUBLES = [1.5, -0.0, float("inf"), float("-inf"), float("nan"), 0.1, 1e300]
 _MILLIS = [-62_135_596_800_000, 253_402_300_799_999, -1, 1_700_000_000_123, 0]
+_LONG_FIELD = "a field name longer than the 63 bytes of a PostgreSQL identifier, ünïcode"  # 77 bytes
+_LONG_COLUMN = _LONG_FIELD.encode()[:63].decode()  # PostgreSQL keeps the first 63 bytes
 
 
 def _mongo_document(i: int) -> dict:
@@ -224,14 +227,14 @@ def _mongo_document(i: int) -> dict:
         "mixed": [i, f"str {i}", {"k": i, "v": [1, "two"]}, None, Decimal128("1.10")][i % 5],
         "tags": [f"t{i}", "", "a,b", None], "nums": [i, -i, 2**31 - 1],
         "people": [{"name": f"p{i}", "age": i}, {"name": "q", "age": None}],
-        "maybe": None if i % 3 else f"m{i}",
+        "maybe": None if i % 3 else f"m{i}", _LONG_FIELD: i,
     }
 
 
 _MONGO_TYPES = {"_id": "text", "i32": "integer", "i64": "bigint", "dbl": "double precision", "s": "text",
                 "b": "boolean", "bin": "bytea", "uid": "uuid", "dec": "numeric", "when": "timestamp with time zone",
                 "sub": "jsonb", "mixed": "jsonb", "tags": "text[]", "nums": "integer[]", "people": "jsonb",
-                "maybe": "text"}
+                "maybe": "text", _LONG_COLUMN: "integer"}
 
 
 def _decimal_text(value: Decimal128) -> str:
@@ -269,6 +272,7 @@ def _expected_typed_row(doc: dict) -> dict:
         "sub": {"a": sub["a"], "b": sub["b"], "tags": sub["tags"]},
         "mixed": _canonical(mixed),
         "tags": doc["tags"], "nums": doc["nums"], "people": doc["people"], "maybe": doc["maybe"],
+        _LONG_COLUMN: doc.get(_LONG_FIELD),
     }
 
 
@@ -309,7 +313,8 @@ def test_mongodb_types_into_postgres_by_sync_and_read_write(mongo_server, mongo_
     discover_catalog(src, catalog, {"things": "cdc"})
     target = pg_target.dsn(target_db)
 
-    _sync(src, dst, catalog, state)  # full load: 3 chunks COPYed by the Spark tasks
+    loaded = _sync(src, dst, catalog, state)  # full load: 3 chunks COPYed by the Spark tasks
+    assert f"the table's column is '{_LONG_COLUMN}'" in loaded, loaded
     assert _column_types(target, mongo_db, "things") == _MONGO_TYPES
     with psycopg.connect(target, autocommit=True) as conn:
         key = conn.execute("SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND "
@@ -324,7 +329,7 @@ def test_mongodb_types_into_postgres_by_sync_and_read_write(mongo_server, mongo_
         coll.update_one({"_id": _mongo_document(1)["_id"]},
                         {"$set": {"dec": Decimal128("-123456789012345678901234567890.1234"), "s": "updated",
                                   "when": DatetimeMS(-86_400_001), "sub.a": 99, "mixed": "now a string",
-                                  "tags": [], "nums": None}})
+                                  "tags": [], "nums": None, _LONG_FIELD: -1}})
         coll.replace_one({"_id": _mongo_document(2)["_id"]}, {**_mongo_document(2), "dbl": -2.5, "maybe": "r"})
         coll.delete_many({"_id": {"$in": [_mongo_document(i)["_id"] for i in (3, 21)]}})
     _sync(src, dst, catalog, state)  # changes, by sync
@@ -503,3 +508,22 @@ def test_which_replaced_column_types_change_in_place():
     for planned, existing in (("text", "jsonb"), ("integer", "text"), ("real", "integer"), ("bigint", "numeric"),
                               ("double precision", "numeric"), ("double precision[]", "integer"), ("uuid", "text")):
         assert not replaces(planned, existing), (planned, existing)
+
+
+def test_long_column_names_are_cut_as_postgresql_cuts_them():
+    """PostgreSQL keeps the first 63 bytes of a name (whole characters): olake compares a long stream
+    column with the table's column so, and refuses two columns that would become one."""
+    from olake_cli.core.catalog import CatalogStream
+    from olake_cli.core.errors import ConfigError
+    from olake_cli.destinations.postgres.tables import check_identifiers, column_identifier
+
+    assert column_identifier("short") == "short" and column_identifier("x" * 63) == "x" * 63
+    assert column_identifier("x" * 62 + "é" + "tail") == "x" * 62, "a character is never cut in half"
+    assert column_identifier(_LONG_FIELD) == _LONG_COLUMN
+    stream = CatalogStream(name="s", namespace="n", json_schema={})
+    logged: list[str] = []
+    check_identifiers(stream, ("n", "s"), ["id", _LONG_FIELD], logged.append)
+    assert logged == [f"n.s: column '{_LONG_FIELD}' is longer than PostgreSQL's 63 bytes; the table's column "
+                      f"is '{_LONG_COLUMN}'"]
+    with pytest.raises(ConfigError, match="are one column"):
+        check_identifiers(stream, ("n", "s"), [_LONG_FIELD, _LONG_FIELD + " other"], logged.append)

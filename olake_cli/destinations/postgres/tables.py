@@ -18,6 +18,7 @@ from psycopg import sql
 from olake_cli.core.catalog import CatalogStream
 from olake_cli.core.codec import olake_type_of
 from olake_cli.core.errors import ConfigError
+from olake_cli.destinations.postgres.config import MAX_IDENTIFIER_BYTES
 from olake_cli.destinations.postgres.types import holds, olake_sql_type, replaces, wanted_type
 
 METADATA_COLUMNS = (("_olake_op", "text"), ("_olake_op_id", "text"),
@@ -70,10 +71,37 @@ class TargetTable:
         return f"{self.schema}.{self.name}"
 
 
+def column_identifier(name: str) -> str:
+    """The name PostgreSQL gives a column called ``name``: at most 63 bytes, cut at a character boundary
+    (it cuts every longer identifier so, in DDL and statements alike)."""
+    data = name.encode()
+    if len(data) <= MAX_IDENTIFIER_BYTES:
+        return name
+    return data[:MAX_IDENTIFIER_BYTES].decode("utf-8", errors="ignore")
+
+
+def check_identifiers(stream: CatalogStream, ident: tuple[str, str], names: list[str],
+                       log: Callable[[str], None]) -> None:
+    """Log the stream columns whose names PostgreSQL cuts to 63 bytes; a ConfigError when two of them
+    would become one column."""
+    seen: dict[str, str] = {}
+    for name in names:
+        cut = column_identifier(name)
+        if cut in seen:
+            raise ConfigError(f"postgres destination: table {ident[0]}.{ident[1]} (stream {stream.label}): columns "
+                              f"'{seen[cut]}' and '{name}' are one column '{cut}' in PostgreSQL, which keeps the first "
+                              f"{MAX_IDENTIFIER_BYTES} bytes of a name; rename one at the source")
+        seen[cut] = name
+        if cut != name:
+            log(f"{stream.label}: column '{name}' is longer than PostgreSQL's {MAX_IDENTIFIER_BYTES} bytes; the "
+                f"table's column is '{cut}'")
+
+
 def plan_table(conn, stream: CatalogStream, ident: tuple[str, str], metadata: bool,
                log: Callable[[str], None]) -> TargetTable:
     """The table ``stream`` needs: source types the target knows, text (or text[]) for the others."""
     props = stream.json_schema.get("properties", {})
+    check_identifiers(stream, ident, list(props), log)
     wanted = {name: wanted_type(prop, olake_type_of(prop, name)) for name, prop in props.items()}
     known = dict(conn.execute("SELECT t, to_regtype(t) IS NOT NULL FROM unnest(%s::text[]) AS t",
                               (sorted(set(wanted.values())),)).fetchall())
@@ -144,7 +172,7 @@ def check_table(plan: TargetTable, existing: dict[str, tuple[str, bool, bool]], 
     where = f"postgres destination: table {plan.describe()} (stream {plan.label})"
     columns = []
     for column in plan.columns:
-        found = existing.get(column.name)
+        found = existing.get(column_identifier(column.name))
         if found is None or (widen and not holds(found[0], column.sql_type)
                              and (holds(column.sql_type, found[0]) or replaces(column.sql_type, found[0]))):
             columns.append(column)
@@ -153,10 +181,10 @@ def check_table(plan: TargetTable, existing: dict[str, tuple[str, bool, bool]], 
             raise ConfigError(f"{where}: column '{column.name}' is {found[0]}, which cannot hold the source's "
                               f"{column.sql_type}; alter it or drop the table")
         columns.append(replace(column, sql_type=found[0]))
-    if plan.key and set(plan.key) not in keys:
+    if plan.key and {column_identifier(k) for k in plan.key} not in keys:
         raise ConfigError(f"{where} has no primary key or unique index on ({', '.join(plan.key)}), the stream's "
                           f"key; changes are applied by key")
-    carried = set(plan.column_names())
+    carried = {column_identifier(n) for n in plan.column_names()}
     for name, (_, not_null, has_default) in existing.items():
         if not_null and not has_default and name not in carried:
             raise ConfigError(f"{where}: column '{name}' is NOT NULL without a default and the stream does not "
@@ -170,7 +198,7 @@ def evolve(conn, plan: TargetTable, existing: dict[str, tuple[str, bool, bool]])
     changed = [name for name, _ in missing_columns(plan, existing)]
     add_columns(conn, plan, missing_columns(plan, existing))
     for column in plan.columns:
-        found = existing.get(column.name)
+        found = existing.get(column_identifier(column.name))
         if found is not None and found[0] != column.sql_type:
             name = sql.Identifier(column.name)
             using = sql.SQL(" USING to_jsonb({})").format(name) if column.sql_type == "jsonb" else sql.SQL("")
@@ -184,7 +212,7 @@ def missing_columns(plan: TargetTable, existing: dict) -> list[tuple[str, str]]:
     """(name, type) of the stream columns, and of the ``_olake_*`` columns ``metadata_columns`` asks for,
     that an existing table lacks."""
     wanted = [(c.name, c.sql_type) for c in plan.columns] + (list(METADATA_COLUMNS) if plan.metadata else [])
-    return [(name, type_text) for name, type_text in wanted if name not in existing]
+    return [(name, type_text) for name, type_text in wanted if column_identifier(name) not in existing]
 
 
 def create_table(conn, plan: TargetTable) -> None:
