@@ -1,15 +1,18 @@
 """PostgreSQL destination options and sources end to end: the real ``olake`` commands, real clusters.
 
-- ``table_prefix``: every table is created with the prefix, full loads (Spark tasks' COPY) and changes
-  land there and nowhere else, and ``state recover`` / ``read --state-from`` read the prefixed tables'
-  committed state.
-- TLS: a target that accepts connections only over TLS (the session's ``tls_cluster``) receives a
-  ``sync`` (driver and Spark tasks) with ``sslmode`` verify-full against the CA; a wrong CA and a plain
-  connection fail with one line, the state file untouched, no password printed.
+- ``table_prefix`` (one that needs quoting): every table is created with the prefix, full loads (Spark
+  tasks' COPY) and changes land there and nowhere else, and ``state recover`` / ``read --state-from``
+  read the prefixed tables' committed state.
+- TLS: a target that accepts connections only over TLS (the session's ``tls_cluster``), as a role that
+  must also present a client certificate, receives a ``sync`` (driver and Spark tasks) with ``sslmode``
+  verify-full against the CA; a wrong CA, a plain connection and a missing client certificate fail
+  with one line, the state file untouched, no password printed.
 - MongoDB into PostgreSQL: every BSON type the source maps (ObjectId as text, Decimal128 as numeric,
-  dates as timestamptz, documents and mixed fields as jsonb, ...) checked column type by column type
-  and value by value after the full load and after changes (``sync``, then ``read | write``).
-- Enums: kept as the enum (and arrays of it) when the target has a type of that name, text otherwise.
+  dates as timestamptz, documents and mixed fields as jsonb, ...) and a field name beyond PostgreSQL's
+  63 bytes, checked column type by column type and value by value after the full load, after changes
+  (``sync``, then ``read | write``) and after two fields drifted to wider types (a load anew).
+- Enums: kept as the enum (and arrays of it) when the target has a type of that name, text otherwise;
+  a target type lacking labels is a config error before anything is written.
 - Row filter and transform into an Iceberg destination (a pyiceberg SQLite catalog).
 """
 
