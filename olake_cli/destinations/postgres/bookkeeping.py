@@ -1,8 +1,9 @@
 """The ``_olake`` schema in the target: what each table committed, and the full load in progress.
 
 ``_olake.streams``: per target table, the stream state committed with its rows, the highest
-operation id applied (changes at or below it are replays) and when olake last wrote rows into it. ``_olake.loads``: the full load a table is
-receiving and, for a load that replaces earlier contents, the staging table it is written into.
+operation id applied (changes at or below it are replays) and when olake last wrote rows into it.
+``_olake.loads``: the full load a table is receiving and, for a load that replaces earlier contents,
+the staging table it is written into.
 ``_olake.chunks``: full-load chunks that Spark tasks of ``olake sync`` committed themselves, each in
 the same transaction as its rows. Every write here shares its transaction with the rows it covers.
 """

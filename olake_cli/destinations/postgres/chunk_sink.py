@@ -4,8 +4,8 @@ From a PostgreSQL source into a table of built-in types, the task passes the sou
 through untouched (``write_copy``). Otherwise it converts its Arrow batches to the destination types
 (``codec_decode.to_destination``) and streams them as COPY data. Either way the rows go into the table
 (or into the staging table of a load that replaces the table's rows, see ``bookkeeping.register_load``),
-then the task records the chunk in ``_olake.chunks``, all in one
-transaction committed under the replication origin. A chunk the target already holds (a task run again
+then the task records the chunk in ``_olake.chunks``, all in one transaction committed under the
+replication origin. A chunk the target already holds (a task run again
 after a kill, or a retried attempt racing an earlier one) is skipped: its mark is there, or the second
 mark fails on its key and that attempt rolls back. A task outliving its run (a killed driver's Spark
 worker) writes nothing once its load is complete or replaced. No row crosses the pipe or the JVM.
