@@ -27,3 +27,20 @@ def test_password_from_the_environment(pg_cluster, pg_db, tmp_path):
     wrong = _check(config, {**olake_env(), "OLAKE_TEST_PW": "not-the-password-4711"})
     assert wrong.returncode != 0 and b"not-the-password-4711" not in wrong.stdout + wrong.stderr
     assert os.environ.get("OLAKE_TEST_PW") is None
+
+
+def test_a_nested_field_from_the_environment(pg_cluster, pg_db, tmp_path):
+    """``{"env": ...}`` works at any depth: the ``spark`` section's spool secret; an unset one is named
+    by its full path."""
+    config = write_json(tmp_path / "src.json", {**pg_cluster.source_config(pg_db), "spark": {
+        "spool": "s3://bucket/spool", "s3.access-key-id": "olake",
+        "s3.secret-access-key": {"env": "OLAKE_TEST_SPOOL_SECRET"}}})
+    ok = _check(config, {**olake_env(), "OLAKE_TEST_SPOOL_SECRET": "spool-s3cret-4711"})
+    assert ok.returncode == 0, ok.stderr.decode()
+    assert b"spool-s3cret-4711" not in ok.stdout + ok.stderr
+    env = {k: v for k, v in olake_env().items() if k != "OLAKE_TEST_SPOOL_SECRET"}
+    missing = _check(config, env)
+    assert missing.returncode != 0
+    assert missing.stderr.decode().strip().splitlines() == [
+        f"olake: error: {config}: field 'spark.s3.secret-access-key' takes its value from the environment "
+        f"variable 'OLAKE_TEST_SPOOL_SECRET', which is not set"]

@@ -46,16 +46,19 @@ def _role_of(kind: str, config: dict[str, Any]) -> str | None:
     return "destination" if destination_only & set(config) else "source"
 
 
-def resolve_env_values(config: dict[str, Any], path: str) -> dict[str, Any]:
-    """``{"password": {"env": "PGPASSWORD"}}`` takes the value from the environment (top-level fields),
-    so secrets stay out of config files; an unset variable is a config error naming it."""
+def resolve_env_values(config: dict[str, Any], path: str, prefix: str = "") -> dict[str, Any]:
+    """``{"password": {"env": "PGPASSWORD"}}`` takes the value from the environment (fields at any
+    depth, such as ``spark``'s ``s3.secret-access-key``), so secrets stay out of config files; an unset
+    variable is a config error naming it."""
     resolved = dict(config)
     for key, value in config.items():
         if isinstance(value, dict) and set(value) == {"env"} and isinstance(value["env"], str):
             if value["env"] not in os.environ:
-                raise ConfigError(f"{path}: field '{key}' takes its value from the environment variable "
+                raise ConfigError(f"{path}: field '{prefix}{key}' takes its value from the environment variable "
                                   f"'{value['env']}', which is not set")
             resolved[key] = os.environ[value["env"]]
+        elif isinstance(value, dict):
+            resolved[key] = resolve_env_values(value, path, f"{prefix}{key}.")
     return resolved
 
 

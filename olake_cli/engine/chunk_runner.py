@@ -23,6 +23,7 @@ from typing import Any
 from olake_cli.core.errors import ConfigError, OlakeError, TransientError
 from olake_cli.engine import task_entry
 from olake_cli.engine.session import cluster_cores, spark_log_path
+from olake_cli.shared.spool import Spool
 
 TASK_RETRIES = int(os.environ.get("OLAKE_CHUNK_RETRIES", "3"))  # lost tasks run again per chunk
 BACKOFF_S = 1.0
@@ -32,14 +33,17 @@ class SparkChunkRunner:
     """Submits one single-partition Spark job per chunk, keeping ``max_parallel`` in flight.
 
     Results come back in completion order; a new job starts only when a result has been handed to the
-    consumer. A task's output lines go to a spool file: on a local master one beside the driver (the
-    task writes it there), elsewhere on the executor's disk, sent back in pieces the driver appends to
-    its own spool file; so neither side holds a chunk's lines in memory.
+    consumer. A task's output lines go to a spool file (shared/spool.py): on a local master one beside
+    the driver (the task writes it there), on a cluster in the source's ``spark.spool`` (a mount or a
+    bucket every node and the driver reach) when it names one, else on the executor's disk, sent back
+    in pieces the driver appends to its own spool file (Spark's JVMs then hold the pieces of a chunk
+    until the driver takes them).
     """
 
     def __init__(self, spark_factory: Callable[[], Any], max_parallel: int | None = None,
                  local: bool = False, log: Callable[[str], None] | None = None,
-                 archive_name: str | None = None, max_connections: int | None = None) -> None:
+                 archive_name: str | None = None, max_connections: int | None = None,
+                 spool: Spool | None = None) -> None:
         self._spark_factory = spark_factory
         self._log = log or (lambda text: print(f"olake: {text}", file=sys.stderr, flush=True))
         self._spark = None
@@ -54,7 +58,9 @@ class SparkChunkRunner:
         _remove_orphan_spools()
         # Driver-side spool folder: a local master's tasks write into it, other tasks' pieces land in it.
         self.driver_spool = tempfile.mkdtemp(prefix=f"olake-spool-{os.getpid()}-")
-        self.spool_dir = self.driver_spool if local else None  # what the tasks are told (None: their own disk)
+        # what the tasks are told: beside the driver, the run's shared spool, or (unshared) their own disk
+        self.spool = Spool(self.driver_spool) if local else (spool or Spool())
+        self._spool_to_log = not local and self.spool.shared  # said once, at the first chunk through it
 
     def close(self) -> None:
         """Remove the spool folder (and whatever a failed run left in it)."""
@@ -128,7 +134,8 @@ class SparkChunkRunner:
         """Run one task and take its rows as they stream in: pieces into a driver spool file, then the result."""
         spool, result = None, None
         try:
-            for kind, data in self._jobs.rows(pickle.dumps((func, task)), self.spool_dir is None, self._archive_name):
+            ship_back = not self.spool.shared
+            for kind, data in self._jobs.rows(pickle.dumps((func, task)), ship_back, self._archive_name):
                 if kind == task_entry.PIECE:
                     if spool is None:
                         spool = tempfile.NamedTemporaryFile(dir=self.driver_spool, prefix="chunk-",
@@ -143,7 +150,10 @@ class SparkChunkRunner:
             raise
         if spool is not None:
             spool.close()
-            result.spool_path = spool.name
+            result.spool_path, result.spool = spool.name, None
+        elif self._spool_to_log and getattr(result, "spool_path", None):
+            self._spool_to_log = False
+            self._log(f"chunk lines come back through the spool {self.spool.describe()}")
         return result
 
     @property

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import os
 import random
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from olake_cli.core.contracts import BinaryCopyReader, BinaryCopySink, ChunkReader, ChunkSink
 from olake_cli.core.errors import OlakeError, SourceError, TransientError
+from olake_cli.shared.spool import Spool
 
 RETRIES = int(os.environ.get("OLAKE_CHUNK_RETRIES", "3"))  # transient failures retried per chunk
 BACKOFF_S = 1.0
@@ -32,7 +32,7 @@ class ChunkJob:
     json_schema: dict[str, Any]
     key_columns: tuple[str, ...] = ()  # named in errors about a value that cannot be carried
     extra_data: dict[str, Any] | None = None
-    spool_dir: str | None = None  # where the task spools its lines (None: its own temporary folder)
+    spool: Spool | None = None  # where the task spools its lines (None: its own temporary folder)
     sink: ChunkSink | None = None  # sync: the destination's chunk writer; the task writes the rows
     load_id: str | None = None
     load_op_key: str | None = None
@@ -54,16 +54,17 @@ class ScanResult:
     error: OlakeError | None = None
     seconds: float = 0.0
     spool_path: str | None = None
+    spool: Spool | None = None  # where spool_path is (None: this machine's disk)
     warnings: list[str] = field(default_factory=list)
     resume_point: Any = None  # the reader stopped before its chunk's end: where the rest begins
 
     def emit(self, write: Callable[[bytes], Any]) -> None:
         """Hand the chunk's lines to ``write`` from the spool file, then delete it."""
         if self.spool_path:
-            with open(self.spool_path, "rb") as spool:
-                while block := spool.read(1 << 22):
-                    write(block)
-            os.remove(self.spool_path)
+            spool = self.spool or Spool()
+            for block in spool.blocks(self.spool_path):
+                write(block)
+            spool.remove(self.spool_path)
 
 
 def run_chunk_job(job: ChunkJob) -> ScanResult:
@@ -96,9 +97,12 @@ def _attempt(job: ChunkJob) -> ScanResult:
     except Exception as exc:  # errors of other libraries arrive as many types; report them as one
         result.error = SourceError(f"chunk {job.chunk_index} of {job.label}: {type(exc).__name__}: {exc}")
     if spool is not None:
-        spool.close()
+        try:
+            spool.close()
+        except OSError as exc:  # an upload's last part failed
+            result.error = result.error or TransientError(f"chunk {job.chunk_index} of {job.label}: spool: {exc}")
         if result.error is not None:
-            os.remove(result.spool_path)
+            result.spool.remove(result.spool_path)
             result.spool_path = None
     if result.error is None:
         result.resume_point = getattr(job.reader, "resume_point", lambda: None)()
@@ -134,8 +138,9 @@ def _sink_chunk(job: ChunkJob, result: ScanResult) -> None:
 
 
 def _open_spool(job: ChunkJob, result: ScanResult):
-    """The chunk's spool file: beside the driver on a local master, else on the task's own disk (the
-    runner then sends it back in pieces); memory never holds the chunk's lines."""
-    fd, result.spool_path = tempfile.mkstemp(prefix=f"chunk-{job.chunk_index}-", suffix=".jsonl",
-                                             dir=job.spool_dir)
-    return os.fdopen(fd, "wb", buffering=1 << 22)
+    """The chunk's spool file: beside the driver on a local master, in the run's shared spool (a mount
+    or a bucket) when the source names one, else on the task's own disk (the runner then sends it back
+    in pieces); memory never holds the chunk's lines."""
+    result.spool = job.spool or Spool()
+    handle, result.spool_path = result.spool.create(job.chunk_index)
+    return handle

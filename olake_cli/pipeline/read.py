@@ -296,7 +296,7 @@ class ReadPipeline:
              extra_data: dict[str, Any] | None = None) -> ChunkJob:
         return ChunkJob(stream=stream.name, namespace=stream.namespace, chunk_index=index, reader=reader,
                         json_schema=stream.json_schema, key_columns=session.key_columns(stream),
-                        extra_data=extra_data, spool_dir=getattr(self.runner, "spool_dir", None))
+                        extra_data=extra_data, spool=getattr(self.runner, "spool", None))
 
     def _scan_all(self, runs: list[StreamRun], session: ReadSession) -> None:
         """Scan every run's jobs; streams whose schema drifted are announced wider and read again."""

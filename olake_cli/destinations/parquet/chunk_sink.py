@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 from olake_cli.core import codec_decode, row_metadata
 from olake_cli.destinations.parquet.paths import StreamPaths, chunk_file_name
-from olake_cli.destinations.parquet.s3_store import S3Options
+from olake_cli.shared.object_store import S3Options
 from olake_cli.destinations.parquet.storage import Store
 from olake_cli.destinations.parquet.writer import UNKNOWN_LOAD, append_metadata, conform, file_schema
 

@@ -90,7 +90,8 @@ class Store(Protocol):
 def make_store(config: dict[str, Any]) -> Store:
     """The store of a validated Parquet destination config (``path`` local or ``s3://bucket/prefix``)."""
     from olake_cli.destinations.parquet.local_store import LocalStore, check_root
-    from olake_cli.destinations.parquet.s3_store import S3Options, S3Store
+    from olake_cli.destinations.parquet.s3_store import S3Store
+    from olake_cli.shared.object_store import S3Options
 
     options = S3Options.of(config)
     if options is not None:
