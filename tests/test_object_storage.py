@@ -199,6 +199,41 @@ def test_parquet_in_a_bucket_loads_changes_replaces_and_survives_a_kill(pg_clust
     _no_secret(*outputs)
 
 
+def test_a_chunk_replayed_after_its_commit_leaves_its_live_objects_alone(pg_cluster, pg_db, moto_server, tmp_path):
+    """sync killed right after the manifest that commits chunk 0 (before the state file says so): the rerun
+    reads chunk 0 again, now shorter (rows deleted meanwhile), and must not rewrite the objects the
+    manifest lists (a reader would see two attempts' parts, and a part the shorter attempt does not
+    write would be deleted under the manifest); the destination keeps the committed chunk."""
+    dsn = pg_cluster.dsn(pg_db)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE shrink (id int PRIMARY KEY, s text);"
+                     "INSERT INTO shrink SELECT g, 'row ' || g FROM generate_series(1, 2000) g;")
+    bucket = create_bucket(moto_server, f"olake-{next(_buckets)}")
+    src = write_json(tmp_path / "src.json", pg_cluster.source_config(pg_db, chunk_strategy="primary_key",
+                                                                      chunk_rows=1000))
+    cat = str(tmp_path / "cat.json")
+    discover_catalog(src, tmp_path / "cat.json", {})
+    dst = write_json(tmp_path / "dst.json", parquet_config(moto_server, bucket, "lake", rows_per_file=400))
+    state = tmp_path / "st.json"
+    sync = ["sync", "--source", src, "--destination", dst, "--catalog", cat, "--state", str(state),
+            "--max-parallel", "1"]
+    killed = run_olake(*sync, env={"OLAKE_TEST_CRASH_AT": "manifest-written", "OLAKE_TEST_CRASH_AFTER": "1"})
+    assert killed.returncode == -9, killed.stderr.decode()[-3000:]
+    live = manifest_of(moto_server, f"{bucket}/lake", "public", "shrink")["live_files"]
+    assert len(live) == 3 and all("-c000000-" in name for name in live), live  # chunk 0: 400 + 400 + 200 rows
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DELETE FROM shrink WHERE id <= 300")  # chunk 0 read again: 700 rows, two parts
+    again = run_olake(*sync)
+    assert again.returncode == 0, again.stderr.decode()[-3000:]
+    assert b"chunk 0 is already in the destination" in again.stderr, again.stderr.decode()[-3000:]
+    final = manifest_of(moto_server, f"{bucket}/lake", "public", "shrink")["live_files"]
+    assert set(live) <= set(final) and len(final) == 6, final
+    loaded = parquet_rows(moto_server, f"{bucket}/lake", "public", "shrink")  # every listed object is readable
+    assert sorted(loaded.column("id").to_pylist()) == list(range(1, 2001)), "the committed chunk 0 stays whole"
+    assert unlisted_objects(moto_server, bucket, "lake") == []
+
+
 # (step, times the step is let through, the load a reader sees after the kill): the manifest object is
 # the commit point, so a kill right after the last chunk's manifest shows the new load already
 KILLS = [("staged", 3, "L1"), ("manifest-written", 3, "L2"), ("state-saved", 2, "L1")]

@@ -23,6 +23,7 @@ from olake_cli.core.load_progress import load_complete
 from olake_cli.core.resync import is_resync_marker
 from olake_cli.core.state import StreamState
 from olake_cli.destinations.parquet.manifest import Manifest
+from olake_cli.destinations.parquet.paths import chunk_prefix
 
 
 def commit_key(ss: StreamState) -> str:
@@ -62,6 +63,16 @@ def next_manifest(current: Manifest, ss: StreamState, load_id: str,
         if dir_id not in (new.live, load_dir):
             _retire(new, dir_id)
     return new
+
+
+def committed_files(manifest: Manifest | None, load_id: str, chunk_index: int) -> list[str]:
+    """The files a manifest lists for full-load chunk ``chunk_index`` of load ``load_id``: a manifest
+    names a chunk's files only from the commit that marks the chunk done."""
+    load_dir = None if manifest is None else manifest.dir_of(load_id)
+    if load_dir is None:
+        return []
+    prefix = chunk_prefix(load_id, chunk_index)
+    return [name for name in manifest.files(load_dir) if name.startswith(prefix)]
 
 
 def _group(name: str) -> str:
