@@ -31,9 +31,9 @@ def test_chunks_come_back_through_spark_when_tasks_cannot_spool(pg_cluster, pg_d
     source = PostgresSource(pg_cluster.source_config(pg_db, chunk_strategy="primary_key", chunk_rows=1000))
     catalog = parse_catalog(source.discover())
     out = io.BytesIO()
-    runner = SparkChunkRunner(lambda: spark, max_parallel=2, local=False)
-    assert not runner.spool.shared
     logs: list[str] = []
+    runner = SparkChunkRunner(lambda: spark, max_parallel=2, local=False, log=logs.append)
+    assert not runner.spool.shared
     state = State()
     ReadPipeline(source, catalog, state, MessageWriter(out), runner, logs.append).run()
 
@@ -48,6 +48,9 @@ def test_chunks_come_back_through_spark_when_tasks_cannot_spool(pg_cluster, pg_d
     assert len(chunk_states[0]["streams"][0]["stream_state"]["chunks"]) == 5
     assert state.find("public", "t").chunks is None  # all done: chunks dropped
     assert any("chunk 5/5" in line for line in logs)
+    assert [line for line in logs if line.startswith("chunk lines come back")] == [
+        "chunk lines come back through Spark, whose JVMs hold a chunk's lines until they are taken; name a "
+        "shared folder or a bucket as the source's spark.spool to keep memory bounded whatever the chunk size"]
 
 
 @pytest.mark.parametrize("place", ["folder", "bucket"])

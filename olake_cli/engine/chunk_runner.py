@@ -60,7 +60,7 @@ class SparkChunkRunner:
         self.driver_spool = tempfile.mkdtemp(prefix=f"olake-spool-{os.getpid()}-")
         # what the tasks are told: beside the driver, the run's shared spool, or (unshared) their own disk
         self.spool = Spool(self.driver_spool) if local else (spool or Spool())
-        self._spool_to_log = not local and self.spool.shared  # said once, at the first chunk through it
+        self._spool_to_log = not local  # where chunk lines come back from: said once, at the first chunk
 
     def close(self) -> None:
         """Remove the spool folder (and whatever a failed run left in it)."""
@@ -151,9 +151,12 @@ class SparkChunkRunner:
         if spool is not None:
             spool.close()
             result.spool_path, result.spool = spool.name, None
-        elif self._spool_to_log and getattr(result, "spool_path", None):
+        if self._spool_to_log and getattr(result, "spool_path", None):
             self._spool_to_log = False
-            self._log(f"chunk lines come back through the spool {self.spool.describe()}")
+            self._log(f"chunk lines come back through the spool {self.spool.describe()}" if self.spool.shared else
+                      "chunk lines come back through Spark, whose JVMs hold a chunk's lines until they are "
+                      "taken; name a shared folder or a bucket as the source's spark.spool to keep memory "
+                      "bounded whatever the chunk size")
         return result
 
     @property
