@@ -19,7 +19,7 @@ from tests.support.cli import (olake_cmd, olake_env, read_into_write, run_olake,
                                write_json)
 from tests.support.verify import assert_table_matches, read_parquet
 
-ROWS = 600_000
+ROWS = 200_000  # 20 chunks of CHUNK rows, read one at a time: the signal comes after two
 CHUNK = 10_000
 
 

@@ -21,6 +21,7 @@ import itertools
 import json
 import os
 import re
+import signal
 import subprocess
 import threading
 import time
@@ -38,6 +39,7 @@ from tests.support.verify import assert_table_matches, read_parquet
 EVERY_PAIRING = pytest.mark.skipif(os.environ.get("OLAKE_TEST_CLUSTER_ALL") != "1",
                                    reason="set OLAKE_TEST_CLUSTER_ALL=1 for every pairing of command and Spark")
 ROWS = 6000
+CONNECT_STOP_S = 10.0  # Ctrl-C through Connect: olake gone (its jobs cancelled on the server) within this
 _buckets = itertools.count()
 SCAN = "COPY (SELECT %FROM \"public\".\"big\"%"
 TABLE_SQL = f"""
@@ -128,13 +130,26 @@ def _spark_args(cluster, via: str) -> list[str]:
     pytest.param("remote", "master", id="pipe-through-connect-sync-on-master", marks=EVERY_PAIRING)])
 def test_postgres_full_loads_on_the_cluster(pg_cluster, items_db, spark_connect, olake_archive, bare_workers,
                                             moto_server, bucket, tmp_path, pipe_via, sync_via):
-    """read | write into Iceberg and sync into Parquet (whose tasks write the chunk objects into the
-    bucket from the executors; the driver writes the manifest), every chunk a task on the cluster."""
+    """read | write into Iceberg (the tasks leave their chunks' lines in the source's ``spark.spool``, a
+    prefix of the bucket, for the driver to stream) and sync into Parquet (whose tasks write the chunk
+    objects into the bucket from the executors; the driver writes the manifest), every chunk a task on
+    the cluster."""
+    from tests.support.object_store import ACCESS_KEY_ID, SECRET_ACCESS_KEY, keys
+
+    spool = {"spool": f"s3://{bucket}/spool", "s3.endpoint": moto_server.endpoint, "s3.region": REGION,
+             "s3.access-key-id": ACCESS_KEY_ID, "s3.secret-access-key": SECRET_ACCESS_KEY}
     src = _source(pg_cluster, items_db, tmp_path, olake_archive)
+    config = json.loads(Path(src).read_text())
+    config["spark"].update(spool)
+    write_json(Path(src), config)
     cat, stream = _catalog(src, tmp_path)
     parquet, iceberg = _lake(moto_server, bucket, tmp_path)
     result = _pipe(_spark_args(spark_connect, pipe_via), src, cat, iceberg, tmp_path / "pipe-state.json")
-    assert "chunk 4/4" in result.read_stderr.decode()
+    read_log = result.read_stderr.decode()
+    assert "chunk 4/4" in read_log
+    assert f"chunk lines come back through the spool s3://{bucket}/spool" in read_log, read_log[-2000:]
+    assert [k for k in keys(moto_server, bucket, "spool") if not k.endswith("/")] == []
+    assert SECRET_ACCESS_KEY not in read_log
     _sync(_spark_args(spark_connect, sync_via), src, cat, parquet, tmp_path / "sync-state.json")
     columns = list(stream["json_schema"]["properties"])
     with psycopg.connect(pg_cluster.dsn(items_db)) as conn:
@@ -184,6 +199,56 @@ def test_workers_without_olake_and_no_archive_fail_with_one_line(pg_cluster, ite
     assert len(errors) == 1 and "cannot import olake" in errors[0] and "olake pack" in errors[0], \
         result.stderr.decode()[-3000:]
     assert "Traceback" not in result.stderr.decode() and "Spark task was lost" not in result.stderr.decode()
+
+
+def _succeeded_chunks(state: Path) -> int:
+    try:
+        streams = json.loads(state.read_text())["streams"]
+    except (OSError, ValueError, KeyError):
+        return 0
+    return sum(c["status"] == "succeed" for s in streams for c in s["stream_state"].get("chunks") or [])
+
+
+def test_ctrl_c_through_connect_stops_the_run_and_leaves_the_server_serving(pg_cluster, pg_db, spark_connect,
+                                                                           olake_archive, bare_workers, moto_server,
+                                                                           bucket, tmp_path):
+    """Ctrl-C (SIGINT to the process group) in the middle of a sync through Spark Connect: the run ends
+    within seconds with one line and status 130, the Connect server keeps running, and a rerun through
+    it completes the load, equal to the source value by value."""
+    with psycopg.connect(pg_cluster.dsn(pg_db), autocommit=True) as conn:
+        conn.execute("CREATE TABLE slow (id int PRIMARY KEY, note text)")
+        conn.execute("INSERT INTO slow SELECT g, repeat(md5(g::text), 4) FROM generate_series(1, 30000) g")
+    config = pg_cluster.source_config(pg_db, chunk_strategy="primary_key", chunk_rows=1000)
+    config["spark"] = cluster_spark_config(olake_archive)
+    src = write_json(tmp_path / "src.json", config)
+    cat, stream = _catalog(src, tmp_path, "slow")
+    parquet, _ = _lake(moto_server, bucket, tmp_path)
+    state = tmp_path / "state.json"
+    args = ["sync", "--source", src, "--destination", parquet, "--catalog", cat, "--state", str(state),
+            "--max-parallel", "1", "--spark-remote", spark_connect.remote]
+    run = subprocess.Popen(olake_cmd(*args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=olake_env(),
+                           start_new_session=True)
+    deadline = time.monotonic() + 300
+    while _succeeded_chunks(state) < 2 and run.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert run.poll() is None, "the sync finished (or failed) before it could be interrupted: " + \
+        run.stderr.read().decode()[-2000:]
+    sent = time.monotonic()
+    os.killpg(run.pid, signal.SIGINT)
+    _, stderr = run.communicate(timeout=120)
+    stopped_s = time.monotonic() - sent
+    text = stderr.decode()
+    assert run.returncode == 130, text[-3000:]
+    assert stopped_s < CONNECT_STOP_S, f"the run took {stopped_s:.1f} s to stop"
+    assert "Traceback" not in text, text[-3000:]
+    assert text.strip().splitlines()[-1].startswith("olake: interrupted by SIGINT"), text[-2000:]
+    assert 2 <= _succeeded_chunks(state) < 30, "the interrupt stopped the load part way"
+    assert spark_connect.processes["connect"].poll() is None, "the Connect server must keep running"
+
+    _sync(["--spark-remote", spark_connect.remote], src, cat, parquet, state)
+    with psycopg.connect(pg_cluster.dsn(pg_db)) as conn:
+        assert_table_matches(conn, "public", "slow", stream["json_schema"],
+                             parquet_rows(moto_server, f"{bucket}/lake", "public", "slow"))
 
 
 def test_a_worker_killed_mid_load_loses_nothing_and_doubles_nothing(pg_cluster, pg_db, spark_cluster, olake_archive,
