@@ -36,6 +36,7 @@ from tests.support.current_view import iceberg_rows
 from tests.support.mongo import connect
 from tests.support.pg_compare import assert_same_rows, table_texts
 from tests.support.pgcluster import create_database
+from tests.support.row_hooks import install_hooks
 from tests.support.tls import CERT_USER, CERT_USER_PASSWORD
 from tests.test_bad_input import assert_one_error
 
@@ -436,20 +437,10 @@ def test_an_enum_stays_an_enum_where_the_target_has_the_type_and_is_text_elsewhe
 
 # ----------------------------------------------------------------------------- row filter and transform, Iceberg
 
-HOOKS = '''
-import pyarrow.compute as pc
-
-def not_odd(batch):
-    return pc.equal(pc.bit_wise_and(batch.column("id"), 1), 0)
-
-def shout(batch):
-    index = batch.schema.get_field_index("note")
-    return batch.set_column(index, "note", pc.utf8_upper(batch.column("note")))
-'''
 
 
 def test_filter_and_transform_into_iceberg_for_loads_and_changes(pg_cluster, pg_db, tmp_path, monkeypatch):
-    (tmp_path / "olake_iceberg_hooks.py").write_text(HOOKS)
+    row_filter, transform = install_hooks(tmp_path, "olake_iceberg_hooks")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
     source = pg_cluster.dsn(pg_db)
     with psycopg.connect(source, autocommit=True) as conn:
@@ -460,7 +451,7 @@ def test_filter_and_transform_into_iceberg_for_loads_and_changes(pg_cluster, pg_
         chunk_rows=20))
     catalog, state = tmp_path / "cat.json", tmp_path / "state.json"
     entry = discover_catalog(src, catalog, {"t": "cdc"})
-    entry["streams"][0].update(row_filter="olake_iceberg_hooks:not_odd", transform="olake_iceberg_hooks:shout")
+    entry["streams"][0].update(row_filter=row_filter, transform=transform)
     catalog.write_text(json.dumps(entry))
     lake = tmp_path / "ice"
     dst = write_json(tmp_path / "ice.json", {"type": "iceberg", "path": str(lake)})

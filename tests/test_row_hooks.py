@@ -11,18 +11,8 @@ import psycopg
 from tests.support.cdc import discover_catalog
 from tests.support.cli import run_olake, trace_errors, write_json
 from tests.support.pg_compare import table_texts
+from tests.support.row_hooks import install_hooks
 from tests.support.verify import latest_versions, read_parquet
-
-HOOKS = '''
-import pyarrow.compute as pc
-
-def only_even(batch):
-    return pc.equal(pc.bit_wise_and(batch.column("id"), 1), 0)
-
-def shout(batch):
-    index = batch.schema.get_field_index("note")
-    return batch.set_column(index, "note", pc.utf8_upper(batch.column("note")))
-'''
 
 
 def _expected(dsn: str) -> list[tuple]:
@@ -34,7 +24,7 @@ def _expected(dsn: str) -> list[tuple]:
 
 def test_filter_and_transform_apply_to_loads_and_changes_and_positions_move(pg_cluster, pg_db, pg_target,
                                                                             target_db, tmp_path):
-    (tmp_path / "olake_test_hooks.py").write_text(HOOKS)
+    row_filter, transform = install_hooks(tmp_path, "olake_test_hooks")
     env = {"PYTHONPATH": str(tmp_path)}
     source = pg_cluster.dsn(pg_db)
     with psycopg.connect(source, autocommit=True) as conn:
@@ -46,7 +36,7 @@ def test_filter_and_transform_apply_to_loads_and_changes_and_positions_move(pg_c
         pg_db, replication_slot="slot_hooks_sync", publication="pub_hooks", create_slot_and_publication=True))
     catalog = tmp_path / "cat.json"
     entry = discover_catalog(src, catalog, {"t": "cdc"})
-    entry["streams"][0].update(row_filter="olake_test_hooks:only_even", transform="olake_test_hooks:shout")
+    entry["streams"][0].update(row_filter=row_filter, transform=transform)
     catalog.write_text(json.dumps(entry))
     dst = write_json(tmp_path / "dst.json", pg_target.destination_config(target_db))
     lake = tmp_path / "lake"

@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import shutil
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import orjson
 
@@ -63,6 +63,18 @@ class Manifest:
         if self.live is None or self.live not in self.loads:
             return []
         return [f"{paths.dir_name(self.live)}/{name}" for name in self.files(self.live)]
+
+    def unlisted(self, dir_ids: list[str], names_in: Callable[[str], list[str]]) -> tuple[list[str], list[tuple[str, str]]]:
+        """What this manifest does not list, given the load directories present and the names in each:
+        the whole directories to delete, and the (directory, name) files to delete in listed ones."""
+        folders, files = [], []
+        for dir_id in dir_ids:
+            if dir_id not in self.loads:
+                folders.append(dir_id)
+                continue
+            listed = set(self.files(dir_id))
+            files += [(dir_id, name) for name in names_in(dir_id) if name not in listed]
+        return folders, files
 
     def to_bytes(self, paths: StreamPaths) -> bytes:
         """The manifest as JSON (with the live files for readers)."""
@@ -129,19 +141,12 @@ def roll_forward(paths: StreamPaths, manifest: Manifest, delete: list[str]) -> N
 
 def remove_unlisted(paths: StreamPaths, manifest: Manifest) -> int:
     """Delete what no manifest lists (staged leftovers of killed runs, abandoned loads); returns a count."""
-    removed = 0
-    for dir_id in paths.dir_ids_on_disk():
-        folder = paths.load_dir(dir_id)
-        if dir_id not in manifest.loads:
-            shutil.rmtree(folder, ignore_errors=True)
-            removed += 1
-            continue
-        listed = set(manifest.files(dir_id))
-        for name in os.listdir(folder):
-            if name not in listed:
-                os.remove(os.path.join(folder, name))
-                removed += 1
-    return removed
+    folders, files = manifest.unlisted(paths.dir_ids_on_disk(), lambda d: os.listdir(paths.load_dir(d)))
+    for dir_id in folders:
+        shutil.rmtree(paths.load_dir(dir_id), ignore_errors=True)
+    for dir_id, name in files:
+        os.remove(os.path.join(paths.load_dir(dir_id), name))
+    return len(folders) + len(files)
 
 
 def _point_link(paths: StreamPaths, dir_id: str | None) -> None:

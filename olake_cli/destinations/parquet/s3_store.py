@@ -135,19 +135,12 @@ class S3Store:
 
     def remove_unlisted(self, paths: StreamPaths, manifest: Manifest) -> int:
         """Delete the objects no manifest lists (leftovers of killed runs, abandoned loads); a count."""
-        removed = 0
-        for dir_id in self._dir_ids(paths):
-            folder = paths.load_dir(dir_id)
-            if dir_id not in manifest.loads:
-                self.delete(folder, folder=True)
-                removed += 1
-                continue
-            listed = set(manifest.files(dir_id))
-            for name in self._names(folder):
-                if name not in listed:
-                    self.delete(f"{folder}/{name}")
-                    removed += 1
-        return removed
+        folders, files = manifest.unlisted(self._dir_ids(paths), lambda d: self._names(paths.load_dir(d)))
+        for dir_id in folders:
+            self.delete(paths.load_dir(dir_id), folder=True)
+        for dir_id, name in files:
+            self.delete(f"{paths.load_dir(dir_id)}/{name}")
+        return len(folders) + len(files)
 
     def _dir_ids(self, paths: StreamPaths) -> list[str]:
         """The load prefixes of this stream that hold objects."""
