@@ -6,18 +6,19 @@ chunk's deterministic names in the load's directory (parts of at most ``rows_per
 task replaces its own files: on a local path staged names (``_staged.part-<load>-c<chunk>-<part>.parquet``),
 in a bucket the final names (``part-<load>-c<chunk>-<part>.parquet``; parts an earlier attempt wrote
 beyond this one's are deleted). The task returns only counts; the driver's commit of the chunk's STATE
-(the manifest) makes the files live. A chunk the manifest already holds (a run replaying after a kill
-between the destination's commit and the state file's write) is not written again: rewriting live
+(the manifest) makes the files live. A chunk the manifest already held when the destination opened (a
+run replaying after a kill between the destination's commit and the state file's write) is not written
+again: rewriting live
 files in place would let a reader see two attempts' parts, or lose a part a shorter attempt drops.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from olake_cli.core import codec_decode, row_metadata
-from olake_cli.destinations.parquet.commit_plan import committed_files
+from olake_cli.destinations.parquet.commit_plan import chunk_listed
 from olake_cli.destinations.parquet.paths import StreamPaths, chunk_file_name
 from olake_cli.shared.object_store import S3Options
 from olake_cli.destinations.parquet.storage import Store
@@ -32,6 +33,9 @@ class ParquetChunkSink:
     compression: str | None = "zstd"
     rows_per_file: int = 1_000_000
     s3: S3Options | None = None
+    # per stream, the files its manifest listed when the destination opened (filled by the writer; a task
+    # never reads the manifest itself, which the driver may be replacing at that moment)
+    committed: dict[tuple, frozenset[str]] = field(default_factory=dict, hash=False, compare=False)
 
     @property
     def writes_local_files(self) -> bool:
@@ -55,7 +59,7 @@ class ParquetChunkSink:
         load_id = load_id or UNKNOWN_LOAD
         store = self.store()
         paths = StreamPaths.of(store.root, namespace, stream)
-        if committed_files(store.load_manifest(paths), load_id, chunk_index):
+        if chunk_listed(self.committed.get((namespace, stream), frozenset()), load_id, chunk_index):
             # a replay (killed after the commit, before the state file): its live files stay as they are
             return 0, [f"chunk {chunk_index} is already in the destination (committed by an earlier run); skipped"]
         # rows that rank at an operation id are a cdc stream's load: changes will share these files

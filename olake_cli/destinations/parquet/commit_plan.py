@@ -65,14 +65,11 @@ def next_manifest(current: Manifest, ss: StreamState, load_id: str,
     return new
 
 
-def committed_files(manifest: Manifest | None, load_id: str, chunk_index: int) -> list[str]:
-    """The files a manifest lists for full-load chunk ``chunk_index`` of load ``load_id``: a manifest
-    names a chunk's files only from the commit that marks the chunk done."""
-    load_dir = None if manifest is None else manifest.dir_of(load_id)
-    if load_dir is None:
-        return []
+def chunk_listed(listed: frozenset[str], load_id: str, chunk_index: int) -> bool:
+    """Whether a manifest's ``listed`` files hold full-load chunk ``chunk_index`` of load ``load_id``: a
+    manifest names a chunk's files only from the commit that marks the chunk done."""
     prefix = chunk_prefix(load_id, chunk_index)
-    return [name for name in manifest.files(load_dir) if name.startswith(prefix)]
+    return any(name.startswith(prefix) for name in listed)
 
 
 def _group(name: str) -> str:

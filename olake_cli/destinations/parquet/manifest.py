@@ -64,6 +64,10 @@ class Manifest:
             return []
         return [f"{paths.dir_name(self.live)}/{name}" for name in self.files(self.live)]
 
+    def listed_files(self) -> frozenset[str]:
+        """The names of every file this manifest lists, in any load directory."""
+        return frozenset(name for entry in self.loads.values() for name in entry["files"])
+
     def unlisted(self, dir_ids: list[str], names_in: Callable[[str], list[str]]) -> tuple[list[str], list[tuple[str, str]]]:
         """What this manifest does not list, given the load directories present and the names in each:
         the whole directories to delete, and the (directory, name) files to delete in listed ones."""

@@ -70,6 +70,7 @@ class ParquetDestination:
         self.log = log
         self.buffers: dict[tuple, StreamBuffer] = {}
         self.snapshot_keys: dict[tuple, str] = {}  # op id of full-load rows: the snapshot's position
+        self.sink = None  # the chunk sink of sync's tasks, told each stream's files as it opens
 
     def check(self) -> str:
         """The folder (or bucket prefix) exists or can be created, and accepts files."""
@@ -83,8 +84,12 @@ class ParquetDestination:
         """Spark tasks of ``sync`` write their full-load chunks' files themselves."""
         from olake_cli.destinations.parquet.chunk_sink import ParquetChunkSink
 
-        return ParquetChunkSink(self.root, self.compression, self.rows_per_file,
-                                None if self.store.local else self.store.options)
+        if self.sink is None:
+            self.sink = ParquetChunkSink(self.root, self.compression, self.rows_per_file,
+                                         None if self.store.local else self.store.options)
+            for key, buf in self.buffers.items():
+                self.sink.committed[key] = buf.manifest.listed_files()
+        return self.sink
 
     def open(self, catalog: Catalog) -> None:
         """Prepare each stream of the catalog: roll its last commit forward, delete uncommitted files."""
@@ -99,6 +104,8 @@ class ParquetDestination:
                 committed = manifest.state or {}
                 buf.load_id = (committed.get("stream_state") or {}).get("load_id") or UNKNOWN_LOAD
                 self.buffers[stream.key] = buf
+                if self.sink is not None:  # what the tasks must not write again (a replay after a kill)
+                    self.sink.committed[stream.key] = manifest.listed_files()
 
     def stream_paths(self, stream: CatalogStream) -> StreamPaths:
         """Where one stream's files and manifest live."""
