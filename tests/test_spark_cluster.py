@@ -257,8 +257,9 @@ def test_a_worker_killed_mid_load_loses_nothing_and_doubles_nothing(pg_cluster, 
     on the other worker; every row lands exactly once. The worker is started again for the tests after."""
     with psycopg.connect(pg_cluster.dsn(pg_db), autocommit=True) as conn:
         conn.execute("CREATE TABLE big (id int PRIMARY KEY, a text, b text)")
-        conn.execute("INSERT INTO big SELECT g, md5(g::text), repeat(md5(g::text), 8) FROM generate_series(1, 120000) g")
-    config = pg_cluster.source_config(pg_db, chunk_strategy="primary_key", chunk_rows=20_000)
+        conn.execute("INSERT INTO big SELECT g, md5(g::text), repeat(md5(g::text), 8) FROM generate_series(1, 240000) g")
+    # six chunks, each scan long enough (40k rows) for the killer's 10 ms polls to catch one running
+    config = pg_cluster.source_config(pg_db, chunk_strategy="primary_key", chunk_rows=40_000)
     config["spark"] = cluster_spark_config(olake_archive)
     src = write_json(tmp_path / "src.json", config)
     found = run_olake("discover", "--config", src)
