@@ -52,9 +52,11 @@ FROM generate_series(1, {ROWS}) g;
 """
 
 
-def _source(pg_cluster, db: str, tmp_path: Path, archive: str | None, **extra) -> str:
-    config = pg_cluster.source_config(db, chunk_strategy="primary_key", chunk_rows=1500, **extra)
-    config["spark"] = cluster_spark_config(archive)
+def _source(pg_cluster, db: str, tmp_path: Path, archive: str | None, chunk_rows: int = 1500,
+            spark: dict | None = None) -> str:
+    """A source config of ``db`` with key-range chunks, its ``spark`` section for the cluster (plus ``spark``)."""
+    config = pg_cluster.source_config(db, chunk_strategy="primary_key", chunk_rows=chunk_rows)
+    config["spark"] = {**cluster_spark_config(archive), **(spark or {})}
     return write_json(tmp_path / "src.json", config)
 
 
@@ -138,10 +140,7 @@ def test_postgres_full_loads_on_the_cluster(pg_cluster, items_db, spark_connect,
 
     spool = {"spool": f"s3://{bucket}/spool", "s3.endpoint": moto_server.endpoint, "s3.region": REGION,
              "s3.access-key-id": ACCESS_KEY_ID, "s3.secret-access-key": SECRET_ACCESS_KEY}
-    src = _source(pg_cluster, items_db, tmp_path, olake_archive)
-    config = json.loads(Path(src).read_text())
-    config["spark"].update(spool)
-    write_json(Path(src), config)
+    src = _source(pg_cluster, items_db, tmp_path, olake_archive, spark=spool)
     cat, stream = _catalog(src, tmp_path)
     parquet, iceberg = _lake(moto_server, bucket, tmp_path)
     result = _pipe(_spark_args(spark_connect, pipe_via), src, cat, iceberg, tmp_path / "pipe-state.json")
@@ -218,9 +217,7 @@ def test_ctrl_c_through_connect_stops_the_run_and_leaves_the_server_serving(pg_c
     with psycopg.connect(pg_cluster.dsn(pg_db), autocommit=True) as conn:
         conn.execute("CREATE TABLE slow (id int PRIMARY KEY, note text)")
         conn.execute("INSERT INTO slow SELECT g, repeat(md5(g::text), 4) FROM generate_series(1, 30000) g")
-    config = pg_cluster.source_config(pg_db, chunk_strategy="primary_key", chunk_rows=1000)
-    config["spark"] = cluster_spark_config(olake_archive)
-    src = write_json(tmp_path / "src.json", config)
+    src = _source(pg_cluster, pg_db, tmp_path, olake_archive, chunk_rows=1000)
     cat, stream = _catalog(src, tmp_path, "slow")
     parquet, _ = _lake(moto_server, bucket, tmp_path)
     state = tmp_path / "state.json"
@@ -259,9 +256,7 @@ def test_a_worker_killed_mid_load_loses_nothing_and_doubles_nothing(pg_cluster, 
         conn.execute("CREATE TABLE big (id int PRIMARY KEY, a text, b text)")
         conn.execute("INSERT INTO big SELECT g, md5(g::text), repeat(md5(g::text), 8) FROM generate_series(1, 240000) g")
     # six chunks, each scan long enough (40k rows) for the killer's 10 ms polls to catch one running
-    config = pg_cluster.source_config(pg_db, chunk_strategy="primary_key", chunk_rows=40_000)
-    config["spark"] = cluster_spark_config(olake_archive)
-    src = write_json(tmp_path / "src.json", config)
+    src = _source(pg_cluster, pg_db, tmp_path, olake_archive, chunk_rows=40_000)
     found = run_olake("discover", "--config", src)
     (tmp_path / "cat.json").write_bytes(found.stdout)
     stream = json.loads(found.stdout)["catalog"]["streams"][0]
