@@ -6,19 +6,25 @@ field out of that row's data, as an unchanged TOAST value or a key-only delete d
 filters rows with one mask and lays out RECORD lines with one element-wise join
 (``record_lines.encode_change_lines``). A source that builds records a row at a time turns them into
 runs with :func:`runs_of_changes`.
+
+A *typed* run (asked for by ``sync``, which hands runs to its destination in the same process) holds
+each field in its destination Arrow type instead, a field left out of a row being null there (the
+decoded table does not tell the two apart either); :meth:`ChangeRun.table` gives the table the
+writer adds, exactly as decoding the run's RECORD lines would.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from olake_cli.core.codec import arrow_schema
 from olake_cli.core.opid import OpId
-from olake_cli.core.row_metadata import COMMIT_TS, OP, OP_ID
+from olake_cli.core.row_metadata import COMMIT_TS, OP, OP_ID, TOAST, WIRE_FIELDS, hex_op_id_pairs
 
 StreamKey = tuple  # (namespace, name)
 _METADATA = (OP, OP_ID, COMMIT_TS)
@@ -38,6 +44,8 @@ class ChangeRun:
     commit: pa.Array
     seq: pa.Array
     commit_ts: pa.Array
+    typed: bool = False  # data in destination Arrow types, not JSON texts
+    warnings: list[str] = field(default_factory=list)  # what converting a typed run's values found
 
     def __len__(self) -> int:
         return len(self.op)
@@ -57,7 +65,28 @@ class ChangeRun:
             return self
         return ChangeRun(self.stream, {name: texts.filter(above) for name, texts in self.data.items()},
                          self.op.filter(above), self.commit.filter(above), self.seq.filter(above),
-                         self.commit_ts.filter(above))
+                         self.commit_ts.filter(above), self.typed, self.warnings)
+
+    def table(self, json_schema: dict) -> pa.Table:
+        """A typed run as a table of :func:`decoded_schema`: the stream's columns (null where a row has no
+        value), then the ``_olake_*`` columns."""
+        schema = decoded_schema(json_schema)
+        size = len(self)
+        columns = [self.data.get(f.name, pa.nulls(size, f.type)) for f in schema if f.name not in _WIRE]
+        columns += [self.op, hex_op_id_pairs(self.commit, self.seq), self.commit_ts,
+                    self.data.get(TOAST, pa.nulls(size, _TOAST_TYPE))]
+        return pa.Table.from_arrays(columns, schema=schema)
+
+
+def decoded_schema(json_schema: dict) -> pa.Schema:
+    """The schema of a stream's decoded changes: its columns, all nullable, then the ``_olake_*``
+    columns (operation ids as 32 hex digits)."""
+    return pa.schema([f.with_nullable(True) for f in arrow_schema(json_schema)]
+                     + [f.with_type(pa.string()) if f.name == OP_ID else f for f in WIRE_FIELDS])
+
+
+_WIRE = frozenset(f.name for f in WIRE_FIELDS)
+_TOAST_TYPE = next(f.type for f in WIRE_FIELDS if f.name == TOAST)
 
 
 @dataclass

@@ -131,8 +131,9 @@ class ChangeCapture(Protocol):
         """A copy of ``stream_state`` positioned at ``position``."""
         ...
 
-    def read(self, streams: list["CatalogStream"], state: "State") -> Iterator[ChangeBatch]:
-        """Changes after the streams' committed positions up to the log's end at the call, in order."""
+    def read(self, streams: list["CatalogStream"], state: "State", typed: bool = False) -> Iterator[ChangeBatch]:
+        """Changes after the streams' committed positions up to the log's end at the call, in order;
+        ``typed`` allows typed runs (``ChangeRun.typed``), which a source may give or not."""
         ...
 
 

@@ -18,7 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
-from olake_cli.core.codec import arrow_schema, olake_type_of
+from olake_cli.core.change_runs import decoded_schema
+from olake_cli.core.codec import olake_type_of
 from olake_cli.core.codec_decode import decode_column, decode_rows
 from olake_cli.core.errors import OlakeError, ProtocolError
 from olake_cli.core.opid import OpId
@@ -39,6 +40,8 @@ class BlockDecoder:
 
     def __init__(self, json_schema: dict, namespace: str | None) -> None:
         self.json_schema = json_schema
+        self.out_schema = decoded_schema(json_schema)
+        self.schema = pa.schema([f for f in self.out_schema if f.name not in WIRE_NAMES])
         self.types: dict[str, str] = {}
         data_fields = []
         for name, prop in json_schema.get("properties", {}).items():
@@ -54,9 +57,6 @@ class BlockDecoder:
             record.append(pa.field("namespace", pa.string()))
         record += [pa.field("emitted_at", pa.int64()), pa.field("data", pa.struct(data_fields + WIRE_FIELDS))]
         self.envelope = pa.schema([pa.field("type", pa.string()), pa.field("record", pa.struct(record))])
-        self.schema = pa.schema([f.with_nullable(True) for f in arrow_schema(json_schema)])
-        self.out_schema = pa.schema(list(self.schema) + [f.with_type(pa.string()) if f.name == OP_ID else f
-                                                         for f in WIRE_FIELDS])
 
     def decode(self, lines: bytes, warnings: list[str]) -> pa.Table | None:
         """The run's data as a table of the destination types followed by the ``_olake_*`` columns

@@ -88,8 +88,19 @@ def hex_op_ids(pairs: pa.Array) -> pa.Array:
     if not pc.all(pc.fill_null(pc.equal(lengths, 2), True)).as_py():
         raise ValueError("an operation id is not a pair")
     filled = pc.fill_null(pairs, pa.scalar([0, 0], pairs.type))
-    flat = filled.flatten().to_numpy(zero_copy_only=False).astype(">u8")
-    digits = binascii.hexlify(flat.tobytes()).upper()
-    offsets = pa.array(numpy.arange(0, 32 * len(pairs) + 1, 32, dtype=numpy.int32))
-    text = pa.StringArray.from_buffers(len(pairs), offsets.buffers()[1], pa.py_buffer(digits))
+    text = _hex_digits(filled.flatten().to_numpy(zero_copy_only=False), len(pairs))
     return pc.if_else(pairs.is_valid(), text, pa.scalar(None, pa.string()))
+
+
+def hex_op_id_pairs(commit: pa.Array, seq: pa.Array) -> pa.Array:
+    """Operation ids given as their commit and sequence columns (uint64), as 32 hex digits."""
+    pairs = numpy.empty(2 * len(commit), numpy.uint64)
+    pairs[0::2] = commit.to_numpy(zero_copy_only=False)
+    pairs[1::2] = seq.to_numpy(zero_copy_only=False)
+    return _hex_digits(pairs, len(commit))
+
+
+def _hex_digits(flat: numpy.ndarray, count: int) -> pa.Array:
+    digits = binascii.hexlify(flat.astype(">u8").tobytes()).upper()
+    offsets = pa.array(numpy.arange(0, 32 * count + 1, 32, dtype=numpy.int32))
+    return pa.StringArray.from_buffers(count, offsets.buffers()[1], pa.py_buffer(digits))

@@ -4,7 +4,9 @@ Source-neutral: the capture yields runs of changes in log order with their opera
 positions it alone can serialise. Here, changes at or below a stream's committed position are dropped
 with one mask per run (a run that resumes inside a transaction replays exactly the rest, seeds/000),
 each run's RECORD lines are laid out column by column, widened schemas are announced before the rows
-that need them, and after each checkpoint every captured stream's state moves to it.
+that need them, and after each checkpoint every captured stream's state moves to it. Given a
+``tables`` hand-off (``sync``), the capture may give typed runs, which go on as change tables in
+their place among the lines, with no JSON in between.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from olake_cli.core.record_lines import encode_change_lines
 from olake_cli.core.resync import resync_marker
 from olake_cli.core.schema_drift import record_in_state
 from olake_cli.core.state import State, StreamState
+from olake_cli.pipeline.in_process import ChangeTable
 
 
 def capturing(streams: list[CatalogStream], state: State) -> list[CatalogStream]:
@@ -30,15 +33,16 @@ def capturing(streams: list[CatalogStream], state: State) -> list[CatalogStream]
 
 def run_change_phase(capture: ChangeCapture, streams: list[CatalogStream], state: State,
                      out: messages.MessageWriter, log: Callable[[str], None],
-                     counted: Callable[[tuple, dict[str, int]], None] = lambda key, counts: None) -> None:
+                     counted: Callable[[tuple, dict[str, int]], None] = lambda key, counts: None,
+                     tables: Callable[[ChangeTable], None] | None = None) -> None:
     """Read the capture's changes for the :func:`capturing` streams, and emit them; ``counted`` is told
-    each stream's emitted changes by kind."""
+    each stream's emitted changes by kind; ``tables`` takes typed changes, after what ``out`` got before."""
     active = {s.key: s for s in capturing(streams, state)}
     if not active:
         return
     started, emitted = time.monotonic(), 0
-    emitter = _ChangeEmitter(capture, active, state, out, log, counted)
-    for batch in capture.read(list(active.values()), state):
+    emitter = _ChangeEmitter(capture, active, state, out, log, counted, tables)
+    for batch in capture.read(list(active.values()), state, typed=tables is not None):
         emitted += emitter.emit(batch)
     elapsed = max(time.monotonic() - started, 1e-6)
     log(f"change capture: {emitted} change(s) in {elapsed:.1f}s ({emitted / elapsed:,.0f}/s)")
@@ -52,9 +56,10 @@ class _ChangeEmitter:
 
     def __init__(self, capture: ChangeCapture, active: dict[tuple, CatalogStream], state: State,
                  out: messages.MessageWriter, log: Callable[[str], None],
-                 counted: Callable[[tuple, dict[str, int]], None]) -> None:
+                 counted: Callable[[tuple, dict[str, int]], None], tables: Callable[[ChangeTable], None] | None
+                 ) -> None:
         self.capture, self.active, self.state, self.out, self.log = capture, active, state, out, log
-        self.counted = counted
+        self.counted, self.tables = counted, tables
         self.positions = {k: self._op_of(state.find(*k)) for k in active}
         self.prefixes = {k: _record_prefix(s) for k, s in active.items()}
 
@@ -77,8 +82,14 @@ class _ChangeEmitter:
             emitted += len(run)
             if len(run):
                 self.counted(run.stream, run.op_counts())
-            blocks.append(encode_change_lines(run, self.prefixes[run.stream] + emitted_at + b',"data":'))
-        if emitted:
+            if run.typed and run.data and len(run):  # (a truncate has no data: it goes as a line)
+                if blocks:
+                    self.out.write_raw(b"".join(blocks))
+                    blocks = []
+                self.tables(ChangeTable(run.stream, run.table(self.active[run.stream].json_schema), run.warnings))
+            else:
+                blocks.append(encode_change_lines(run, self.prefixes[run.stream] + emitted_at + b',"data":'))
+        if blocks:
             self.out.write_raw(b"".join(blocks))
         for key, reason in batch.resync.items():
             self._resync(key, reason)

@@ -107,8 +107,8 @@ class ReadPipeline:
 
     def __init__(self, source: Source, catalog: Catalog, state: State, out: messages.MessageWriter,
                  runner, log: Callable[[str], None], sink: Any = None, view: ProgressView | None = None,
-                 clock: Callable[[], int] = messages.now_ms, on_source_open: Callable[[], None] = lambda: None
-                 ) -> None:
+                 clock: Callable[[], int] = messages.now_ms, on_source_open: Callable[[], None] = lambda: None,
+                 tables: Callable[[Any], None] | None = None) -> None:
         self.source, self.catalog, self.state, self.out = source, catalog, state, out
         self.runner, self.log = runner, log
         self.sink = sink  # sync: full-load chunks are written by the tasks themselves
@@ -120,6 +120,7 @@ class ReadPipeline:
         self.statuses: dict[tuple, str] = {}  # stream key -> the last STREAM_STATUS emitted
         self.lost: set[tuple] = set()  # streams whose state this run dropped (a lost position or load)
         self.on_source_open = on_source_open  # sync: locks and opens the destination, once the source is open
+        self.tables = tables  # sync: takes typed changes (pipeline.in_process) in their place among the lines
         apply_to_catalog(catalog, state)  # columns a source widened in earlier runs
 
     def run(self) -> None:
@@ -169,7 +170,7 @@ class ReadPipeline:
             labels = {s.key: s.label for s in cdc_streams}
             self.progress.capture_started(s.label for s in capturing(cdc_streams, self.state))
             run_change_phase(self.capture, cdc_streams, self.state, self.out, self.log,
-                             lambda key, counts: self.progress.changes(labels[key], counts))
+                             lambda key, counts: self.progress.changes(labels[key], counts), self.tables)
         self.out.write(messages.state_message(self.state))
         self.out.flush()
         if self.errors:

@@ -2,21 +2,33 @@
 
 from __future__ import annotations
 
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO, Callable, Iterable, Iterator
+
+
+def blocks_of(stdin: BinaryIO) -> Iterator[bytes]:
+    """The bytes of ``stdin`` as they arrive, in blocks of up to 1 MiB."""
+    read = getattr(stdin, "read1", stdin.read)
+    while True:
+        data = read(1 << 20)
+        if not data:
+            return
+        yield data
 
 
 class RunReader:
-    """Splits stdin into runs of one stream's RECORD lines (by ``record_prefix``) and single lines.
+    """Splits the input into runs of one stream's RECORD lines (by ``record_prefix``) and single lines.
 
     A run grows until another kind of line, a size limit or the end of input; it is never held
-    back waiting for input, because only a STATE line (which ends the run first) commits rows.
+    back waiting for input, because only a STATE line (which ends the run first) commits rows. The
+    input is blocks of bytes, and, from ``sync``'s in-process pipe, other items between them (typed
+    changes), handed to ``on_item`` in their place.
     """
 
     RUN_BYTES = 1 << 24
 
-    def __init__(self, stdin: BinaryIO, on_run: Callable[[bytes, bytes, int], None],
-                 on_line: Callable[[bytes, int], None]) -> None:
-        self.stdin, self.on_run, self.on_line = stdin, on_run, on_line
+    def __init__(self, blocks: Iterable[Any], on_run: Callable[[bytes, bytes, int], None],
+                 on_line: Callable[[bytes, int], None], on_item: Callable[[Any], None] = lambda item: None) -> None:
+        self.blocks, self.on_run, self.on_line, self.on_item = blocks, on_run, on_line, on_item
         self.prefixes: dict[bytes, Any] = {}
         self.lineno = 0  # lines handed on so far
         self.run_prefix: bytes | None = None
@@ -24,13 +36,16 @@ class RunReader:
         self.run_size = self.run_lines = 0
 
     def read_all(self) -> None:
-        """Read stdin to its end, handing on every run and line in order."""
-        read = getattr(self.stdin, "read1", self.stdin.read)
+        """Read the input to its end, handing on every run, line and item in order."""
         tail = b""
-        while True:
-            data = read(1 << 20)
-            if not data:
-                break
+        for data in self.blocks:
+            if not isinstance(data, bytes):
+                if tail:  # a line cut short before an item: only a broken writer leaves one
+                    self._lines(tail)
+                    tail = b""
+                self._flush()
+                self.on_item(data)
+                continue
             cut = data.rfind(b"\n") + 1
             if cut == 0:
                 tail += data

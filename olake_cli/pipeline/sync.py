@@ -1,21 +1,22 @@
 """``olake sync``: the read and write use cases in one process, joined by an in-memory pipe.
 
 Full-load chunks take the fast path: each Spark task converts its Arrow batches to the destination
-types and writes its own file, and only the chunk's STATE crosses the pipe. Everything else
-(incremental passes, change capture) flows as protocol lines exactly as in ``read | write``, so the
+types and writes its own file, and only the chunk's STATE crosses the pipe. Changes of a source that
+gives typed runs cross it as tables (``in_process``), in their place among the lines. Everything else
+(incremental passes, other changes) flows as protocol lines exactly as in ``read | write``, so the
 two paths share every rule about states, load ids and commits.
 """
 
 from __future__ import annotations
 
 import copy
-import os
 import threading
 from typing import Any, Callable
 
 from olake_cli.core.catalog import Catalog
 from olake_cli.core.messages import MessageWriter, now_ms
 from olake_cli.core.state import FileStateStore, State
+from olake_cli.pipeline.in_process import InProcessPipe
 from olake_cli.pipeline.progress import ProgressView
 from olake_cli.pipeline.read import ReadPipeline
 from olake_cli.pipeline.write import WritePipeline
@@ -31,22 +32,20 @@ def run_in_process(source, destination, catalog: Catalog, state: State, store: F
     ``clock`` (epoch milliseconds) is the reader's, for the operation ids of incremental passes;
     ``on_source_open`` runs once the source is open and checked, before anything reaches the destination.
     """
-    read_fd, write_fd = os.pipe()
-    pipe_in = os.fdopen(read_fd, "rb", buffering=1 << 20)
-    pipe_out = os.fdopen(write_fd, "wb", buffering=1 << 20)
+    pipe = InProcessPipe()
     failures: list[BaseException] = []
-    reader = ReadPipeline(source, catalog, state, MessageWriter(pipe_out), runner, log, sink=sink, view=view,
-                          clock=clock, on_source_open=on_source_open)
+    reader = ReadPipeline(source, catalog, state, MessageWriter(pipe), runner, log, sink=sink, view=view,
+                          clock=clock, on_source_open=on_source_open, tables=pipe.put_table)
 
     def drain() -> None:
         try:
             # its own copy: the reader may widen its streams' schemas, which the writer must see arrive
             WritePipeline(destination, copy.deepcopy(catalog), store, out, log,
-                          rows_by_tasks=lambda: reader.rows_by_tasks, pass_traces=True).run(pipe_in)
+                          rows_by_tasks=lambda: reader.rows_by_tasks, pass_traces=True).run_items(pipe.items())
         except BaseException as exc:  # reported after the reader stops
             failures.append(exc)
         finally:
-            pipe_in.close()  # a reader still writing then gets BrokenPipeError instead of blocking
+            pipe.stop_reading()  # a reader still writing then gets BrokenPipeError instead of blocking
 
     writer = threading.Thread(target=drain, name="olake-write", daemon=True)
     writer.start()
@@ -57,7 +56,7 @@ def run_in_process(source, destination, catalog: Catalog, state: State, store: F
             raise
     finally:
         try:
-            pipe_out.close()
+            pipe.close()
         except BrokenPipeError:
             pass
         writer.join()

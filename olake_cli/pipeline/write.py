@@ -8,7 +8,7 @@ by a reader that died commits what its STATEs covered and then fails.
 
 from __future__ import annotations
 
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO, Callable, Iterable
 
 import orjson
 
@@ -28,7 +28,8 @@ from olake_cli.core.schema_change import SchemaDiff, compare_columns, olake_type
 from olake_cli.core.schema_drift import apply_to_catalog, changed_columns, column_type, explained
 from olake_cli.core.state import FileStateStore, parse_state
 from olake_cli.core.validation import validate_message
-from olake_cli.pipeline.stdin_runs import RunReader
+from olake_cli.pipeline.in_process import ChangeTable
+from olake_cli.pipeline.stdin_runs import RunReader, blocks_of
 
 BATCH_ROWS = 20_000  # line-path records decoded (and so checked) together
 
@@ -66,7 +67,11 @@ class WritePipeline:
         (``core.record_block``); every other line, and every line of a run the block decoder
         refuses, goes through ``_line`` one at a time.
         """
-        runs = RunReader(stdin, self._on_run, self._line)
+        self.run_items(blocks_of(stdin))
+
+    def run_items(self, items: Iterable[bytes | ChangeTable]) -> None:
+        """:meth:`run` over blocks of input bytes and, between them, change tables (``sync``)."""
+        runs = RunReader(items, self._on_run, self._line, self._on_changes)
         runs.prefixes = self.prefixes
         runs.read_all()
         self._flush_batch()
@@ -103,6 +108,12 @@ class WritePipeline:
             return
         self._open()
         self._add_table(key, table, warnings)
+
+    def _on_changes(self, item: ChangeTable) -> None:
+        """Changes decoded by ``sync``'s reader in this process: added as a decoded run would be."""
+        self._flush_batch()
+        self._open()
+        self._add_table(item.stream, item.table, list(item.warnings))
 
     def _line(self, line: bytes, lineno: int) -> None:
         """One line: a well-formed RECORD of a known stream joins the batch, others get full validation."""

@@ -1,7 +1,7 @@
 """Applying a stream's reduced changes to its target table with set-based statements.
 
 The rows go by COPY into a temporary table shaped like the target (``ON COMMIT DELETE ROWS``, made
-once per session), then, inside the caller's transaction: unsent TOAST values are read from the
+once per session; binary COPY when every column allows it, as for full loads), then, inside the caller's transaction: unsent TOAST values are read from the
 target rows that hold them; conflicts are decided (with ``track_commit_timestamp``); one
 ``DELETE ... USING`` removes deleted keys (or marks them, with ``soft_delete``); one
 ``INSERT ... ON CONFLICT (key) DO UPDATE`` writes the rest. Never a round trip per row.
@@ -22,17 +22,19 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Callable
 
+import orjson
 import pyarrow as pa
 from psycopg import sql
 
 from olake_cli.core.row_metadata import COMMIT_TS, OP, OP_ID, TOAST
 from olake_cli.destinations.postgres.change_plan import ReducedChanges, from_column
+from olake_cli.destinations.postgres.copy_binary import HEADER, TRAILER, binary_fits, copy_binary_rows
 from olake_cli.destinations.postgres.copy_text import copy_text
 from olake_cli.destinations.postgres.tables import TargetTable
 
 LOGGED_CONFLICTS = 100  # per commit; the rest are counted
 _META_TYPES = {OP: ("string", "text"), OP_ID: ("string", "text"), COMMIT_TS: ("timestamptz", "timestamptz"),
-               TOAST: ("array<string>", "text[]")}
+               TOAST: ("json", "jsonb")}  # the names of the columns left unsent, as a JSON array
 
 
 @dataclass(frozen=True)
@@ -101,26 +103,34 @@ class ChangeApplier:
         rows = changes.rows
         names = [c.name for c in table.columns] + list(_META_TYPES)
         types = [c.olake_type for c in table.columns] + [t for t, _ in _META_TYPES.values()]
+        sql_types = [c.sql_type for c in table.columns] + [t for _, t in _META_TYPES.values()]
         props = [c.prop for c in table.columns] + [None] * len(_META_TYPES)
         columns = [rows.column(c.name) for c in table.columns]
-        columns += [rows.column(OP), rows.column(OP_ID), _micros(rows.column(COMMIT_TS)), rows.column(TOAST)]
+        columns += [rows.column(OP), rows.column(OP_ID), _micros(rows.column(COMMIT_TS)),
+                    _json_lists(rows.column(TOAST))]
         if changes.unresolved:
             by_name = {c.name: c for c in table.columns}
             for number, key in enumerate(table.key):
                 names.append(from_column(number))
                 types.append(by_name[key].olake_type)
+                sql_types.append(by_name[key].sql_type)
                 props.append(by_name[key].prop)
                 columns.append(rows.column(from_column(number)))
-        data = copy_text(columns, types, names, props)
+        binary = all(binary_fits(t, s) for t, s in zip(types, sql_types))
         listed = sql.SQL(", ").join(sql.Identifier(n) for n in names)
-        with self.conn.cursor().copy(sql.SQL("COPY {} ({}) FROM STDIN").format(temp, listed)) as copy:
-            copy.write(data)
+        statement = sql.SQL("COPY {} ({}) FROM STDIN{}").format(temp, listed,
+                                                                  sql.SQL(" (FORMAT binary)" if binary else ""))
+        with self.conn.cursor().copy(statement) as copy:
+            if binary:
+                copy.write(HEADER + copy_binary_rows(columns, types, sql_types) + TRAILER)
+            else:
+                copy.write(copy_text(columns, types, names, props))
 
     def _read_unsent(self, table: TargetTable, temp: sql.Identifier, changes: ReducedChanges) -> None:
         """Columns an update did not send take the value of the target row they belong to."""
         listed = {c for names in changes.rows.column(TOAST).to_pylist() if names for c in names}
         assignments = sql.SQL(", ").join(
-            sql.SQL("{c} = CASE WHEN {n} = ANY(s.{toast}) THEN t.{c} ELSE s.{c} END").format(
+            sql.SQL("{c} = CASE WHEN s.{toast} ? {n} THEN t.{c} ELSE s.{c} END").format(
                 c=sql.Identifier(name), n=sql.Literal(name), toast=sql.Identifier(TOAST))
             for name in sorted(listed))
         match = sql.SQL(" AND ").join(sql.SQL("t.{} = s.{}").format(sql.Identifier(k), sql.Identifier(from_column(i)))
@@ -204,6 +214,14 @@ ORDER BY f.key_text
 
 def _match(table: TargetTable) -> sql.Composable:
     return sql.SQL(" AND ").join(sql.SQL("t.{k} = s.{k}").format(k=sql.Identifier(k)) for k in table.key)
+
+
+def _json_lists(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """Lists of names as JSON array texts (null stays null)."""
+    if column.null_count == len(column):
+        return pa.nulls(len(column), pa.string())
+    return pa.array([None if names is None else orjson.dumps(names).decode() for names in column.to_pylist()],
+                    pa.string())
 
 
 def _micros(column: pa.ChunkedArray | pa.Array) -> pa.Array:

@@ -146,7 +146,7 @@ class DynamoChangeCapture:
 
     # -- reading -----------------------------------------------------------------------------
 
-    def read(self, streams: list[CatalogStream], state: State) -> Iterator[ChangeBatch]:
+    def read(self, streams: list[CatalogStream], state: State, typed: bool = False) -> Iterator[ChangeBatch]:
         """Records after the tables' positions, up to the time of the call, table after table."""
         upto = dt.datetime.now(dt.timezone.utc)
         client = self.settings.client("dynamodbstreams")

@@ -145,7 +145,7 @@ class MongoChangeCapture:
 
     # -- reading -----------------------------------------------------------------------------
 
-    def read(self, streams: list[CatalogStream], state: State) -> Iterator[ChangeBatch]:
+    def read(self, streams: list[CatalogStream], state: State, typed: bool = False) -> Iterator[ChangeBatch]:
         """Changes after the streams' positions, up to the cluster time at the call, in batches."""
         held = [self.position_of(state.find(s.namespace, s.name)) for s in streams]
         start = min((p for p in held if p is not None), key=lambda p: p.op)

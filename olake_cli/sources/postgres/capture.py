@@ -189,8 +189,9 @@ class PostgresChangeCapture:
 
     # -- reading -----------------------------------------------------------------------------
 
-    def read(self, streams: list[CatalogStream], state: State) -> Iterator[ChangeBatch]:
-        """Confirm committed positions to the slot, then read its changes up to the WAL position now."""
+    def read(self, streams: list[CatalogStream], state: State, typed: bool = False) -> Iterator[ChangeBatch]:
+        """Confirm committed positions to the slot, then read its changes up to the WAL position now
+        (as typed runs when ``typed``)."""
         from olake_cli.sources.postgres.change_feed import RUN_ROWS, advance_slot, current_wal_lsn, read_changes
         from olake_cli.sources.postgres.decoding import DecodingProgress, measure
         from olake_cli.sources.postgres.moved_rows import MovedRowValues
@@ -222,7 +223,7 @@ class PostgresChangeCapture:
         try:
             with read_changes(self._feed_connection, slot, self.settings.publication, upto, routing=routing,
                               run_rows=min(RUN_ROWS, CHECKPOINT_EVERY), waiting=progress) as feed:
-                yield from _ChangeReader(self, active, state, watch, moved).batches(feed)
+                yield from _ChangeReader(self, active, state, watch, moved, typed).batches(feed)
             if feed.skipped_transactions:
                 self.log(f"change capture: left out {feed.skipped_transactions} transaction(s) applied under "
                          f"skipped origins (skip_origins)")
@@ -263,8 +264,9 @@ class _ChangeReader:
     """Turns the slot's runs into ChangeBatches: kept rows as columns, checkpoints, schema changes."""
 
     def __init__(self, capture: PostgresChangeCapture, active: dict[tuple, CatalogStream], state: State,
-                 watch, moved) -> None:
+                 watch, moved, typed: bool) -> None:
         self.capture, self.active, self.watch, self.moved = capture, dict(active), watch, moved
+        self.typed = typed
         self.positions = {k: capture.position_of(state.find(*k)) for k in active}
         self.horizons = {k: _load_horizon(state.find(*k)) for k in active}
         self.records = {k: self._records(s) for k, s in active.items()}
@@ -275,7 +277,7 @@ class _ChangeReader:
         """The run converter of a stream; its errors name the stream, the column and the row's key."""
         from olake_cli.sources.postgres.run_records import RunRecords
 
-        return RunRecords(stream, tuple(self.capture.tables[stream.key].primary_key))
+        return RunRecords(stream, tuple(self.capture.tables[stream.key].primary_key), self.typed)
 
     def batches(self, feed) -> Iterator[ChangeBatch]:
         """The feed's runs as batches of about BATCH_CHANGES changes, checkpoints at their ends."""

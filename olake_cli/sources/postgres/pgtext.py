@@ -244,7 +244,7 @@ def column_json_texts(texts: pa.Array, olake_type: str, delimiter: str = ",") ->
         return json_texts(texts, "string", "")
     if kind in ("decimal", "numeric", "uuid"):  # digits, letters, '-' and '.': nothing to escape
         return quoted_texts(texts)
-    fast = _FAST_COLUMN.get(kind)
+    fast = FAST_WIRE_TEXTS.get(kind)
     if fast is None:
         return _one_by_one(texts, pc.is_valid(texts), olake_type, delimiter)
     wire, done = fast(texts)
@@ -298,7 +298,8 @@ def _fast_timestamps(zone: str, wire_zone: str) -> Callable:
     return fast
 
 
-_FAST_COLUMN: dict[str, Callable] = {
+# kind -> f(texts) giving (wire texts or None, the rows they convert): the common values by Arrow compute
+FAST_WIRE_TEXTS: dict[str, Callable] = {
     "bool": _fast_bools, "float32": lambda t: _fast_floats(t, pa.float32()),
     "float64": lambda t: _fast_floats(t, pa.float64()), "date": _fast_by_length(10), "time": _fast_by_length(15),
     "timestamp": _fast_timestamps("", ""), "timestamptz": _fast_timestamps(r"\+00", "+00:00"),

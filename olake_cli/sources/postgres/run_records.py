@@ -3,7 +3,8 @@
 Per row, inserts and updates take their data from the new tuple (an unchanged TOAST value is filled
 from a REPLICA IDENTITY FULL old row, or else left out and named in ``_olake_toast_unchanged``);
 deletes take it from the old tuple (the key columns only, for a key-only old tuple). Columns that
-are not properties of the stream's schema are left out.
+are not properties of the stream's schema are left out. A typed run (``sync``) holds each field in its
+destination Arrow type (``pgtext_arrow``) instead of JSON texts.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from olake_cli.core.row_metadata import TOAST
 from olake_cli.sources.postgres.feed_runs import FeedRun
 from olake_cli.sources.postgres.pgoutput_columns import KEY_TUPLE, NULL, OLD_TUPLE, TEXT, TupleColumn
 from olake_cli.sources.postgres.pgtext import column_json_texts, column_types
+from olake_cli.sources.postgres.pgtext_arrow import column_values
 
 _DELETE = ord("d")
 _NULL_TEXT = pa.scalar(None, pa.string())
@@ -29,9 +31,10 @@ _NULL_TEXT = pa.scalar(None, pa.string())
 class RunRecords:
     """Turns feed runs of one stream into ChangeRuns (its schema's converters resolved once)."""
 
-    def __init__(self, stream: CatalogStream, key_columns: tuple[str, ...]) -> None:
-        self.stream, self.key_columns = stream, key_columns
+    def __init__(self, stream: CatalogStream, key_columns: tuple[str, ...], typed: bool = False) -> None:
+        self.stream, self.key_columns, self.typed = stream, key_columns, typed
         self.types = column_types(stream.json_schema)
+        self.props = stream.json_schema.get("properties", {})
 
     def change_run(self, run: FeedRun, keep: np.ndarray) -> ChangeRun:
         """The kept rows of ``run`` (a boolean mask) as a ChangeRun."""
@@ -41,6 +44,7 @@ class RunRecords:
         from_old = ops == _DELETE
         data: dict[str, pa.Array] = {}
         toasted: dict[str, np.ndarray] = {}
+        warnings: list[str] = []
         for i, name in enumerate(run.relation.names if run.new else ()):
             if name not in self.types:
                 continue
@@ -55,13 +59,25 @@ class RunRecords:
             if missing.any():
                 toasted[name] = missing
             texts = pc.if_else(pa.array(use_old), old.texts, new.texts) if use_old.any() else new.texts
-            data[name] = self._json(name, texts, kinds, present, run, rows)
+            if self.typed:
+                data[name] = self._values(name, texts, run, rows, warnings)
+            else:
+                data[name] = self._json(name, texts, kinds, present, run, rows)
         if toasted:
-            data[TOAST] = _name_lists(toasted)
+            data[TOAST] = _name_lists(toasted) if not self.typed else _name_arrays(toasted)
         commit_ts = pick(run.commit_ts)
         return ChangeRun((self.stream.namespace, self.stream.name), data, pa.array(ops.view("S1")).cast(pa.string()),
                          pa.array(pick(run.commit).astype(np.uint64)), pa.array(pick(run.seq).astype(np.uint64)),
-                         pa.array(commit_ts))
+                         pa.array(commit_ts), self.typed, warnings)
+
+    def _values(self, name: str, texts: pa.Array, run: FeedRun, rows: np.ndarray | None,
+                warnings: list[str]) -> pa.Array:
+        """A column in its destination type (null for NULLs and where the field is left out)."""
+        olake_type, delimiter = self.types[name]
+        try:
+            return column_values(texts, olake_type, name, warnings, self.props[name], delimiter)
+        except BadValue as bad:
+            raise self._bad_value(name, bad, run, rows) from None
 
     def _json(self, name: str, texts: pa.Array, kinds: np.ndarray, present: np.ndarray, run: FeedRun,
               rows: np.ndarray | None) -> pa.Array:
@@ -87,6 +103,14 @@ class RunRecords:
 
 def _rows(column: TupleColumn, rows: np.ndarray | None) -> TupleColumn:
     return column if rows is None else column.take(rows)
+
+
+def _name_arrays(toasted: dict[str, np.ndarray]) -> pa.Array:
+    """Per row, the list of the columns left out as unchanged TOAST values (null: none)."""
+    names = list(toasted)
+    masks = np.column_stack([toasted[name] for name in names])
+    return pa.array([[n for n, left in zip(names, row) if left] if row.any() else None for row in masks],
+                    pa.list_(pa.string()))
 
 
 def _name_lists(toasted: dict[str, np.ndarray]) -> pa.Array:
