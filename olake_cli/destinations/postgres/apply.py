@@ -33,7 +33,8 @@ from olake_cli.destinations.postgres.copy_text import copy_text
 from olake_cli.destinations.postgres.tables import TargetTable
 
 LOGGED_CONFLICTS = 100  # per commit; the rest are counted
-_META_TYPES = {OP: ("string", "text"), OP_ID: ("string", "text"), COMMIT_TS: ("timestamptz", "timestamptz"),
+_META_TYPES = {OP: ("string", "text"), OP_ID: ("string", "text"),
+               COMMIT_TS: ("timestamptz", "timestamp with time zone"),
                TOAST: ("json", "jsonb")}  # the names of the columns left unsent, as a JSON array
 
 
