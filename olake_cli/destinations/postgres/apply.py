@@ -101,14 +101,17 @@ class ChangeApplier:
         return sql.Identifier(name)
 
     def _copy(self, table: TargetTable, temp: sql.Identifier, changes: ReducedChanges) -> None:
+        """COPY the rows into the temporary table: the data, and the ``_olake_*`` columns the statements
+        of this apply read (the others stay NULL)."""
         rows = changes.rows
-        names = [c.name for c in table.columns] + list(_META_TYPES)
-        types = [c.olake_type for c in table.columns] + [t for t, _ in _META_TYPES.values()]
-        sql_types = [c.sql_type for c in table.columns] + [t for _, t in _META_TYPES.values()]
-        props = [c.prop for c in table.columns] + [None] * len(_META_TYPES)
-        columns = [rows.column(c.name) for c in table.columns]
-        columns += [rows.column(OP), rows.column(OP_ID), _micros(rows.column(COMMIT_TS)),
-                    _json_lists(rows.column(TOAST))]
+        meta = [name for name, wanted in ((OP, True), (OP_ID, table.metadata or self.soft_delete),
+                                          (COMMIT_TS, table.metadata or self.soft_delete or self.rule is not None),
+                                          (TOAST, changes.unresolved)) if wanted]
+        names = [c.name for c in table.columns] + meta
+        types = [c.olake_type for c in table.columns] + [_META_TYPES[n][0] for n in meta]
+        sql_types = [c.sql_type for c in table.columns] + [_META_TYPES[n][1] for n in meta]
+        props = [c.prop for c in table.columns] + [None] * len(meta)
+        columns = [rows.column(c.name) for c in table.columns] + [_meta_column(rows, n) for n in meta]
         if changes.unresolved:
             by_name = {c.name: c for c in table.columns}
             for number, key in enumerate(table.key):
@@ -215,6 +218,12 @@ ORDER BY f.key_text
 
 def _match(table: TargetTable) -> sql.Composable:
     return sql.SQL(" AND ").join(sql.SQL("t.{k} = s.{k}").format(k=sql.Identifier(k)) for k in table.key)
+
+
+def _meta_column(rows: pa.Table, name: str) -> pa.Array | pa.ChunkedArray:
+    """An ``_olake_*`` column as the temporary table takes it."""
+    column = rows.column(name)
+    return _micros(column) if name == COMMIT_TS else _json_lists(column) if name == TOAST else column
 
 
 def _json_lists(column: pa.ChunkedArray | pa.Array) -> pa.Array:
