@@ -212,7 +212,8 @@ def test_a_stretch_of_changes_decodes_into_the_converters_run(first):
 
     from olake_cli.core.catalog import CatalogStream
     from olake_cli.core.opid import OpId
-    from olake_cli.sources.mongodb.change_decode import PendingChange
+    from olake_cli.sources.mongodb.change_decode import PendingChange, decoded_run
+    from tests.support.change_tables import assert_typed_run_decodes_alike
 
     docs = [_shop(i) for i in range(40)] + [{"_id": ObjectId(), "order_no": None}]
     docs[3]["price"] = math.nan
@@ -229,6 +230,8 @@ def test_a_stretch_of_changes_decodes_into_the_converters_run(first):
         assert values(fast.data[name]) == values(slow.data[name]), name
     for column in ("op", "commit", "seq", "commit_ts"):
         assert getattr(fast, column).equals(getattr(slow, column)), column
+    typed = decoded_run(stream, pending, typed=True)  # sync's form: the decoded columns as they are
+    assert_typed_run_decodes_alike(typed, fast, stream.json_schema)
 
 
 def test_a_stretch_with_a_misfit_is_left_to_the_converter():

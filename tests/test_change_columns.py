@@ -17,15 +17,14 @@ import psycopg
 import pytest
 
 from olake_cli.core.catalog import CatalogStream
-from olake_cli.core.change_runs import ChangeRun
 from olake_cli.core.errors import SourceError
 from olake_cli.core.opid import OpId
-from olake_cli.core.record_block import BlockDecoder
 from olake_cli.core.record_lines import encode_change_lines
 from olake_cli.sources.postgres.change_feed import FeedRouting, current_wal_lsn, read_changes
 from olake_cli.sources.postgres.pgoutput import decode
 from olake_cli.sources.postgres.pgoutput_columns import decode_run
 from olake_cli.sources.postgres.run_records import RunRecords
+from tests.support.change_tables import assert_typed_run_decodes_alike
 from tests.test_pgtext import (PUBLICATION, ROWS, assert_same_wire, create_every, full_load_rows, scan_session,
                                table_schema)
 
@@ -48,28 +47,10 @@ def change_records(dsn: str, slot: str, publication: str, table: str, keys: tupl
             for run in (r for r in feed.runs() if r.relation.name == table):
                 events += run.events()
                 keep = np.ones(len(run), bool)
-                run_lines = encode_change_lines(records.change_run(run, keep).after(above), HEAD)
-                assert_typed_run_decodes_alike(typed.change_run(run, keep).after(above), run_lines, json_schema)
-                lines += run_lines.splitlines()
+                json_run = records.change_run(run, keep).after(above)
+                assert_typed_run_decodes_alike(typed.change_run(run, keep).after(above), json_run, json_schema)
+                lines += encode_change_lines(json_run, HEAD).splitlines()
     return [orjson.loads(line)["record"]["data"] for line in lines], events
-
-
-def assert_typed_run_decodes_alike(run: ChangeRun, lines: bytes, json_schema: dict) -> None:
-    """A typed run's table is the one ``write`` decodes from the same run's RECORD lines, value for value."""
-    assert run.typed
-    if not run.data or not len(run):  # a truncate (or nothing kept) goes as lines
-        return
-    decoder, warnings = BlockDecoder(json_schema, "public"), []
-    decoded = decoder.decode(lines, warnings)
-    if decoded is None:  # nested or interval columns: the line path
-        decoded = decoder.decode_rows([orjson.loads(line)["record"]["data"] for line in lines.splitlines()], warnings)
-    table = run.table(json_schema)
-    assert table.schema == decoded.schema
-    for name in table.column_names:  # Arrow's own text: NaN equals NaN, and BC dates print
-        typed_text, decoded_text = (t.column(name).combine_chunks().to_string(window=1 << 20, container_window=1 << 20)
-                                    for t in (table, decoded))
-        assert typed_text == decoded_text, name
-    assert run.warnings == warnings
 
 
 def test_every_type_through_runs_gives_the_full_load_wire_values(pg_cluster, pg_db):

@@ -146,14 +146,15 @@ class MongoChangeCapture:
     # -- reading -----------------------------------------------------------------------------
 
     def read(self, streams: list[CatalogStream], state: State, typed: bool = False) -> Iterator[ChangeBatch]:
-        """Changes after the streams' positions, up to the cluster time at the call, in batches."""
+        """Changes after the streams' positions, up to the cluster time at the call, in batches (a stretch
+        decoded at once is a typed run when ``typed``)."""
         held = [self.position_of(state.find(s.namespace, s.name)) for s in streams]
         start = min((p for p in held if p is not None), key=lambda p: p.op)
         with self.settings.client() as client:
             upto = cluster_op(self._command(client, "hello")["operationTime"])
             self.log(f"change capture: database '{self.settings.database}' from {start.op} up to {upto}")
             with self._watch(client, {"_data": start.token}) as stream:
-                yield from _EventReader(self, streams, upto, self._database(client)).batches(stream)
+                yield from _EventReader(self, streams, upto, self._database(client), typed).batches(stream)
 
     def _database(self, client):
         """The configured database, reading majority-committed data; documents stay raw BSON (nested
@@ -185,8 +186,9 @@ class MongoChangeCapture:
 class _EventReader:
     """Turns change events into ChangeBatches, checkpointing between cluster times."""
 
-    def __init__(self, capture: MongoChangeCapture, streams: list[CatalogStream], upto: OpId, database) -> None:
-        self.capture, self.upto, self.database = capture, upto, database
+    def __init__(self, capture: MongoChangeCapture, streams: list[CatalogStream], upto: OpId, database,
+                 typed: bool = False) -> None:
+        self.capture, self.upto, self.database, self.typed = capture, upto, database, typed
         self.streams = {s.name: s for s in streams}
         self.namespace = {s.name: s.key for s in streams}
         self.gone: dict[tuple[str, bytes], str] = {}  # updates skipped until their delete is read
@@ -238,7 +240,7 @@ class _EventReader:
         stream = self.streams.get(name)
         if not pending or stream is None:
             return
-        run = decoded_run(stream, pending)
+        run = decoded_run(stream, pending, self.typed)
         if run is not None:
             self.runs.append(run)
             return

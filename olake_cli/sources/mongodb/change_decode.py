@@ -3,8 +3,9 @@
 The change stream hands each event's document as raw BSON; ``capture`` keeps them as
 ``PendingChange``\\s until the stretch of one stream's changes ends, then ``decoded_run`` decodes them
 together (``bson_arrow.raw_batch``, the full load's columnar decoder) and turns each column into the
-JSON texts of its wire values (``record_lines.json_texts``), as PostgreSQL's capture does. A delete
-carries only its ``_id``: its other fields are left out of its record. When the decoder declines
+JSON texts of its wire values (``record_lines.json_texts``), as PostgreSQL's capture does; a typed run
+(``sync``) keeps the decoded columns, which are in the destination types already. A delete carries only
+its ``_id``: its other fields are left out of its record (null in a typed run). When the decoder declines
 (a document leaves the regular layout, or a value does not fit its field: schema drift), ``capture``
 converts the stretch document by document, as before.
 """
@@ -35,8 +36,9 @@ class PendingChange:
     commit_ts: int
 
 
-def decoded_run(stream: CatalogStream, changes: list[PendingChange]) -> ChangeRun | None:
-    """The changes as one run with every document decoded at once; None when the decoder declines."""
+def decoded_run(stream: CatalogStream, changes: list[PendingChange], typed: bool = False) -> ChangeRun | None:
+    """The changes as one run with every document decoded at once (typed: as decoded); None when the
+    decoder declines."""
     properties = stream.json_schema.get("properties", {})
     batch = raw_batch(b"".join(c.document for c in changes), stream.json_schema)
     if batch is None or "_id" not in properties:
@@ -48,11 +50,20 @@ def decoded_run(stream: CatalogStream, changes: list[PendingChange]) -> ChangeRu
     left_out = pa.array(deletes) if any(deletes) else None
     data: dict[str, pa.Array] = {}
     for name in names:
-        texts = json_texts(batch.column(name), olake_type_of(properties[name], name), name, properties[name])
+        column = batch.column(name)
+        if not typed:
+            column = json_texts(column, olake_type_of(properties[name], name), name, properties[name])
         if left_out is not None and name != "_id":
-            texts = pc.if_else(left_out, pa.scalar(None, pa.string()), texts)
-        data[name] = texts
+            column = _null_where(left_out, column)
+        data[name] = column
     return ChangeRun(stream.key, data, pa.array([c.op for c in changes], pa.string()),
                      pa.array([c.op_id.commit for c in changes], pa.uint64()),
                      pa.array([c.op_id.seq for c in changes], pa.uint64()),
-                     pa.array([c.commit_ts for c in changes], pa.int64()))
+                     pa.array([c.commit_ts for c in changes], pa.int64()), typed)
+
+
+def _null_where(mask: pa.Array, column: pa.Array) -> pa.Array:
+    """``column`` with null where ``mask`` is true (an extension type's storage masked)."""
+    if isinstance(column.type, pa.BaseExtensionType):
+        return pa.ExtensionArray.from_storage(column.type, _null_where(mask, column.storage))
+    return pc.if_else(mask, pa.scalar(None, column.type), column)
