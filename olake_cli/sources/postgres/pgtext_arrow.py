@@ -19,6 +19,7 @@ from olake_cli.sources.postgres.pgtext import FAST_WIRE_TEXTS, convert_or_bad
 
 _PARSED = frozenset({"int16", "int32", "int64", "float32", "float64"})
 _WIRE_IS_TEXT = frozenset({"string", "json", "numeric", "decimal", "uuid"})
+_BOOL_TEXTS = pa.array(["t", "f"])
 
 
 def column_values(texts: pa.Array, olake_type: str, column: str, warnings: list[str], prop: dict | None = None,
@@ -36,7 +37,7 @@ def column_values(texts: pa.Array, olake_type: str, column: str, warnings: list[
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             pass  # a value Arrow does not parse: the one-by-one path says which
     elif kind == "bool":
-        if _all(pc.is_in(texts, pa.array(["t", "f"])), texts):
+        if _all(pc.is_in(texts, _BOOL_TEXTS), texts):
             return pc.equal(texts, "t")
     elif kind in _WIRE_IS_TEXT:
         return decode_column(texts, olake_type, column, warnings, prop)

@@ -106,11 +106,15 @@ def _rows(column: TupleColumn, rows: np.ndarray | None) -> TupleColumn:
 
 
 def _name_arrays(toasted: dict[str, np.ndarray]) -> pa.Array:
-    """Per row, the list of the columns left out as unchanged TOAST values (null: none)."""
-    names = list(toasted)
-    masks = np.column_stack([toasted[name] for name in names])
-    return pa.array([[n for n, left in zip(names, row) if left] if row.any() else None for row in masks],
-                    pa.list_(pa.string()))
+    """Per row, the list of the columns left out as unchanged TOAST values (null: none), built from the
+    masks without a Python step per row."""
+    names = pa.array(list(toasted), pa.string())
+    masks = np.column_stack(list(toasted.values()))  # rows x columns
+    counts = masks.sum(axis=1)
+    offsets = np.zeros(len(counts) + 1, np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    values = names.take(pa.array(np.nonzero(masks)[1]))  # row by row, in column order
+    return pa.ListArray.from_arrays(pa.array(offsets), values, mask=pa.array(counts == 0))
 
 
 def _name_lists(toasted: dict[str, np.ndarray]) -> pa.Array:
