@@ -206,7 +206,10 @@ class Destination(Protocol):
     """A system olake writes to; rows become visible only together with the state that covers them.
 
     A destination may also offer ``summary() -> str``: what the run did beyond counting records (the
-    PostgreSQL destination's applied changes and conflicts), logged when ``write`` ends.
+    PostgreSQL destination's applied changes and conflicts), logged when ``write`` ends; and
+    ``begin_commit(state, on_commit) -> concurrent.futures.Future``: ``commit`` made on a thread of its
+    own while the input goes on, which calls ``on_commit(committed_state)`` once the commit is made (in
+    the order begun; none after a failure), the Future done after it returns.
     """
 
     def open(self, catalog: "Catalog") -> None:

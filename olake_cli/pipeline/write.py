@@ -8,6 +8,8 @@ by a reader that died commits what its STATEs covered and then fails.
 
 from __future__ import annotations
 
+from collections import deque
+from concurrent.futures import Future
 from typing import Any, BinaryIO, Callable, Iterable
 
 import orjson
@@ -26,12 +28,13 @@ from olake_cli.core.row_hooks import RowHooks, catalog_hooks
 from olake_cli.core.row_metadata import OP
 from olake_cli.core.schema_change import SchemaDiff, compare_columns, olake_type_of
 from olake_cli.core.schema_drift import apply_to_catalog, changed_columns, column_type, explained
-from olake_cli.core.state import FileStateStore, parse_state
+from olake_cli.core.state import FileStateStore, State, parse_state
 from olake_cli.core.validation import validate_message
 from olake_cli.pipeline.in_process import ChangeTable
 from olake_cli.pipeline.stdin_runs import RunReader, blocks_of
 
 BATCH_ROWS = 20_000  # line-path records decoded (and so checked) together
+COMMITS_AHEAD = 2  # commits a destination may have under way while the input goes on
 
 
 class WritePipeline:
@@ -49,6 +52,8 @@ class WritePipeline:
         self.batch: tuple[tuple, list[dict], list[int]] | None = None  # line-path records of one stream
         self.upstream_error: tuple[str, str] | None = None
         self.input_end = InputEnd()
+        self.pending: deque[Future] = deque()  # commits under way, oldest first
+        self.commit_failed = False
         self.records = 0
         self.states = 0
         self.known_state = state_store.load() if state_store is not None else None
@@ -73,8 +78,13 @@ class WritePipeline:
         """:meth:`run` over blocks of input bytes and, between them, change tables (``sync``)."""
         runs = RunReader(items, self._on_run, self._line, self._on_changes)
         runs.prefixes = self.prefixes
-        runs.read_all()
-        self._flush_batch()
+        try:
+            runs.read_all()
+            self._flush_batch()
+            self._settle()
+        except BaseException:
+            self._settle_after_failure()
+            raise
         uncommitted = self.opened and self.destination.has_uncommitted()  # never made live: the errors say so
         by_tasks = self.rows_by_tasks()
         tasks = f" (plus {by_tasks} row(s) written by the Spark tasks)" if by_tasks else ""
@@ -223,6 +233,7 @@ class WritePipeline:
                 status = msg["trace"]["stream_status"]
                 self.input_end.status(status["stream_descriptor"], status["status"])
             if self.pass_traces:  # after the STATEs before it, so COMPLETE follows the stream's last commit
+                self._settle()
                 self.out.write(msg)
         elif kind == "TRACE":
             error = msg["trace"].get("error") or {}
@@ -232,23 +243,63 @@ class WritePipeline:
 
     def _commit_state(self, msg: dict[str, Any]) -> None:
         """Commit the rows before a STATE with it, merge it into --state, echo it: as one step that an
-        interrupt waits for, so a commit is made, saved and acknowledged, or not begun."""
+        interrupt waits for, so a commit is made, saved and acknowledged, or not begun.
+
+        A destination that offers ``begin_commit`` commits on a thread of its own while the input goes
+        on, at most :data:`COMMITS_AHEAD` commits ahead; that thread saves and echoes each STATE once
+        its commit is made, in order, and the first failure stops the run here."""
         state = parse_state(msg["state"], what="STATE message")
         self._open()
+        begin = getattr(self.destination, "begin_commit", None)
+        if begin is None:
+            with signals_held():
+                self._acknowledge(state, msg, self.destination.commit(state))
+            return
+        self.pending.append(begin(state, lambda committed: self._acknowledge(state, msg, committed)))
+        while self.pending and (len(self.pending) > COMMITS_AHEAD or self.pending[0].done()):
+            self._settle_one()
+
+    def _acknowledge(self, state: State, msg: dict[str, Any], committed: State) -> None:
+        """A commit the destination made: merged into --state and echoed."""
+        if committed is not state:  # a stream whose data the destination lost is marked to load anew
+            state, msg = committed, messages.state_message(committed)
+        if self.store is not None:
+            self.store.merge_and_save(state)
+            crash_point("state-saved")
+        self.out.write(msg)
+        self.out.flush()
+        self.states += 1
+
+    def _settle_one(self) -> None:
+        """Wait for the oldest commit under way (an interrupt waits for it); raise its failure."""
+        future = self.pending.popleft()
         with signals_held():
-            committed = self.destination.commit(state)  # the rows before it become live with it (manifest)
-            if committed is not state:  # a stream whose data the destination lost is marked to load anew
-                state, msg = committed, messages.state_message(committed)
-            if self.store is not None:
-                self.store.merge_and_save(state)
-                crash_point("state-saved")
-            self.out.write(msg)
-            self.out.flush()
-            self.states += 1
+            if future.exception() is not None:
+                self.commit_failed = True
+            future.result()
+
+    def _settle(self) -> None:
+        """Wait until every commit under way is made and acknowledged (only then may this thread write
+        to stdout again)."""
+        while self.pending:
+            self._settle_one()
+
+    def _settle_after_failure(self) -> None:
+        """The run fails: wait for every commit under way, each made and acknowledged or refused (none
+        is made after one that failed), so the process never ends with one in flight; a failure of a
+        commit is logged unless the run failed of a commit already."""
+        while self.pending:
+            future = self.pending.popleft()
+            with signals_held():
+                error = future.exception()
+            if error is not None and not self.commit_failed:
+                self.commit_failed = True
+                self.log(f"a commit under way when the run failed did not complete: {error}")
 
     def _on_catalog(self, incoming: Catalog) -> None:
         """Adopt the first catalog; later ones (or the reader's against --catalog) may only widen types."""
         self.input_end.announce(incoming.streams)
+        self._settle()
         if self.catalog is None:
             self._adopt(incoming)
             self._open()

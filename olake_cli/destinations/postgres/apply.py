@@ -1,8 +1,10 @@
 """Applying a stream's reduced changes to its target table with set-based statements.
 
-The rows go by COPY into a temporary table shaped like the target (``ON COMMIT DELETE ROWS``, made
-once per session; binary COPY when every column allows it, as for full loads), then, inside the caller's transaction: unsent TOAST values are read from the
-target rows that hold them; conflicts are decided (with ``track_commit_timestamp``); one
+A batch is first encoded as COPY data (``encode``: no server, so a commit can encode its batch while
+the server applies the one before; binary when every column allows it, as for full loads). The apply
+then COPYs it into a temporary table shaped like the target (``ON COMMIT DELETE ROWS``, made once per
+session) and, inside the caller's transaction: unsent TOAST values are read from the target rows that
+hold them; conflicts are decided (with ``track_commit_timestamp``); one
 ``DELETE ... USING`` removes deleted keys (or marks them, with ``soft_delete``); one
 ``INSERT ... ON CONFLICT (key) DO UPDATE`` writes the rest. Never a round trip per row.
 
@@ -47,6 +49,17 @@ class ConflictRule:
     local_origin: str
 
 
+@dataclass(frozen=True)
+class EncodedChanges:
+    """A reduced batch as COPY data for the temporary table, and what the apply must read back."""
+
+    names: list[str]  # the temporary table's columns the data fills, in order
+    binary: bool
+    data: bytes
+    unsent: list[str]  # columns some update left unsent (read from the target rows that hold them)
+    unsent_rows: int  # rows with such columns
+
+
 @dataclass
 class Applied:
     """What one apply did."""
@@ -66,13 +79,47 @@ class ChangeApplier:
         self.temp_tables: dict[tuple[str, str], str] = {}
         self._numbers = itertools.count()
 
-    def apply(self, table: TargetTable, changes: ReducedChanges, since: datetime | None = None) -> Applied:
-        """Apply the rows of ``changes`` to ``table``; ``since``: when this direction last wrote rows into
+    def encode(self, table: TargetTable, changes: ReducedChanges) -> EncodedChanges:
+        """The COPY data of ``changes`` for ``table``'s temporary table: the data, and the ``_olake_*``
+        columns the statements of this apply read (the others stay NULL). Pure work, no server: a
+        commit encodes its batch while the server still applies the one before."""
+        rows = changes.rows
+        meta = [name for name, wanted in ((OP, True), (OP_ID, table.metadata or self.soft_delete),
+                                          (COMMIT_TS, table.metadata or self.soft_delete or self.rule is not None),
+                                          (TOAST, changes.unresolved)) if wanted]
+        names = [c.name for c in table.columns] + meta
+        types = [c.olake_type for c in table.columns] + [_META_TYPES[n][0] for n in meta]
+        sql_types = [c.sql_type for c in table.columns] + [_META_TYPES[n][1] for n in meta]
+        props = [c.prop for c in table.columns] + [None] * len(meta)
+        columns = [rows.column(c.name) for c in table.columns] + [_meta_column(rows, n) for n in meta]
+        unsent: list[str] = []
+        wanted = 0
+        if changes.unresolved:
+            by_name = {c.name: c for c in table.columns}
+            for number, key in enumerate(table.key):
+                names.append(from_column(number))
+                types.append(by_name[key].olake_type)
+                sql_types.append(by_name[key].sql_type)
+                props.append(by_name[key].prop)
+                columns.append(rows.column(from_column(number)))
+            lists = [names for names in rows.column(TOAST).to_pylist() if names]
+            unsent, wanted = sorted({c for names in lists for c in names}), len(lists)
+        binary = all(binary_fits(t, s) for t, s in zip(types, sql_types))
+        data = HEADER + copy_binary_rows(columns, types, sql_types) + TRAILER if binary \
+            else copy_text(columns, types, names, props)
+        return EncodedChanges(names, binary, data, unsent, wanted)
+
+    def apply(self, table: TargetTable, changes: EncodedChanges, since: datetime | None = None) -> Applied:
+        """Apply encoded ``changes`` to ``table``; ``since``: when this direction last wrote rows into
         it (a target row written after that by someone else is a conflict)."""
         temp = self._temp_table(table)
-        self._copy(table, temp, changes)
+        listed = sql.SQL(", ").join(sql.Identifier(n) for n in changes.names)
+        statement = sql.SQL("COPY {} ({}) FROM STDIN{}").format(temp, listed,
+                                                                  sql.SQL(" (FORMAT binary)" if changes.binary else ""))
+        with self.conn.cursor().copy(statement) as copy:
+            copy.write(changes.data)
         result = Applied()
-        if changes.unresolved:
+        if changes.unsent:
             self._read_unsent(table, temp, changes)
         if self.rule is not None and table.key:
             self._decide_conflicts(table, temp, result, since)
@@ -100,52 +147,20 @@ class ChangeApplier:
                 sql.Identifier(name), sql.SQL(", ").join(columns)))
         return sql.Identifier(name)
 
-    def _copy(self, table: TargetTable, temp: sql.Identifier, changes: ReducedChanges) -> None:
-        """COPY the rows into the temporary table: the data, and the ``_olake_*`` columns the statements
-        of this apply read (the others stay NULL)."""
-        rows = changes.rows
-        meta = [name for name, wanted in ((OP, True), (OP_ID, table.metadata or self.soft_delete),
-                                          (COMMIT_TS, table.metadata or self.soft_delete or self.rule is not None),
-                                          (TOAST, changes.unresolved)) if wanted]
-        names = [c.name for c in table.columns] + meta
-        types = [c.olake_type for c in table.columns] + [_META_TYPES[n][0] for n in meta]
-        sql_types = [c.sql_type for c in table.columns] + [_META_TYPES[n][1] for n in meta]
-        props = [c.prop for c in table.columns] + [None] * len(meta)
-        columns = [rows.column(c.name) for c in table.columns] + [_meta_column(rows, n) for n in meta]
-        if changes.unresolved:
-            by_name = {c.name: c for c in table.columns}
-            for number, key in enumerate(table.key):
-                names.append(from_column(number))
-                types.append(by_name[key].olake_type)
-                sql_types.append(by_name[key].sql_type)
-                props.append(by_name[key].prop)
-                columns.append(rows.column(from_column(number)))
-        binary = all(binary_fits(t, s) for t, s in zip(types, sql_types))
-        listed = sql.SQL(", ").join(sql.Identifier(n) for n in names)
-        statement = sql.SQL("COPY {} ({}) FROM STDIN{}").format(temp, listed,
-                                                                  sql.SQL(" (FORMAT binary)" if binary else ""))
-        with self.conn.cursor().copy(statement) as copy:
-            if binary:
-                copy.write(HEADER + copy_binary_rows(columns, types, sql_types) + TRAILER)
-            else:
-                copy.write(copy_text(columns, types, names, props))
-
-    def _read_unsent(self, table: TargetTable, temp: sql.Identifier, changes: ReducedChanges) -> None:
+    def _read_unsent(self, table: TargetTable, temp: sql.Identifier, changes: EncodedChanges) -> None:
         """Columns an update did not send take the value of the target row they belong to."""
-        listed = {c for names in changes.rows.column(TOAST).to_pylist() if names for c in names}
         assignments = sql.SQL(", ").join(
             sql.SQL("{c} = CASE WHEN s.{toast} ? {n} THEN t.{c} ELSE s.{c} END").format(
                 c=sql.Identifier(name), n=sql.Literal(name), toast=sql.Identifier(TOAST))
-            for name in sorted(listed))
+            for name in changes.unsent)
         match = sql.SQL(" AND ").join(sql.SQL("t.{} = s.{}").format(sql.Identifier(k), sql.Identifier(from_column(i)))
                                       for i, k in enumerate(table.key))
         found = self.conn.execute(sql.SQL("UPDATE {temp} s SET {a} FROM {target} t WHERE {m} AND s.{toast} IS NOT NULL")
                                   .format(temp=temp, a=assignments, target=table.qualified, m=match,
                                           toast=sql.Identifier(TOAST))).rowcount
-        wanted = sum(1 for names in changes.rows.column(TOAST).to_pylist() if names)
-        if found < wanted:
-            self.log(f"{table.label}: {wanted - found} update(s) left large values unsent and the target has no "
-                     f"row to take them from; those columns are NULL")
+        if found < changes.unsent_rows:
+            self.log(f"{table.label}: {changes.unsent_rows - found} update(s) left large values unsent and the "
+                     f"target has no row to take them from; those columns are NULL")
 
     def _decide_conflicts(self, table: TargetTable, temp: sql.Identifier, result: Applied,
                           since: datetime | None) -> None:

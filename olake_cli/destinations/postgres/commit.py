@@ -7,6 +7,10 @@ under the replication origin. A process killed before that commit leaves nothing
 the next run starts from an older state file and replays, and the target skips what it holds:
 full-load rows of chunks its committed state marks done, changes at or below its operation id.
 
+A commit has two halves: ``prepare_commit`` takes the rows from the stream's buffer and encodes them
+(no server), ``send_commit`` writes them and the state and commits. The destination sends on a
+thread of its own, in order, so the next batch is prepared while the server applies this one.
+
 A re-sync marker (``core.resync``) names no load: its commit leaves the table's rows and any staged
 load alone, and the next run's load replaces them in one step. A STATE that continues a load the
 target holds none of (no committed state: the table was dropped, or ``_olake`` lost) commits a
@@ -18,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import pyarrow as pa
 import pyarrow.compute as pc
 from psycopg import sql
 
@@ -26,7 +31,7 @@ from olake_cli.core.resync import is_resync_marker, lost_load, marker_replacing
 from olake_cli.core.row_metadata import COMMIT_TS, OP_ID
 from olake_cli.core.state import StreamState
 from olake_cli.destinations.postgres import bookkeeping
-from olake_cli.destinations.postgres.apply import Applied, ChangeApplier
+from olake_cli.destinations.postgres.apply import Applied, ChangeApplier, EncodedChanges
 from olake_cli.destinations.postgres.buffer import StreamBuffer
 from olake_cli.destinations.postgres.change_plan import reduce_changes
 from olake_cli.destinations.postgres.load_copy import copy_load
@@ -43,39 +48,74 @@ class CommitContext:
     log: Callable[[str], None]
 
 
-def commit_stream(buf: StreamBuffer, ss: StreamState, ctx: CommitContext) -> tuple[StreamState, Applied | None]:
-    """Commit the rows buffered for ``buf``'s stream together with its state ``ss``; returns the state
-    committed (``ss``, or a re-sync marker when the target holds none of the load ``ss`` continues)
-    and what the changes did."""
+@dataclass
+class StreamCommit:
+    """One stream's commit, prepared on the caller's thread and waiting to be sent (``send``)."""
+
+    buf: StreamBuffer
+    state: StreamState  # the state committed (the one given, or a re-sync marker)
+    merged: dict  # the stream state the target holds after this commit
+    load_id: str
+    register_load: bool  # the load is recorded (and its staging table made) in this commit
+    load_rows: pa.Table | None
+    op_key: str | None
+    truncate: bool
+    changes: EncodedChanges | None
+    source_commit: tuple[int, int] | None  # the newest change's (LSN, commit time in µs)
+    finish_load: bool  # a complete load: a staged one replaces the table's rows
+    watermark: str | None
+
+
+def prepare_commit(buf: StreamBuffer, ss: StreamState, ctx: CommitContext) -> StreamCommit:
+    """Everything of a stream's commit that needs no server: the rows taken from ``buf``, the changes
+    reduced and encoded, the state and watermark to record. ``buf`` moves on to the state committed,
+    so the next commit can be prepared while the server still applies this one."""
     ss = _marker_if_lost(buf, ss, ctx.log)
     marker = is_resync_marker(ss.to_dict())
-    conn, table = ctx.conn, buf.table
     load_id = (ss.extra or {}).get("load_id") or buf.load_id
     new_load = load_id_of(buf.committed) != load_id
-    watermark, wrote = (buf.max_op_id, False) if marker else _load_rows(buf, ss, load_id, new_load, ctx)
-    wrote = wrote or buf.truncated
-    if buf.truncated:
-        conn.execute(sql.SQL("TRUNCATE {}").format(table.qualified))
-        ctx.log(f"{buf.stream.label}: truncated at the source; the table is emptied")
-    applied, source_commit = None, None
-    changes = buf.take_changes(ctx.log)
+    register, rows, op_key, watermark = False, None, None, buf.max_op_id
+    if not marker:
+        register, rows, op_key, watermark = _load_rows(buf, ss, load_id, new_load, ctx.log)
+    changes, source_commit = buf.take_changes(ctx.log), None
     if buf.replayed:
         ctx.log(f"{buf.stream.label}: skipped {buf.replayed} change(s) the target already holds (a replay)")
+    encoded = None
     if changes is not None:
-        wrote = True
-        applied = ctx.applier.apply(table, reduce_changes(changes, list(table.key)), buf.committed_at)
+        encoded = ctx.applier.encode(buf.table, reduce_changes(changes, list(buf.table.key)))
         top = pc.max(changes.column(OP_ID)).as_py()
         watermark = top if watermark is None or top > watermark else watermark
         source_commit = (int(top[:16], 16), pc.max(changes.column(COMMIT_TS)).as_py() or 0)
-    if not marker and load_complete(ss) and bookkeeping.finish_load(conn, table.ident, load_id, table.column_list()):
+    work = StreamCommit(buf, ss, merged_stream_state(buf.committed, ss), load_id, register, rows, op_key,
+                        buf.truncated, encoded, source_commit, not marker and load_complete(ss), watermark)
+    buf.committed, buf.max_op_id, buf.load_id = work.merged, watermark, load_id
+    buf.truncated, buf.replayed = False, 0
+    return work
+
+
+def send_commit(work: StreamCommit, ctx: CommitContext) -> Applied | None:
+    """Write a prepared commit into the target in one transaction under the origin; what the changes
+    did. Commits are sent in the order they were prepared, one at a time."""
+    conn, buf, table = ctx.conn, work.buf, work.buf.table
+    wrote = work.load_rows is not None or work.truncate
+    if work.register_load:
+        staged = bookkeeping.register_load(conn, table.ident, work.load_id, table.column_list())
+        if work.load_rows is not None:
+            copy_load(conn, bookkeeping.load_rows_target(table.ident, staged), table, [work.load_rows], work.op_key)
+    if work.truncate:
+        conn.execute(sql.SQL("TRUNCATE {}").format(table.qualified))
+        ctx.log(f"{buf.stream.label}: truncated at the source; the table is emptied")
+    applied = None
+    if work.changes is not None:
+        wrote = True
+        applied = ctx.applier.apply(table, work.changes, buf.committed_at)
+    if work.finish_load and bookkeeping.finish_load(conn, table.ident, work.load_id, table.column_list()):
         ctx.log(f"{buf.stream.label}: the new load replaced the table's rows")
         wrote = True
-    merged = merged_stream_state(buf.committed, ss)
-    committed_at = bookkeeping.save_state(conn, table.ident, buf.stream.key, merged, watermark, wrote)
-    commit_under_origin(conn, ctx.origin, source_commit)
-    buf.committed, buf.max_op_id, buf.load_id, buf.committed_at = merged, watermark, load_id, committed_at
-    buf.truncated, buf.replayed = False, 0
-    return ss, applied
+    committed_at = bookkeeping.save_state(conn, table.ident, buf.stream.key, work.merged, work.watermark, wrote)
+    commit_under_origin(conn, ctx.origin, work.source_commit)
+    buf.committed_at = committed_at
+    return applied
 
 
 def _marker_if_lost(buf: StreamBuffer, ss: StreamState, log: Callable[[str], None]) -> StreamState:
@@ -91,22 +131,18 @@ def _marker_if_lost(buf: StreamBuffer, ss: StreamState, log: Callable[[str], Non
 
 
 def _load_rows(buf: StreamBuffer, ss: StreamState, load_id: str, new_load: bool,
-               ctx: CommitContext) -> tuple[str | None, bool]:
-    """COPY the full-load rows this STATE covers (or skip a replay); the operation id watermark after
-    them, and whether rows were copied."""
-    table = buf.table
-    rows = buf.take_load(ctx.log)
+               log: Callable[[str], None]) -> tuple[bool, pa.Table | None, str | None, str | None]:
+    """The full-load rows this STATE covers (None for a replay): whether the load is registered in
+    this commit, the rows, their operation id key, and the operation id watermark after them."""
+    rows = buf.take_load(log)
     newly = newly_done_chunks(buf.committed, ss, load_id)
     if rows is not None and not new_load and not newly:
-        ctx.log(f"{buf.stream.label}: skipped {rows.num_rows} full-load row(s) of a chunk the target already "
-                f"holds (a replay)")
+        log(f"{buf.stream.label}: skipped {rows.num_rows} full-load row(s) of a chunk the target already "
+            f"holds (a replay)")
         rows = None
     op_key = (ss.extra or {}).get("load_op_key") or buf.load_op_key
-    if rows is not None or (new_load and ss.sync_type == "full-load"):
-        staged = bookkeeping.register_load(ctx.conn, table.ident, load_id, table.column_list())
-        if rows is not None:
-            copy_load(ctx.conn, bookkeeping.load_rows_target(table.ident, staged), table, [rows], op_key)
-    if new_load and (rows is not None or ss.sync_type == "full-load"):
-        return op_key, rows is not None  # a new load: its rows rank at its position, whatever the table held
+    register = rows is not None or (new_load and ss.sync_type == "full-load")
+    if new_load and register:
+        return register, rows, op_key, op_key  # a new load: its rows rank at its position, whatever the table held
     watermark = buf.max_op_id
-    return (op_key if op_key and (watermark is None or op_key > watermark) else watermark), rows is not None
+    return register, rows, op_key, (op_key if op_key and (watermark is None or op_key > watermark) else watermark)

@@ -10,6 +10,7 @@ replication origin (session.py), which is what two-way replication builds on.
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any, Callable
 
@@ -18,12 +19,13 @@ import pyarrow as pa
 from olake_cli.core.catalog import Catalog, CatalogStream
 from olake_cli.core.errors import ConfigError
 from olake_cli.core.locks import host_lock_path
-from olake_cli.core.state import State, StreamState
+from olake_cli.core.state import State
 from olake_cli.destinations.postgres import bookkeeping
 from olake_cli.destinations.postgres.apply import Applied, ChangeApplier, ConflictRule
 from olake_cli.destinations.postgres.buffer import StreamBuffer
 from olake_cli.destinations.postgres.chunk_sink import PostgresChunkSink
-from olake_cli.destinations.postgres.commit import CommitContext, commit_stream
+from olake_cli.destinations.postgres.commit import CommitContext, StreamCommit, prepare_commit, send_commit
+from olake_cli.destinations.postgres.commit_queue import CommitQueue
 from olake_cli.destinations.postgres.config import TargetSettings
 from olake_cli.destinations.postgres.load_copy import passthrough_casts
 from olake_cli.destinations.postgres.session import classify, ensure_origin, open_connection
@@ -44,6 +46,7 @@ class PostgresDestination:
         self.buffers: dict[tuple, StreamBuffer] = {}
         self.sink: PostgresChunkSink | None = None
         self.totals = Applied()
+        self._commits: CommitQueue | None = None
 
     # -- connection ----------------------------------------------------------------------------
 
@@ -103,6 +106,7 @@ class PostgresDestination:
     def open(self, catalog: Catalog) -> None:
         """Create or check every selected stream's table (all are checked before any is created)."""
         streams = [s for s in catalog.selected_streams() if s.key not in self.buffers]
+        self._settle()
         conn = self.context.conn
         try:
             plans = [self._plan(conn, stream) for stream in streams]
@@ -154,6 +158,7 @@ class PostgresDestination:
         """Later records of ``stream`` follow its wider schema: columns are added or widened in place."""
         buf = self.buffers[stream.key]
         buf.decode(self.log)
+        self._settle()
         conn = self.context.conn
         try:
             plan = plan_table(conn, stream, buf.table.ident, self.settings.metadata_columns, self.log)
@@ -194,27 +199,52 @@ class PostgresDestination:
     def commit(self, state: State) -> State:
         """Commit every buffered record of the streams ``state`` names, with it, one transaction each;
         returns ``state``, or a copy in which a stream whose table lost its load is a re-sync marker."""
-        streams = []
+        return self.begin_commit(state, lambda committed: None).result()
+
+    def begin_commit(self, state: State, on_commit: Callable[[State], None]) -> Future:
+        """Prepare the commit of ``state`` here and send it on the commit thread, which then calls
+        ``on_commit`` with the state committed; a Future of that state, done after ``on_commit``
+        returns. Commits are made in the order begun; none after one that fails (or whose
+        ``on_commit`` fails)."""
+        context, works, streams = self.context, [], []
         for ss in state.streams:
             buf = self.buffers.get(ss.key)
-            streams.append(ss if buf is None else self._commit_stream(buf, ss))
+            if buf is None:
+                streams.append(ss)
+                continue
+            try:
+                work = prepare_commit(buf, ss, context)
+            except Exception as exc:
+                raise classify(exc, self.settings, f"preparing the commit of {buf.stream.label}") from None
+            works.append(work)
+            streams.append(work.state)
         if any(new is not old for new, old in zip(streams, state.streams)):
             state = State(state.level, state.version, streams)
         self.observe_state(state)
+        if self._commits is None:
+            self._commits = CommitQueue("olake-postgres-commit")
+        return self._commits.submit(lambda: self._send(works, state, on_commit))
+
+    def _send(self, works: list[StreamCommit], state: State, on_commit: Callable[[State], None]) -> State:
+        """On the commit thread: each stream's prepared commit, its errors as one line; then
+        ``on_commit``; ``state``."""
+        context = self.context
+        for work in works:
+            try:
+                applied = send_commit(work, context)
+            except Exception as exc:
+                _rollback_quietly(context.conn)
+                raise classify(exc, self.settings, f"committing {work.buf.stream.label} into "
+                                                   f"{work.buf.table.describe()}") from None
+            if applied is not None:
+                self._count(applied)
+        on_commit(state)
         return state
 
-    def _commit_stream(self, buf: StreamBuffer, ss: StreamState) -> StreamState:
-        """One table's commit (``commit.commit_stream``); its errors as one line; the state committed."""
-        context = self.context
-        try:
-            ss, applied = commit_stream(buf, ss, context)
-        except Exception as exc:
-            _rollback_quietly(context.conn)
-            raise classify(exc, self.settings, f"committing {buf.stream.label} into "
-                                               f"{buf.table.describe()}") from None
-        if applied is not None:
-            self._count(applied)
-        return ss
+    def _settle(self) -> None:
+        """Wait for the commits under way (the connection is free for other statements after)."""
+        if self._commits is not None:
+            self._commits.settle()
 
     def _count(self, applied: Applied) -> None:
         for line in applied.conflict_lines:
@@ -233,6 +263,7 @@ class PostgresDestination:
 
     def summary(self) -> str:
         """The run's changes and conflicts, for the closing log line."""
+        self._settle()
         t = self.totals
         return (f"postgres: {t.upserted} row(s) inserted or updated and {t.deleted} deleted by changes; "
                 f"{t.conflicts} conflict(s), {t.kept_target} kept the target's newer row")

@@ -20,6 +20,7 @@ origin) names an origin in ``FeedRouting.skip_origins`` is left out; the positio
 
 from __future__ import annotations
 
+import itertools
 import queue
 import struct
 import threading
@@ -201,7 +202,7 @@ class ChangeStream:
         commit_lsn = seq = ts = xid = 0
         cap = 2 * self._run_rows
         skipping = False  # the transaction came from an origin the routing skips
-        for lsn, data in (row for fetch in fetches for row in fetch):
+        for lsn, data in itertools.chain.from_iterable(fetches):
             if data[0] in _ROW_CHANGES:  # hot path: collected, decoded a run at a time
                 if skipping:
                     continue
@@ -211,9 +212,9 @@ class ChangeStream:
                     seq, pending = _seq_after(run, commit_lsn, seq), None
                     yield run
                 if pending is None:
-                    pending = PendingRun(rel, seq)
+                    pending = PendingRun(rel, seq, commit_lsn, ts, xid)
                 pending.messages.append(data)
-                pending.rows.append((commit_lsn, ts, xid, lsn))
+                pending.lsns.append(lsn)
                 pending.ends_at = None
                 continue
             msg = decode(data, encoding)
@@ -223,6 +224,8 @@ class ChangeStream:
                     raise SourceError(f"pgoutput: transaction at {format_lsn(msg.final_lsn)} out of commit order")
                 commit_lsn, ts, seq, xid = msg.final_lsn, msg.commit_ts_us, 0, msg.xid
                 skipping = False
+                if pending is not None:
+                    pending.begin(commit_lsn, ts, xid)
             elif kind is Origin:
                 skipping = self._routing.skips(msg.name)
                 self.skipped_transactions += skipping

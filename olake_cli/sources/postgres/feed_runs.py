@@ -115,22 +115,32 @@ def _python_values(column: TupleColumn) -> list[Value]:
 
 class PendingRun:
     """Messages of one relation version collected until the feed cuts the run (the feed appends to
-    ``messages`` and ``rows`` directly, and clears ``ends_at``: its hot path)."""
+    ``messages`` and ``lsns`` directly, and clears ``ends_at``: its hot path; it calls ``begin`` at each
+    transaction's Begin, so nothing per message is a tuple)."""
 
-    def __init__(self, relation: Any, seq_base: int) -> None:
+    def __init__(self, relation: Any, seq_base: int, commit: int, commit_ts: int, xid: int) -> None:
         self.relation, self.seq_base = relation, seq_base
         self.messages: list[bytes] = []
-        self.rows: list[tuple[int, int, int, int]] = []  # (commit, commit_ts, xid, lsn)
+        self.lsns: list[int] = []
+        self.transactions: list[tuple[int, int, int, int]] = [(0, commit, commit_ts, xid)]  # (first message, ...)
         self.ends_at: int | None = None
 
     def __len__(self) -> int:
         return len(self.messages)
 
+    def begin(self, commit: int, commit_ts: int, xid: int) -> None:
+        """The messages that follow belong to this transaction."""
+        self.transactions.append((len(self.messages), commit, commit_ts, xid))
+
     def finish(self, encoding: str) -> FeedRun:
         """Decode the run; key updates become a delete then the update; number the rows."""
         rel = self.relation
         tuples = decode_run(self.messages, len(rel.names), encoding)
-        per_row = np.array(self.rows, np.int64).reshape(-1, 4)
+        firsts = np.array([t[0] for t in self.transactions] + [len(self.messages)], np.int64)
+        per_transaction = np.array([t[1:] for t in self.transactions], np.int64).reshape(-1, 3)
+        per_row = np.empty((len(self.messages), 4), np.int64)
+        per_row[:, :3] = np.repeat(per_transaction, np.diff(firsts), axis=0)
+        per_row[:, 3] = np.fromiter(self.lsns, np.int64, len(self.lsns))
         repeat = 1 + _key_changed(tuples, rel)
         rows = np.repeat(np.arange(len(self.messages)), repeat)
         first = np.ones(len(rows), bool)
