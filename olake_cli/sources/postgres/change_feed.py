@@ -20,7 +20,7 @@ origin) names an origin in ``FeedRouting.skip_origins`` is left out; the positio
 
 from __future__ import annotations
 
-import itertools
+import operator
 import queue
 import struct
 import threading
@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Protocol, Union
 
+import numpy as np
 import psycopg
 from psycopg import sql
 
@@ -42,7 +43,10 @@ ConnectionSource = Union[psycopg.Connection, Callable[[], psycopg.Connection]]
 # lsn as int8 (a C-level binary loader; pg_lsn would need a Python one). Overflows only past 2**63.
 _PEEK_SQL = ("SELECT (lsn - '0/0'::pg_lsn)::int8, data FROM pg_logical_slot_peek_binary_changes("
              "%s, %s::pg_lsn, NULL, 'proto_version', '1', 'publication_names', %s)")
-_ROW_CHANGES = frozenset(b"IUD")
+_IS_ROW_CHANGE = np.zeros(256, bool)  # by a message's first byte: Insert, Update, Delete
+_IS_ROW_CHANGE[list(b"IUD")] = True
+_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
+_OID_BYTES = operator.itemgetter(slice(1, 5))  # a row change's relation id
 _U32 = struct.Struct(">I").unpack_from
 RUN_ROWS = 5000  # a run is cut at the first commit after this many rows, and anywhere at twice as many
 _PY_ENCODINGS = {"UTF8": "utf-8", "SQL_ASCII": "utf-8", "LATIN1": "latin-1", "WIN1252": "cp1252",
@@ -202,51 +206,61 @@ class ChangeStream:
         commit_lsn = seq = ts = xid = 0
         cap = 2 * self._run_rows
         skipping = False  # the transaction came from an origin the routing skips
-        for lsn, data in itertools.chain.from_iterable(fetches):
-            if data[0] in _ROW_CHANGES:  # hot path: collected, decoded a run at a time
-                if skipping:
-                    continue
-                rel = relations[_U32(data, 1)[0]]
-                if pending is not None and (pending.relation is not rel or len(pending.messages) >= cap):
-                    run = pending.finish(encoding)
-                    seq, pending = _seq_after(run, commit_lsn, seq), None
-                    yield run
-                if pending is None:
-                    pending = PendingRun(rel, seq, commit_lsn, ts, xid)
-                pending.messages.append(data)
-                pending.lsns.append(lsn)
-                pending.ends_at = None
-                continue
-            msg = decode(data, encoding)
-            kind = type(msg)
-            if kind is Begin:
-                if self.last_commit_lsn is not None and msg.final_lsn <= self.last_commit_lsn:
-                    raise SourceError(f"pgoutput: transaction at {format_lsn(msg.final_lsn)} out of commit order")
-                commit_lsn, ts, seq, xid = msg.final_lsn, msg.commit_ts_us, 0, msg.xid
-                skipping = False
-                if pending is not None:
-                    pending.begin(commit_lsn, ts, xid)
-            elif kind is Origin:
-                skipping = self._routing.skips(msg.name)
-                self.skipped_transactions += skipping
-            elif kind is Commit:
-                self._on_commit(msg, commit_lsn)
-                if pending is not None:
-                    pending.ends_at = msg.end_lsn
-                    if len(pending) >= self._run_rows:
-                        yield pending.finish(encoding)
-                        pending = None
-            elif kind is Relation:
-                relations[msg.oid] = _RelationView(msg, self._routing)
-            elif kind is Truncate and not skipping:
-                if pending is not None:
-                    run = pending.finish(encoding)
-                    seq, pending = _seq_after(run, commit_lsn, seq), None
-                    yield run
-                for oid in msg.rel_oids:
-                    seq += 1
-                    yield truncate_run(relations[oid], commit_lsn, seq, ts, xid, lsn)
-            # Type and LogicalMessage carry nothing a destination needs.
+        for fetch in fetches:  # the row changes between two other messages are taken a stretch at a time
+            lsns, datas = list(map(_FIRST, fetch)), list(map(_SECOND, fetch))
+            others = np.flatnonzero(~_IS_ROW_CHANGE[np.frombuffer(bytes(map(_FIRST, datas)), np.uint8)]).tolist()
+            start = 0
+            for at in others + [len(datas)]:
+                if at > start and not skipping:
+                    oids = np.frombuffer(b"".join(map(_OID_BYTES, datas[start:at])), ">u4")
+                    cuts = [0] + (np.flatnonzero(oids[1:] != oids[:-1]) + 1).tolist() + [len(oids)]
+                    for first, end in zip(cuts, cuts[1:]):  # one relation each
+                        rel, i, end = relations[int(oids[first])], start + first, start + end
+                        while i < end:
+                            if pending is not None and (pending.relation is not rel or len(pending.messages) >= cap):
+                                run = pending.finish(encoding)
+                                seq, pending = _seq_after(run, commit_lsn, seq), None
+                                yield run
+                            if pending is None:
+                                pending = PendingRun(rel, seq, commit_lsn, ts, xid)
+                            taken = min(end - i, cap - len(pending.messages))
+                            pending.messages.extend(datas[i:i + taken])
+                            pending.lsns.extend(lsns[i:i + taken])
+                            pending.ends_at = None
+                            i += taken
+                if at == len(datas):
+                    break
+                lsn, data, start = lsns[at], datas[at], at + 1
+                msg = decode(data, encoding)
+                kind = type(msg)
+                if kind is Begin:
+                    if self.last_commit_lsn is not None and msg.final_lsn <= self.last_commit_lsn:
+                        raise SourceError(f"pgoutput: transaction at {format_lsn(msg.final_lsn)} out of commit order")
+                    commit_lsn, ts, seq, xid = msg.final_lsn, msg.commit_ts_us, 0, msg.xid
+                    skipping = False
+                    if pending is not None:
+                        pending.begin(commit_lsn, ts, xid)
+                elif kind is Origin:
+                    skipping = self._routing.skips(msg.name)
+                    self.skipped_transactions += skipping
+                elif kind is Commit:
+                    self._on_commit(msg, commit_lsn)
+                    if pending is not None:
+                        pending.ends_at = msg.end_lsn
+                        if len(pending) >= self._run_rows:
+                            yield pending.finish(encoding)
+                            pending = None
+                elif kind is Relation:
+                    relations[msg.oid] = _RelationView(msg, self._routing)
+                elif kind is Truncate and not skipping:
+                    if pending is not None:
+                        run = pending.finish(encoding)
+                        seq, pending = _seq_after(run, commit_lsn, seq), None
+                        yield run
+                    for oid in msg.rel_oids:
+                        seq += 1
+                        yield truncate_run(relations[oid], commit_lsn, seq, ts, xid, lsn)
+                # Type and LogicalMessage carry nothing a destination needs.
         if pending is not None:
             yield pending.finish(encoding)
 
