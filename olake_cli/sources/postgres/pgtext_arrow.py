@@ -1,7 +1,8 @@
 """PostgreSQL text output -> the destination Arrow types, a column at a time (``sync``'s change runs).
 
 The same values as ``pgtext.column_json_texts`` followed by the writer's decoding of those JSON texts,
-without the JSON in between: integers, booleans and floats are parsed by Arrow; the types whose wire
+without the JSON in between: integers, booleans, floats and timestamps of four-digit years are parsed
+by Arrow; the types whose wire
 value is a string (text, json, numeric, uuid, and dates, times and timestamps of four-digit years)
 become their wire strings by Arrow compute and go through ``codec_decode.decode_column``, as a block
 of RECORD lines does; every other value is converted one by one (``pgtext.convert_or_bad``) and the
@@ -20,6 +21,7 @@ from olake_cli.sources.postgres.pgtext import FAST_WIRE_TEXTS, convert_or_bad
 _PARSED = frozenset({"int16", "int32", "int64", "float32", "float64"})
 _WIRE_IS_TEXT = frozenset({"string", "json", "numeric", "decimal", "uuid"})
 _BOOL_TEXTS = pa.array(["t", "f"])
+_CAST_TIMESTAMPS = frozenset({"timestamp", "timestamptz"})  # of four-digit years, ISO 8601 that Arrow parses
 
 
 def column_values(texts: pa.Array, olake_type: str, column: str, warnings: list[str], prop: dict | None = None,
@@ -31,6 +33,11 @@ def column_values(texts: pa.Array, olake_type: str, column: str, warnings: list[
     ProtocolError naming the column).
     """
     kind = olake_type.split("<")[0].split("(")[0]
+    if kind in _CAST_TIMESTAMPS:  # a column holding any other text (BC, infinity) takes the paths below
+        try:
+            return pc.cast(texts, arrow_type(olake_type))  # four-digit years: all in range
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass
     if kind in _PARSED:
         try:
             return pc.cast(texts, arrow_type(olake_type))
