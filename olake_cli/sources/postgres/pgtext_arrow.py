@@ -1,12 +1,12 @@
 """PostgreSQL text output -> the destination Arrow types, a column at a time (``sync``'s change runs).
 
 The same values as ``pgtext.column_json_texts`` followed by the writer's decoding of those JSON texts,
-without the JSON in between: integers, booleans, floats and timestamps of four-digit years are parsed
-by Arrow; the types whose wire
-value is a string (text, json, numeric, uuid, and dates, times and timestamps of four-digit years)
-become their wire strings by Arrow compute and go through ``codec_decode.decode_column``, as a block
-of RECORD lines does; every other value is converted one by one (``pgtext.convert_or_bad``) and the
-column decoded from those wire values, as the line-by-line path does.
+without the JSON in between: integers, booleans and floats are parsed by Arrow, and so are timestamps
+when all of a column's have four-digit years; the types whose wire value is a string (text, json,
+numeric, uuid, and dates, times and the other columns' timestamps of four-digit years) become their
+wire strings by Arrow compute and go through ``codec_decode.decode_column``, as a block of RECORD
+lines does; every other value is converted one by one (``pgtext.convert_or_bad``) and the column
+decoded from those wire values, as the line-by-line path does.
 """
 
 from __future__ import annotations
