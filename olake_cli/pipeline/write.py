@@ -274,8 +274,7 @@ class WritePipeline:
         """Wait for the oldest commit under way (an interrupt waits for it); raise its failure."""
         future = self.pending.popleft()
         with signals_held():
-            if future.exception() is not None:
-                self.commit_failed = True
+            self.commit_failed = future.exception() is not None
             future.result()
 
     def _settle(self) -> None:

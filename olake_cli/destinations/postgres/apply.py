@@ -26,6 +26,7 @@ from typing import Callable
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 from psycopg import sql
 
 from olake_cli.core.row_metadata import COMMIT_TS, OP, OP_ID, TOAST
@@ -102,8 +103,9 @@ class ChangeApplier:
                 sql_types.append(by_name[key].sql_type)
                 props.append(by_name[key].prop)
                 columns.append(rows.column(from_column(number)))
-            lists = [names for names in rows.column(TOAST).to_pylist() if names]
-            unsent, wanted = sorted({c for names in lists for c in names}), len(lists)
+            toast = rows.column(TOAST)
+            unsent = sorted(pc.unique(pc.list_flatten(toast)).to_pylist())
+            wanted = pc.sum(pc.greater(pc.list_value_length(toast), 0)).as_py() or 0
         binary = all(binary_fits(t, s) for t, s in zip(types, sql_types))
         data = HEADER + copy_binary_rows(columns, types, sql_types) + TRAILER if binary \
             else copy_text(columns, types, names, props)

@@ -35,7 +35,8 @@ from psycopg import sql
 from olake_cli.core.errors import (ConfigError, OlakeError, PositionLostError, SourceError,
                                    TransientError)
 from olake_cli.sources.postgres.lsn import format_lsn
-from olake_cli.sources.postgres.feed_runs import ChangeEvent, ColumnInfo, FeedRun, PendingRun, truncate_run
+from olake_cli.sources.postgres.feed_runs import (ChangeEvent, ColumnInfo, FeedRun, PendingRun, add_stretch, seq_after,
+                                                  truncate_run)
 from olake_cli.sources.postgres.pgoutput import Begin, Commit, Origin, Relation, Truncate, decode
 
 ConnectionSource = Union[psycopg.Connection, Callable[[], psycopg.Connection]]
@@ -46,7 +47,6 @@ _PEEK_SQL = ("SELECT (lsn - '0/0'::pg_lsn)::int8, data FROM pg_logical_slot_peek
 _IS_ROW_CHANGE = np.zeros(256, bool)  # by a message's first byte: Insert, Update, Delete
 _IS_ROW_CHANGE[list(b"IUD")] = True
 _FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
-_OID_BYTES = operator.itemgetter(slice(1, 5))  # a row change's relation id
 _U32 = struct.Struct(">I").unpack_from
 RUN_ROWS = 5000  # a run is cut at the first commit after this many rows, and anywhere at twice as many
 _PY_ENCODINGS = {"UTF8": "utf-8", "SQL_ASCII": "utf-8", "LATIN1": "latin-1", "WIN1252": "cp1252",
@@ -204,7 +204,6 @@ class ChangeStream:
         relations: dict[int, _RelationView] = {}
         pending: PendingRun | None = None
         commit_lsn = seq = ts = xid = 0
-        cap = 2 * self._run_rows
         skipping = False  # the transaction came from an origin the routing skips
         for fetch in fetches:  # the row changes between two other messages are taken a stretch at a time
             lsns, datas = list(map(_FIRST, fetch)), list(map(_SECOND, fetch))
@@ -212,22 +211,8 @@ class ChangeStream:
             start = 0
             for at in others + [len(datas)]:
                 if at > start and not skipping:
-                    oids = np.frombuffer(b"".join(map(_OID_BYTES, datas[start:at])), ">u4")
-                    cuts = [0] + (np.flatnonzero(oids[1:] != oids[:-1]) + 1).tolist() + [len(oids)]
-                    for first, end in zip(cuts, cuts[1:]):  # one relation each
-                        rel, i, end = relations[int(oids[first])], start + first, start + end
-                        while i < end:
-                            if pending is not None and (pending.relation is not rel or len(pending.messages) >= cap):
-                                run = pending.finish(encoding)
-                                seq, pending = _seq_after(run, commit_lsn, seq), None
-                                yield run
-                            if pending is None:
-                                pending = PendingRun(rel, seq, commit_lsn, ts, xid)
-                            taken = min(end - i, cap - len(pending.messages))
-                            pending.messages.extend(datas[i:i + taken])
-                            pending.lsns.extend(lsns[i:i + taken])
-                            pending.ends_at = None
-                            i += taken
+                    pending, seq = yield from add_stretch(datas[start:at], lsns[start:at], relations, pending,
+                                                          seq, (commit_lsn, ts, xid), 2 * self._run_rows, encoding)
                 if at == len(datas):
                     break
                 lsn, data, start = lsns[at], datas[at], at + 1
@@ -255,7 +240,7 @@ class ChangeStream:
                 elif kind is Truncate and not skipping:
                     if pending is not None:
                         run = pending.finish(encoding)
-                        seq, pending = _seq_after(run, commit_lsn, seq), None
+                        seq, pending = seq_after(run, commit_lsn, seq), None
                         yield run
                     for oid in msg.rel_oids:
                         seq += 1
@@ -333,11 +318,6 @@ class _Prefetch:
                     return
         except BaseException as exc:  # handed to the consumer, raised there
             self._queue.put(exc)
-
-
-def _seq_after(run: FeedRun, commit_lsn: int, seq: int) -> int:
-    """The sequence reached in the current transaction once ``run`` is numbered."""
-    return int(run.seq[-1]) if run.commit[-1] == commit_lsn else seq
 
 
 class _RelationView:

@@ -8,8 +8,9 @@ key becomes a delete of the old key followed by the update, and every row gets i
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generator
 
 import numpy as np
 import pyarrow.compute as pc
@@ -24,6 +25,7 @@ ColumnInfo = tuple[str, int, int]  # (name, type_oid, typmod)
 _OP_CODES = np.zeros(256, np.uint8)
 _OP_CODES[[INSERT, UPDATE, DELETE]] = [ord("c"), ord("u"), ord("d")]
 _D, _T = ord("d"), ord("t")
+_OID_BYTES = operator.itemgetter(slice(1, 5))  # a row change message's relation id
 
 
 @dataclass(slots=True)
@@ -153,6 +155,36 @@ class PendingRun:
             new, old, moved = [c.take(rows) for c in new], [c.take(rows) for c in old], ~first
         return FeedRun(rel, ops, commit, _sequence(commit, self.seq_base), per_row[rows, 1], per_row[rows, 2],
                        per_row[rows, 3], tuples.old_markers[rows], new, old, self.ends_at, moved)
+
+
+def add_stretch(datas: list[bytes], lsns: list[int], relations: dict[int, Any], pending: PendingRun | None,
+                seq: int, transaction: tuple[int, int, int], cap: int,
+                encoding: str) -> Generator[FeedRun, None, tuple[PendingRun | None, int]]:
+    """Row change messages that follow each other in the feed added to the pending run, which is cut
+    where the relation changes and at ``cap`` messages; yields the runs completed, returns the pending
+    run and the sequence reached. ``transaction``: the current (commit, commit_ts, xid)."""
+    oids = np.frombuffer(b"".join(map(_OID_BYTES, datas)), ">u4")
+    cuts = [0] + (np.flatnonzero(oids[1:] != oids[:-1]) + 1).tolist() + [len(oids)]
+    for first, end in zip(cuts, cuts[1:]):  # one relation each
+        rel, i = relations[int(oids[first])], first
+        while i < end:
+            if pending is not None and (pending.relation is not rel or len(pending.messages) >= cap):
+                run = pending.finish(encoding)
+                seq, pending = seq_after(run, transaction[0], seq), None
+                yield run
+            if pending is None:
+                pending = PendingRun(rel, seq, *transaction)
+            taken = min(end - i, cap - len(pending.messages))
+            pending.messages.extend(datas[i:i + taken])
+            pending.lsns.extend(lsns[i:i + taken])
+            pending.ends_at = None
+            i += taken
+    return pending, seq
+
+
+def seq_after(run: FeedRun, commit_lsn: int, seq: int) -> int:
+    """The sequence reached in the current transaction once ``run`` is numbered."""
+    return int(run.seq[-1]) if run.commit[-1] == commit_lsn else seq
 
 
 def truncate_run(relation: Any, commit: int, seq: int, commit_ts: int, xid: int, lsn: int) -> FeedRun:
