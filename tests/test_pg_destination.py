@@ -2,7 +2,8 @@
 
 Every type the PostgreSQL source carries (the demo's all_types, test_types_codec's ``everything``, and the
 calendar edges of test_e2e_edge_values) is copied by ``read | write`` and by ``sync``, then changed
-(inserts, updates, a key update, deletes, TRUNCATE, a 1 MB TOASTed value an update leaves alone), and
+(inserts, updates, a key update, deletes, TRUNCATE, a 1 MB TOASTed value an update leaves alone, a
+delete followed in its transaction by an update of another row that leaves its TOASTed value alone), and
 each target table is compared with its source table value by value (PostgreSQL's text of every column).
 """
 
@@ -43,6 +44,7 @@ INSERT INTO plain VALUES
   '-1 days')
 """
 BIG = "x" * 1_000_000
+DISTINCT_BIG = "(SELECT string_agg(md5(g::text || h::text), '') FROM generate_series(1, 4096) h)"  # TOASTed, per row
 
 
 def make_source(dsn: str) -> None:
@@ -63,6 +65,7 @@ def make_source(dsn: str) -> None:
                      "(3, '{{1,2},{3,NULL}}', '{}'), (4, '{}', NULL)")
         conn.execute("CREATE TABLE docs (id int PRIMARY KEY, title text, body text)")
         conn.execute("INSERT INTO docs SELECT g, 'doc ' || g, %s FROM generate_series(1, 3) g", (BIG,))
+        conn.execute(f"INSERT INTO docs SELECT g, 'doc ' || g, {DISTINCT_BIG} FROM generate_series(6, 7) g")
 
 
 def change_source(dsn: str) -> None:
@@ -94,6 +97,8 @@ def change_source(dsn: str) -> None:
         conn.execute("UPDATE docs SET id = 30, title = 'moved' WHERE id = 3")  # a key update leaving body alone
         conn.execute("INSERT INTO docs VALUES (4, 'new', 'small'), (5, 'gone', 'soon')")
         conn.execute("DELETE FROM docs WHERE id = 5")
+        # a delete and then an update of another row, in one transaction: row 7 keeps its own body (not row 6's)
+        conn.execute("BEGIN; DELETE FROM docs WHERE id = 6; UPDATE docs SET title = 'renamed' WHERE id = 7; COMMIT")
 
 
 def uses_binary_copy(target_dsn: str, table: str) -> bool:
@@ -180,7 +185,8 @@ def test_every_type_and_every_change_by_read_write_and_sync(pg_cluster, pg_db, p
     assert_copied(source, synced)
     with psycopg.connect(synced, autocommit=True) as conn:
         bodies = conn.execute("SELECT id, length(body) FROM docs ORDER BY id").fetchall()
-    assert bodies == [(1, 1_000_000), (2, 1_000_000), (4, 5), (30, 1_000_000)], "unsent TOAST values are kept"
+    assert bodies == [(1, 1_000_000), (2, 1_000_000), (4, 5), (7, 4096 * 32), (30, 1_000_000)], \
+        "unsent TOAST values are kept"
     with psycopg.connect(source, autocommit=True) as conn:
         for slot in ("slot_pipe", "slot_sync"):
             conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
@@ -272,8 +278,9 @@ def test_a_reload_replaces_the_rows_in_one_step(pg_cluster, pg_db, pg_target, ta
     assert_same_rows(source, ("public", "items"), target, ("public", "items"), ["id", "label"])
     with psycopg.connect(target, autocommit=True) as conn:
         assert conn.execute("SELECT count(*) FROM _olake.loads").fetchone()[0] == 0
-        assert conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = '_olake' AND tablename "
-                            "NOT IN ('streams', 'loads', 'chunks')").fetchone()[0] == 0, "the staging table is dropped"
+        assert conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = '_olake' AND tablename NOT IN "
+                            "('streams', 'loads', 'chunks', 'row_versions', 'conflicts')").fetchone()[0] == 0, \
+            "the staging table is dropped"
 
 
 def test_an_existing_table_is_checked_before_anything_is_written(pg_cluster, pg_db, pg_target, target_db, tmp_path):

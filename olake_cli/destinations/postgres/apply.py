@@ -4,17 +4,10 @@ A batch is first encoded as COPY data (``encode``: no server, so a commit can en
 the server applies the one before; binary when every column allows it, as for full loads). The apply
 then COPYs it into a temporary table shaped like the target (``ON COMMIT DELETE ROWS``, made once per
 session) and, inside the caller's transaction: unsent TOAST values are read from the target rows that
-hold them; conflicts are decided (with ``track_commit_timestamp``); one
-``DELETE ... USING`` removes deleted keys (or marks them, with ``soft_delete``); one
-``INSERT ... ON CONFLICT (key) DO UPDATE`` writes the rest. Never a round trip per row.
-
-Conflicts: when a change meets a target row last written by another origin (a local session, or
-another replication origin), the later source commit wins: the change's commit time against the
-row's (``pg_xact_commit_timestamp_origin(xmin)``); equal times go to the greater origin name (a local
-row counts as ``local_origin``). A losing change is dropped. It is a conflict, counted and logged with
-its key, when the key was changed on both sides since this direction last wrote rows into the table
-(the row's write is newer than that commit; commits that only move the position do not count), or
-when the change loses.
+hold them; one ``DELETE ... USING`` removes deleted keys (or marks them, with ``soft_delete``); one
+``INSERT ... ON CONFLICT (key) DO UPDATE`` writes the rest. Never a round trip per row. When conflicts
+are detected (two-way replication), ``conflicts.TwoWayApply`` decides each change against the row's
+version, atomically with the write.
 """
 
 from __future__ import annotations
@@ -30,24 +23,16 @@ import pyarrow.compute as pc
 from psycopg import sql
 
 from olake_cli.core.row_metadata import COMMIT_TS, OP, OP_ID, TOAST
-from olake_cli.destinations.postgres.change_plan import ReducedChanges, from_column
+from olake_cli.destinations.postgres.change_plan import ReducedChanges
 from olake_cli.destinations.postgres.copy_binary import HEADER, TRAILER, binary_fits, copy_binary_rows
+from olake_cli.destinations.postgres.conflicts import TEMP_COLUMNS, ConflictRule, TwoWayApply, match_keys
 from olake_cli.destinations.postgres.copy_text import copy_text
 from olake_cli.destinations.postgres.tables import TargetTable
 
-LOGGED_CONFLICTS = 100  # per commit; the rest are counted
+LOGGED_CONFLICTS = 100  # log lines per commit; every conflict is a row of _olake.conflicts
 _META_TYPES = {OP: ("string", "text"), OP_ID: ("string", "text"),
                COMMIT_TS: ("timestamptz", "timestamp with time zone"),
                TOAST: ("json", "jsonb")}  # the names of the columns left unsent, as a JSON array
-
-
-@dataclass(frozen=True)
-class ConflictRule:
-    """What this session needs to decide conflicts (a session without one does not detect them)."""
-
-    origin_id: int
-    origin: str
-    local_origin: str
 
 
 @dataclass(frozen=True)
@@ -85,7 +70,7 @@ class ChangeApplier:
         columns the statements of this apply read (the others stay NULL). Pure work, no server: a
         commit encodes its batch while the server still applies the one before."""
         rows = changes.rows
-        meta = [name for name, wanted in ((OP, True), (OP_ID, table.metadata or self.soft_delete),
+        meta = [name for name, wanted in ((OP, True), (OP_ID, table.metadata or self.soft_delete or self.rule is not None),
                                           (COMMIT_TS, table.metadata or self.soft_delete or self.rule is not None),
                                           (TOAST, changes.unresolved)) if wanted]
         names = [c.name for c in table.columns] + meta
@@ -96,13 +81,6 @@ class ChangeApplier:
         unsent: list[str] = []
         wanted = 0
         if changes.unresolved:
-            by_name = {c.name: c for c in table.columns}
-            for number, key in enumerate(table.key):
-                names.append(from_column(number))
-                types.append(by_name[key].olake_type)
-                sql_types.append(by_name[key].sql_type)
-                props.append(by_name[key].prop)
-                columns.append(rows.column(from_column(number)))
             toast = rows.column(TOAST)
             unsent = sorted(pc.unique(pc.list_flatten(toast)).to_pylist())
             wanted = pc.sum(pc.greater(pc.list_value_length(toast), 0)).as_py() or 0
@@ -121,14 +99,39 @@ class ChangeApplier:
         with self.conn.cursor().copy(statement) as copy:
             copy.write(changes.data)
         result = Applied()
+        if self.rule is not None and table.key:
+            self._apply_two_way(table, temp, changes, result, since)
+            return result
         if changes.unsent:
             self._read_unsent(table, temp, changes)
-        if self.rule is not None and table.key:
-            self._decide_conflicts(table, temp, result, since)
         if table.key:
             result.deleted = self._deletes(table, temp)
         result.upserted = self._upserts(table, temp)
         return result
+
+    def _apply_two_way(self, table: TargetTable, temp: sql.Identifier, changes: EncodedChanges, result: Applied,
+                       since: datetime | None) -> None:
+        """Decide every change against its key's version and write the winners, rows locked throughout."""
+        two_way = TwoWayApply(self.conn, self.rule, table, temp, since)
+        two_way.lock()
+        if changes.unsent:
+            self._read_unsent(table, temp, changes)
+        decided = [two_way.decide(1, LOGGED_CONFLICTS)]
+        result.deleted = self._deletes(table, temp, sql.SQL(" AND s._olake_xmin IS NOT NULL"))
+        names, selected = self._written_columns(table)
+        assignments = [sql.SQL("{} = {}").format(sql.Identifier(n), v) for n, v in zip(names, selected)
+                       if n not in table.key]
+        setting = sql.SQL(", ").join(assignments) if assignments else None
+        columns = sql.SQL(", ").join(map(sql.Identifier, names))
+        result.upserted = two_way.update_locked(1, setting) + two_way.insert_missing(columns, sql.SQL(", ").join(selected))
+        if two_way.second_pass_needed():
+            decided.append(two_way.decide(2, LOGGED_CONFLICTS - len(decided[0].lines)))
+            result.upserted += two_way.update_locked(2, setting)
+        two_way.record_versions()
+        for one in decided:
+            result.conflicts += one.conflicts
+            result.kept_target += one.kept_target
+            result.conflict_lines += one.lines
 
     def forget(self, ident: tuple[str, str]) -> None:
         """Drop the temporary table of a target table whose columns changed (made again on next use)."""
@@ -140,11 +143,9 @@ class ChangeApplier:
         name = self.temp_tables.get(table.ident)
         if name is None:
             name = self.temp_tables[table.ident] = f"olake_apply_{next(self._numbers)}"
-            by_name = {c.name: c for c in table.columns}
             columns = [sql.SQL("{} {}").format(sql.Identifier(c.name), sql.SQL(c.sql_type)) for c in table.columns]
             columns += [sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t)) for n, (_, t) in _META_TYPES.items()]
-            columns += [sql.SQL("{} {}").format(sql.Identifier(from_column(i)), sql.SQL(by_name[k].sql_type))
-                        for i, k in enumerate(table.key)]
+            columns += [sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t)) for n, t in TEMP_COLUMNS]
             self.conn.execute(sql.SQL("CREATE TEMP TABLE {} ({}) ON COMMIT DELETE ROWS").format(
                 sql.Identifier(name), sql.SQL(", ").join(columns)))
         return sql.Identifier(name)
@@ -155,8 +156,7 @@ class ChangeApplier:
             sql.SQL("{c} = CASE WHEN s.{toast} ? {n} THEN t.{c} ELSE s.{c} END").format(
                 c=sql.Identifier(name), n=sql.Literal(name), toast=sql.Identifier(TOAST))
             for name in changes.unsent)
-        match = sql.SQL(" AND ").join(sql.SQL("t.{} = s.{}").format(sql.Identifier(k), sql.Identifier(from_column(i)))
-                                      for i, k in enumerate(table.key))
+        match = match_keys(table)
         found = self.conn.execute(sql.SQL("UPDATE {temp} s SET {a} FROM {target} t WHERE {m} AND s.{toast} IS NOT NULL")
                                   .format(temp=temp, a=assignments, target=table.qualified, m=match,
                                           toast=sql.Identifier(TOAST))).rowcount
@@ -164,42 +164,30 @@ class ChangeApplier:
             self.log(f"{table.label}: {changes.unsent_rows - found} update(s) left large values unsent and the "
                      f"target has no row to take them from; those columns are NULL")
 
-    def _decide_conflicts(self, table: TargetTable, temp: sql.Identifier, result: Applied,
-                          since: datetime | None) -> None:
-        """Lock the target rows the batch touches, drop the changes that lose, count and log conflicts."""
-        match = _match(table)
-        self.conn.execute(sql.SQL("SELECT count(*) FROM (SELECT FROM {target} t JOIN {temp} s ON {m} "
-                                  "FOR UPDATE OF t) AS locked").format(target=table.qualified, temp=temp, m=match))
-        keys = sql.SQL(", ").join(sql.SQL("s.{}").format(sql.Identifier(k)) for k in table.key)
-        query = sql.SQL(_CONFLICTS_SQL).format(target=table.qualified, temp=temp, m=match, keys=keys)
-        rule = self.rule
-        found = self.conn.execute(query, {"ours": rule.origin_id, "local": rule.local_origin,
-                                          "name": rule.origin, "since": since}).fetchall()
-        for key_text, op, incoming_ts, row_ts, row_origin, lost in found:
-            result.conflicts += 1
-            result.kept_target += bool(lost)
-            if len(result.conflict_lines) < LOGGED_CONFLICTS:
-                winner = f"the target's row ({row_origin or 'local'}, {row_ts}) is newer and stays" if lost else \
-                    f"it is newer than the target's row ({row_origin or 'local'}, {row_ts}) and is applied"
-                result.conflict_lines.append(f"{table.label}: conflict on key {key_text}: the '{op}' committed at "
-                                             f"{incoming_ts} {winner}")
-
-    def _deletes(self, table: TargetTable, temp: sql.Identifier) -> int:
+    def _deletes(self, table: TargetTable, temp: sql.Identifier, only: sql.Composable = sql.SQL("")) -> int:
+        """Delete (or mark) the rows of the batch's deleted keys (``only``: a further condition on ``s``)."""
         if self.soft_delete:
             statement = sql.SQL("UPDATE {target} t SET _olake_op = s._olake_op, _olake_op_id = s._olake_op_id, "
                                 "_olake_commit_ts = s._olake_commit_ts, _olake_synced_at = now() FROM {temp} s "
-                                "WHERE {m} AND s._olake_op = 'd'")
+                                "WHERE {m} AND s._olake_op = 'd'{only}")
         else:
-            statement = sql.SQL("DELETE FROM {target} t USING {temp} s WHERE {m} AND s._olake_op = 'd'")
-        return self.conn.execute(statement.format(target=table.qualified, temp=temp, m=_match(table))).rowcount
+            statement = sql.SQL("DELETE FROM {target} t USING {temp} s WHERE {m} AND s._olake_op = 'd'{only}")
+        return self.conn.execute(statement.format(target=table.qualified, temp=temp, m=match_keys(table),
+                                                  only=only)).rowcount
 
-    def _upserts(self, table: TargetTable, temp: sql.Identifier) -> int:
+    @staticmethod
+    def _written_columns(table: TargetTable) -> tuple[list[str], list[sql.Composable]]:
+        """The target columns a change writes, and what each takes (from the temporary table ``s``)."""
         names = [c.name for c in table.columns]
-        selected = [sql.SQL("s.{}").format(sql.Identifier(n)) for n in names]
+        selected: list[sql.Composable] = [sql.SQL("s.{}").format(sql.Identifier(n)) for n in names]
         if table.metadata:
             names += ["_olake_op", "_olake_op_id", "_olake_commit_ts", "_olake_synced_at"]
             selected += [sql.SQL("s._olake_op"), sql.SQL("s._olake_op_id"), sql.SQL("s._olake_commit_ts"),
                          sql.SQL("now()")]
+        return names, selected
+
+    def _upserts(self, table: TargetTable, temp: sql.Identifier) -> int:
+        names, selected = self._written_columns(table)
         statement = sql.SQL("INSERT INTO {target} ({cols}) SELECT {sel} FROM {temp} s WHERE s._olake_op <> 'd'").format(
             target=table.qualified, cols=sql.SQL(", ").join(sql.Identifier(n) for n in names),
             sel=sql.SQL(", ").join(selected), temp=temp)
@@ -211,30 +199,6 @@ class ChangeApplier:
             statement = sql.SQL("{} ON CONFLICT ({}) {}").format(
                 statement, sql.SQL(", ").join(sql.Identifier(k) for k in table.key), action)
         return self.conn.execute(statement).rowcount
-
-
-_CONFLICTS_SQL = """
-WITH foreign_rows AS (
-    SELECT s.ctid AS row_id, ROW({keys})::text AS key_text, s._olake_op AS op, s._olake_commit_ts AS incoming_ts,
-           c.timestamp AS row_ts, coalesce(o.roname, %(local)s) AS row_origin
-    FROM {temp} s JOIN {target} t ON {m}
-    CROSS JOIN LATERAL pg_xact_commit_timestamp_origin(t.xmin) AS c
-    LEFT JOIN pg_replication_origin o ON o.roident = c.roident
-    WHERE c.roident IS NOT NULL AND c.roident <> %(ours)s
-), lost AS (
-    DELETE FROM {temp} s USING foreign_rows f
-    WHERE s.ctid = f.row_id AND (f.row_ts > f.incoming_ts OR (f.row_ts = f.incoming_ts AND f.row_origin > %(name)s))
-    RETURNING f.row_id
-)
-SELECT f.key_text, f.op, f.incoming_ts, f.row_ts, f.row_origin, f.row_id IN (SELECT row_id FROM lost) AS lost
-FROM foreign_rows f
-WHERE f.row_id IN (SELECT row_id FROM lost) OR %(since)s::timestamptz IS NULL OR f.row_ts > %(since)s::timestamptz
-ORDER BY f.key_text
-"""
-
-
-def _match(table: TargetTable) -> sql.Composable:
-    return sql.SQL(" AND ").join(sql.SQL("t.{k} = s.{k}").format(k=sql.Identifier(k)) for k in table.key)
 
 
 def _meta_column(rows: pa.Table, name: str) -> pa.Array | pa.ChunkedArray:

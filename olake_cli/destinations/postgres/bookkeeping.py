@@ -1,11 +1,14 @@
 """The ``_olake`` schema in the target: what each table committed, and the full load in progress.
 
-``_olake.streams``: per target table, the stream state committed with its rows, the highest
-operation id applied (changes at or below it are replays) and when olake last wrote rows into it.
+``_olake.streams``: per target table and origin (each source writing a table has its own origin), the
+stream state committed with its rows, the highest operation id applied (changes at or below it are
+replays) and when that origin last wrote rows into it.
 ``_olake.loads``: the full load a table is receiving and, for a load that replaces earlier contents,
 the staging table it is written into.
 ``_olake.chunks``: full-load chunks that Spark tasks of ``olake sync`` committed themselves, each in
 the same transaction as its rows. Every write here shares its transaction with the rows it covers.
+``_olake.row_versions`` and ``_olake.conflicts``: two-way replication's memory of each key's last
+change and deleted keys, and its record of every conflict (``conflicts.py``).
 """
 
 from __future__ import annotations
@@ -23,10 +26,10 @@ SCHEMA = "_olake"
 _DDL = """
 CREATE SCHEMA IF NOT EXISTS _olake;
 CREATE TABLE IF NOT EXISTS _olake.streams (
-    table_schema text NOT NULL, table_name text NOT NULL,
+    table_schema text NOT NULL, table_name text NOT NULL, origin text NOT NULL DEFAULT '',
     stream_namespace text, stream_name text NOT NULL,
     state jsonb NOT NULL, max_op_id text, updated_at timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (table_schema, table_name));
+    PRIMARY KEY (table_schema, table_name, origin));
 CREATE TABLE IF NOT EXISTS _olake.loads (
     table_schema text NOT NULL, table_name text NOT NULL, load_id text NOT NULL, staged_table text,
     PRIMARY KEY (table_schema, table_name));
@@ -34,15 +37,46 @@ CREATE TABLE IF NOT EXISTS _olake.chunks (
     table_schema text NOT NULL, table_name text NOT NULL, load_id text NOT NULL, chunk integer NOT NULL,
     rows bigint NOT NULL, committed_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (table_schema, table_name, load_id, chunk));
+CREATE TABLE IF NOT EXISTS _olake.row_versions (
+    table_schema text NOT NULL, table_name text NOT NULL, key text NOT NULL,
+    commit_ts timestamptz, origin text, deleted boolean NOT NULL, recorded_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (table_schema, table_name, key));
+CREATE TABLE IF NOT EXISTS _olake.conflicts (
+    id bigserial PRIMARY KEY, detected_at timestamptz NOT NULL DEFAULT now(),
+    table_schema text NOT NULL, table_name text NOT NULL, key text NOT NULL, operation text NOT NULL,
+    applying_origin text NOT NULL, source_position text,
+    incoming_row jsonb, incoming_commit_ts timestamptz, incoming_origin text,
+    target_row jsonb, target_commit_ts timestamptz, target_origin text,
+    winner text NOT NULL CHECK (winner IN ('incoming', 'target')));
+CREATE OR REPLACE FUNCTION _olake.remember_deletes() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN  -- a local delete leaves a tombstone; olake's own sessions (olake.applying) record theirs exactly
+    IF coalesce(current_setting('olake.applying', true), '') <> 'on' THEN
+        EXECUTE format('INSERT INTO _olake.row_versions (table_schema, table_name, key, commit_ts, origin, deleted) '
+                       'SELECT %L, %L, ROW(%s)::text, NULL, NULL, true FROM olake_gone '
+                       'ON CONFLICT (table_schema, table_name, key) DO UPDATE SET commit_ts = NULL, origin = NULL, '
+                       'deleted = true, recorded_at = now()', TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_ARGV[0]);
+    END IF;
+    RETURN NULL;
+END $fn$;
+"""
+# databases olake wrote into before sources had their own rows in _olake.streams
+_MIGRATE = """
+ALTER TABLE _olake.streams ADD COLUMN origin text NOT NULL DEFAULT '';
+ALTER TABLE _olake.streams DROP CONSTRAINT streams_pkey;
+ALTER TABLE _olake.streams ADD PRIMARY KEY (table_schema, table_name, origin);
 """
 _LOCK_CLASS = 0x6F6C6C64  # advisory locks serialising load registration per table
 
 
 def ensure_bookkeeping(conn) -> None:
     """Create the ``_olake`` schema and tables if missing (committed)."""
-    if conn.execute("SELECT to_regclass('_olake.chunks')").fetchone()[0] is None:
+    if conn.execute("SELECT to_regclass('_olake.conflicts')").fetchone()[0] is None:
         conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (_LOCK_CLASS,))
         conn.execute(_DDL)
+        if conn.execute("SELECT NOT EXISTS (SELECT FROM pg_attribute WHERE attrelid = '_olake.streams'::regclass "
+                        "AND attname = 'origin')").fetchone()[0]:
+            conn.execute(_MIGRATE)
     conn.commit()
 
 
@@ -56,16 +90,26 @@ class Committed:
     at: datetime | None = None
 
 
-def committed_state(conn, table: tuple[str, str]) -> Committed:
-    """What was committed for ``table`` (all None when nothing was)."""
-    if conn.execute("SELECT to_regclass('_olake.chunks')").fetchone()[0] is None:
+def committed_state(conn, table: tuple[str, str], origin: str | None) -> Committed:
+    """What the source writing under ``origin`` committed for ``table`` (all None when nothing was); a
+    row from before sources had rows of their own counts for whichever source comes first."""
+    if conn.execute("SELECT to_regclass('_olake.conflicts')").fetchone()[0] is None:
         return Committed()
     row = conn.execute("SELECT state, max_op_id, updated_at FROM _olake.streams WHERE table_schema = %s "
-                       "AND table_name = %s", table).fetchone()
+                       "AND table_name = %s AND origin IN (%s, '') ORDER BY origin = '' LIMIT 1",
+                       (*table, origin or "")).fetchone()
     if row is None:
         return Committed()
     state, max_op_id, at = row
     return Committed(with_task_chunks(conn, table, state), max_op_id, at)
+
+
+def is_managed(conn, table: tuple[str, str]) -> bool:
+    """Whether olake committed anything into ``table`` (under any origin)."""
+    if conn.execute("SELECT to_regclass('_olake.streams')").fetchone()[0] is None:
+        return False
+    return conn.execute("SELECT EXISTS (SELECT FROM _olake.streams WHERE table_schema = %s AND table_name = %s)",
+                        table).fetchone()[0]
 
 
 def with_task_chunks(conn, table: tuple[str, str], state: dict) -> dict:
@@ -82,19 +126,23 @@ def with_task_chunks(conn, table: tuple[str, str], state: dict) -> dict:
     return {**state, "stream_state": {**inner, "chunks": chunks}}
 
 
-def save_state(conn, table: tuple[str, str], stream: tuple[str | None, str], state: dict,
+def save_state(conn, table: tuple[str, str], origin: str | None, stream: tuple[str | None, str], state: dict,
                max_op_id: str | None, wrote_rows: bool = True) -> datetime:
-    """Record the stream state (and highest operation id) committed with ``table``'s rows; returns
-    ``updated_at``: when olake last wrote rows into the table (this transaction's start if
-    ``wrote_rows`` or the table has no row here yet; a commit that only moves the position keeps the
-    earlier time, which is where the conflict window of the next changes starts)."""
-    return conn.execute(
-        "INSERT INTO _olake.streams (table_schema, table_name, stream_namespace, stream_name, state, max_op_id) "
-        "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (table_schema, table_name) DO UPDATE SET "
+    """Record the stream state (and highest operation id) the source writing under ``origin`` committed
+    with ``table``'s rows; returns ``updated_at``: when that source last wrote rows into the table (this
+    transaction's start if ``wrote_rows`` or it has no row here yet; a commit that only moves the
+    position keeps the earlier time, which is where the conflict window of the next changes starts)."""
+    origin = origin or ""
+    at = conn.execute(
+        "INSERT INTO _olake.streams (table_schema, table_name, origin, stream_namespace, stream_name, state, "
+        "max_op_id) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (table_schema, table_name, origin) DO UPDATE SET "
         "stream_namespace = EXCLUDED.stream_namespace, stream_name = EXCLUDED.stream_name, "
         "state = EXCLUDED.state, max_op_id = EXCLUDED.max_op_id, "
         "updated_at = CASE WHEN %s THEN now() ELSE _olake.streams.updated_at END RETURNING updated_at",
-        (*table, *stream, jsonb(state), max_op_id, wrote_rows)).fetchone()[0]
+        (*table, origin, *stream, jsonb(state), max_op_id, wrote_rows)).fetchone()[0]
+    if origin:  # a row from before sources had rows of their own is this source's from now on
+        conn.execute("DELETE FROM _olake.streams WHERE table_schema = %s AND table_name = %s AND origin = ''", table)
+    return at
 
 
 def forget_table(conn, table: tuple[str, str]) -> None:
@@ -103,7 +151,7 @@ def forget_table(conn, table: tuple[str, str]) -> None:
     found = current_load(conn, table)
     if found is not None and found[1]:
         conn.execute(sql.SQL("DROP TABLE IF EXISTS {}.{}").format(sql.Identifier(SCHEMA), sql.Identifier(found[1])))
-    for name in ("streams", "loads", "chunks"):
+    for name in ("streams", "loads", "chunks", "row_versions"):
         conn.execute(sql.SQL("DELETE FROM {} WHERE table_schema = %s AND table_name = %s").format(
             sql.Identifier(SCHEMA, name)), table)
 
@@ -147,13 +195,12 @@ def load_finished(conn, table: tuple[str, str], load_id: str) -> bool:
     """Whether ``load_id`` is already complete in ``table`` (a task of a run that died after its load
     was finished by the next run must not start it again). Serialised with registration and finish."""
     _lock_loads(conn, table)
-    row = conn.execute("SELECT state FROM _olake.streams WHERE table_schema = %s AND table_name = %s",
-                       table).fetchone()
-    if row is None or (row[0].get("stream_state") or {}).get("load_id") != load_id:
-        return False
-    state = row[0]
-    chunks = (state.get("stream_state") or {}).get("chunks") or []
-    return state.get("sync_type") != "full-load" or all(c.get("status") == "succeed" for c in chunks)
+    for (state,) in conn.execute("SELECT state FROM _olake.streams WHERE table_schema = %s AND table_name = %s "
+                                 "AND state -> 'stream_state' ->> 'load_id' = %s", (*table, load_id)).fetchall():
+        chunks = (state.get("stream_state") or {}).get("chunks") or []
+        if state.get("sync_type") != "full-load" or all(c.get("status") == "succeed" for c in chunks):
+            return True
+    return False
 
 
 def still_current(conn, table: tuple[str, str], load_id: str) -> bool:
@@ -204,9 +251,15 @@ def finish_load(conn, table: tuple[str, str], load_id: str, columns: sql.Composa
         conn.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {}.{}").format(
             target, columns, columns, sql.Identifier(SCHEMA), sql.Identifier(staged)))
         conn.execute(sql.SQL("DROP TABLE {}.{}").format(sql.Identifier(SCHEMA), sql.Identifier(staged)))
+        forget_versions(conn, table)
     conn.execute("DELETE FROM _olake.loads WHERE table_schema = %s AND table_name = %s", table)
     conn.execute("DELETE FROM _olake.chunks WHERE table_schema = %s AND table_name = %s", table)
     return bool(staged)
+
+
+def forget_versions(conn, table: tuple[str, str]) -> None:
+    """Forget the versions and tombstones of a table whose rows were replaced (a load, a TRUNCATE)."""
+    conn.execute("DELETE FROM _olake.row_versions WHERE table_schema = %s AND table_name = %s", table)
 
 
 def load_rows_target(table: tuple[str, str], staged: str | None) -> sql.Composable:

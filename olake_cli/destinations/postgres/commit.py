@@ -104,6 +104,7 @@ def send_commit(work: StreamCommit, ctx: CommitContext) -> Applied | None:
             copy_load(conn, bookkeeping.load_rows_target(table.ident, staged), table, [work.load_rows], work.op_key)
     if work.truncate:
         conn.execute(sql.SQL("TRUNCATE {}").format(table.qualified))
+        bookkeeping.forget_versions(conn, table.ident)
         ctx.log(f"{buf.stream.label}: truncated at the source; the table is emptied")
     applied = None
     if work.changes is not None:
@@ -112,7 +113,8 @@ def send_commit(work: StreamCommit, ctx: CommitContext) -> Applied | None:
     if work.finish_load and bookkeeping.finish_load(conn, table.ident, work.load_id, table.column_list()):
         ctx.log(f"{buf.stream.label}: the new load replaced the table's rows")
         wrote = True
-    committed_at = bookkeeping.save_state(conn, table.ident, buf.stream.key, work.merged, work.watermark, wrote)
+    committed_at = bookkeeping.save_state(conn, table.ident, ctx.origin, buf.stream.key, work.merged, work.watermark,
+                                          wrote)
     commit_under_origin(conn, ctx.origin, work.source_commit)
     buf.committed_at = committed_at
     return applied

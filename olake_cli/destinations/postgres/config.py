@@ -3,8 +3,8 @@
 ``{"type": "postgres", "host", "port", "database", "username", "password", TLS fields...}`` plus
 ``schema`` (every table into this schema; default the stream's namespace), ``table_prefix``,
 ``origin`` (the replication origin write sessions run under; null for none), ``local_origin`` (the
-name local changes count under when a conflict's commit times tie), ``soft_delete`` and
-``metadata_columns``.
+name local changes count under when a conflict's commit times tie), ``tombstone_hours`` (how long
+two-way applies remember each key's version and deleted keys), ``soft_delete`` and ``metadata_columns``.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ class TargetSettings(ConnectionSettings):
     local_origin: str = ""
     soft_delete: bool = False
     metadata_columns: bool = False
+    tombstone_hours: float = 168.0
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any]) -> "TargetSettings":

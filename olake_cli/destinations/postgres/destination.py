@@ -21,12 +21,13 @@ from olake_cli.core.errors import ConfigError
 from olake_cli.core.locks import host_lock_path
 from olake_cli.core.state import State
 from olake_cli.destinations.postgres import bookkeeping
-from olake_cli.destinations.postgres.apply import Applied, ChangeApplier, ConflictRule
+from olake_cli.destinations.postgres.apply import Applied, ChangeApplier
 from olake_cli.destinations.postgres.buffer import StreamBuffer
 from olake_cli.destinations.postgres.chunk_sink import PostgresChunkSink
 from olake_cli.destinations.postgres.commit import CommitContext, StreamCommit, prepare_commit, send_commit
 from olake_cli.destinations.postgres.commit_queue import CommitQueue
 from olake_cli.destinations.postgres.config import TargetSettings
+from olake_cli.destinations.postgres.conflicts import ConflictRule, prepare_table
 from olake_cli.destinations.postgres.load_copy import passthrough_casts
 from olake_cli.destinations.postgres.session import classify, ensure_origin, open_connection
 from olake_cli.destinations.postgres.tables import (TargetTable, check_table, create_table, evolve,
@@ -129,8 +130,7 @@ class PostgresDestination:
         plan = plan_table(conn, stream, ident, self.settings.metadata_columns, self.log)
         existing = existing_columns(conn, ident)
         if existing is not None:  # a table olake writes already is widened with its source
-            managed = bookkeeping.committed_state(conn, ident).state is not None
-            plan = check_table(plan, existing, unique_keys(conn, ident), widen=managed)
+            plan = check_table(plan, existing, unique_keys(conn, ident), widen=bookkeeping.is_managed(conn, ident))
         return plan, existing
 
     def _prepare(self, conn, stream: CatalogStream, plan: TargetTable, existing: dict | None) -> None:
@@ -144,7 +144,9 @@ class PostgresDestination:
                 self.log(f"{stream.label}: added or widened column(s) {', '.join(changed)} of table "
                          f"{plan.describe()}")
         plan = replace(plan, copy_casts=passthrough_casts(conn, plan))
-        committed = bookkeeping.committed_state(conn, plan.ident)
+        if self.context.applier.rule is not None and plan.key:
+            prepare_table(conn, plan, self.settings.tombstone_hours)
+        committed = bookkeeping.committed_state(conn, plan.ident, self.settings.origin)
         conn.commit()
         buf = StreamBuffer(stream, plan, committed.state, committed.max_op_id, committed.at)
         inner = (committed.state or {}).get("stream_state") or {}
@@ -250,7 +252,8 @@ class PostgresDestination:
         for line in applied.conflict_lines:
             self.log(line)
         if applied.conflicts > len(applied.conflict_lines):
-            self.log(f"... and {applied.conflicts - len(applied.conflict_lines)} more conflict(s) in this commit")
+            self.log(f"... and {applied.conflicts - len(applied.conflict_lines)} more conflict(s) in this commit "
+                     f"(every conflict is a row of _olake.conflicts)")
         totals = self.totals
         totals.upserted += applied.upserted
         totals.deleted += applied.deleted
@@ -269,11 +272,12 @@ class PostgresDestination:
                 f"{t.conflicts} conflict(s), {t.kept_target} kept the target's newer row")
 
     def committed_state(self, stream: CatalogStream) -> dict | None:
-        """The stream state committed in ``_olake.streams`` with the stream's table, or None."""
+        """The stream state this destination's origin committed in ``_olake.streams`` with the stream's
+        table, or None."""
         ident = self.settings.table_of(stream.namespace, stream.name)
         conn = open_connection(self.settings)
         try:
-            return bookkeeping.committed_state(conn, ident).state
+            return bookkeeping.committed_state(conn, ident, self.settings.origin).state
         except Exception as exc:
             raise classify(exc, self.settings, "reading the committed state") from None
         finally:

@@ -18,7 +18,8 @@ from olake_cli.core.errors import ConfigError, DestinationError, OlakeError, Tra
 from olake_cli.core.faults import crash_point
 from olake_cli.shared.postgres_connection import connect, is_transient, sqlstate
 
-SESSION_SETTINGS = {"TimeZone": "UTC", "DateStyle": "ISO", "IntervalStyle": "postgres"}
+# olake.applying: deletes olake makes leave no local tombstone (conflicts.py records its own, exactly)
+SESSION_SETTINGS = {"TimeZone": "UTC", "DateStyle": "ISO", "IntervalStyle": "postgres", "olake.applying": "on"}
 _ORIGIN_LOCK_CLASS = 0x6F6C616B  # 'olak': the advisory lock space of origin commits
 _INSUFFICIENT_PRIVILEGE = "42501"
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
