@@ -224,6 +224,19 @@ def state_recover(config: str = CONFIG_OPT, catalog: str = CATALOG_OPT) -> None:
     run_recover(config, catalog, protocol_writer(), log)
 
 
+@state_app.command("drop-slot")
+def state_drop_slot(config: str = typer.Option(..., "--config", metavar="SOURCE.json", help="PostgreSQL source config "
+                                                "naming the replication_slot (and publication) to drop."),
+                    claim_only: bool = typer.Option(False, "--claim-only", help="Only forget which pipeline claimed "
+                                                    "the slot (the pipeline moved to another destination or state "
+                                                    "file); the slot and publication stay.")) -> None:
+    """Drop a pipeline's replication slot and publication (only ones olake would have created; refused while
+    the slot is in use), so the source stops keeping WAL for it; says on stderr what it dropped."""
+    from olake_cli.pipeline.slot_admin import run_drop_slot
+
+    run_drop_slot(config, claim_only, log)
+
+
 def main() -> None:
     """Run the command line (signals are caught already: see ``olake_cli.__main__``); map how the
     command ended to one line on stderr and an exit code."""
