@@ -276,3 +276,14 @@ def test_check_passes_full_refresh_users_and_says_what_cdc_lacks(pg_cluster, dem
                                'PUBLICATION "not_yet_pub" FOR TABLE '), shown
     plain = run_olake("check", "--config", source_config(pg_cluster, tmp_path))
     assert "cdc: not configured" in connection_statuses(plain.stdout)[0]["message"]
+
+
+def test_check_takes_a_source_config_with_schema_for_schemas_as_a_source(pg_cluster, tmp_path):
+    """``"schema"`` next to source-only fields is a source's misspelt ``schemas``: the error names that field
+    and the right one, and does not take the file for a destination that lacks ``replication_slot``."""
+    config = pg_cluster.source_config("postgres", schema=["public"], replication_slot="olake_slot",
+                                      publication="olake_publication")
+    result = run_olake("check", "--config", write_json(tmp_path / "src.json", config))
+    line = assert_one_error(result, "config_error", "unknown field 'schema'; did you mean 'schemas'?",
+                            secrets=(pg_cluster.password,))
+    assert "replication_slot" not in line and "publication" not in line, line
