@@ -26,7 +26,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help=f"Copy databases into files and tables you can query: chunked parallel full loads on Spark, "
                        f"change capture, resumable state.\n\nSources: {SOURCE_TYPES}. Destinations: "
                        f"{DESTINATION_TYPES}. Options before the command apply to every command.")
-state_app = typer.Typer(no_args_is_help=True, help="Work with state files.")
+state_app = typer.Typer(no_args_is_help=True, help="Work with state files, and the replication slot a pipeline keeps.")
 app.add_typer(state_app, name="state")
 
 CONFIG_OPT = typer.Option(..., "--config", metavar="FILE",

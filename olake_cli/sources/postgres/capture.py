@@ -97,7 +97,7 @@ class PostgresChangeCapture:
         Without create_slot_and_publication a missing slot or publication is a config error first and
         alone: a typo in a name must not read as a lost position (and mark nothing in the state).
         """
-        from olake_cli.sources.postgres.cdc_setup import require_publication_ready
+        from olake_cli.sources.postgres.cdc_setup import require_publication_ready, require_usable_slot
         from olake_cli.sources.postgres.change_feed import slot_info
         from olake_cli.sources.postgres.session import resolve_tables
         from olake_cli.sources.postgres.slot_claim import claim_slot
@@ -107,7 +107,7 @@ class PostgresChangeCapture:
             self.tables = resolve_tables(conn, self.settings, self.streams)
             table_names = [(t.schema, t.table) for t in self.tables.values()]
             if not self.settings.create_slot_and_publication:
-                _require_usable_slot(slot_info(conn, slot), slot)
+                require_usable_slot(slot_info(conn, slot), slot)
                 require_publication_ready(conn, self.settings, table_names)
             claim_slot(conn, self.settings, pipeline, self.log)
             self._check_existing_slot(conn, slot_info(conn, slot), state)
@@ -116,7 +116,7 @@ class PostgresChangeCapture:
             require_publication_ready(conn, self.settings, table_names)
             self._check_publication(conn, state)  # and the rows publishing each table now
             info = slot_info(conn, slot)
-            _require_usable_slot(info, slot)
+            require_usable_slot(info, slot)
             self._report_retained_wal(conn)
         confirmed = info["confirmed_flush_lsn"]
         for stream in self.streams:
@@ -368,21 +368,6 @@ class _ChangeReader:
             batch = ChangeBatch()
         batch.widened.append(widened)
         return batch
-
-
-def _require_usable_slot(info: dict | None, slot: str) -> None:
-    """A ConfigError unless the slot exists, decodes with pgoutput and still has its WAL."""
-    if info is None:
-        raise ConfigError(f"postgres: replication slot '{slot}' does not exist; create it: SELECT "
-                          f"pg_create_logical_replication_slot('{slot}', 'pgoutput'); or set "
-                          f"create_slot_and_publication (if it was dropped, the streams' positions are lost and "
-                          f"the next run with the slot loads them anew)")
-    if info["plugin"] != "pgoutput":
-        raise ConfigError(f"postgres: replication slot '{slot}' uses plugin '{info['plugin']}', not pgoutput")
-    if info["wal_status"] == "lost":
-        raise ConfigError(f"postgres: replication slot '{slot}' is invalidated; drop and recreate it: "
-                          f"SELECT pg_drop_replication_slot('{slot}'); "
-                          f"SELECT pg_create_logical_replication_slot('{slot}', 'pgoutput');")
 
 
 def _load_horizon(ss: StreamState | None):

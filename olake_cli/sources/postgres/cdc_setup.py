@@ -242,6 +242,21 @@ def slot_problems(conn: psycopg.Connection, settings: PostgresSettings) -> list[
     return []
 
 
+def require_usable_slot(info: dict | None, slot: str) -> None:
+    """A ConfigError unless the slot exists, decodes with pgoutput and still has its WAL."""
+    if info is None:
+        raise ConfigError(f"postgres: replication slot '{slot}' does not exist; create it: SELECT "
+                          f"pg_create_logical_replication_slot('{slot}', 'pgoutput'); or set "
+                          f"create_slot_and_publication (if it was dropped, the streams' positions are lost and "
+                          f"the next run with the slot loads them anew)")
+    if info["plugin"] != "pgoutput":
+        raise ConfigError(f"postgres: replication slot '{slot}' uses plugin '{info['plugin']}', not pgoutput")
+    if info["wal_status"] == "lost":
+        raise ConfigError(f"postgres: replication slot '{slot}' is invalidated; drop and recreate it: "
+                          f"SELECT pg_drop_replication_slot('{slot}'); "
+                          f"SELECT pg_create_logical_replication_slot('{slot}', 'pgoutput');")
+
+
 def _slot_capacity_hint(conn: psycopg.Connection) -> str:
     used, limit = conn.execute("SELECT (SELECT count(*) FROM pg_replication_slots),"
                                " current_setting('max_replication_slots')::int").fetchone()

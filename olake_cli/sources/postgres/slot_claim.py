@@ -15,7 +15,8 @@ live beside it, where every pipeline sees it; a position ahead of a state can al
 was deselected for a while, which is a lost position of that stream, not another pipeline. A claim
 stays when its slot is dropped by hand (a new slot of that name is the same pipeline's to create
 again); ``olake state drop-slot`` removes both. A run that names neither a destination nor a state file
-claims nothing (it starts afresh anyway), but is refused a slot another pipeline claimed.
+(``read`` alone, to look at what it prints) neither claims the slot nor is refused it: it starts from the
+slot's position and never moves it (a run moves the slot only up to positions its state held at the start).
 
 Where the role may not create ``_olake.slot_claims`` (no CREATE on the database, a read-only server),
 the run goes on and says that a second pipeline would go unnoticed, with the SQL that allows it.
@@ -66,17 +67,17 @@ class SlotClaim:
 def claim_slot(conn: psycopg.Connection, settings: PostgresSettings, pipeline: PipelineIdentity | None,
                log: Callable[[str], None]) -> None:
     """Claim ``settings.replication_slot`` for ``pipeline``, or raise ConfigError if another pipeline has."""
-    slot, pipeline = settings.replication_slot, pipeline or PipelineIdentity()
+    slot = settings.replication_slot
+    if pipeline is None or not pipeline.known:
+        return
     try:
         with conn.transaction():
-            if pipeline.known:
-                _ensure_table(conn)
+            _ensure_table(conn)
             claim = read_claim(conn, slot, lock=True)
             if claim is None:
-                if pipeline.known:
-                    _insert(conn, slot, pipeline, settings.publication)
-                    log(f"replication slot '{slot}' is now claimed by this pipeline ({pipeline.description}); "
-                        "another pipeline on it will be refused")
+                _insert(conn, slot, pipeline, settings.publication)
+                log(f"replication slot '{slot}' is now claimed by this pipeline ({pipeline.description}); "
+                    "another pipeline on it will be refused")
                 return
             if not pipeline.same_pipeline(claim.identity):
                 raise ConfigError(refusal(slot, claim))
