@@ -44,8 +44,9 @@ class StreamProgress:
 
     @property
     def scan_seconds(self) -> float:
-        """Seconds since its first chunk began (Spark's start-up left out), until it ended."""
-        begun = self.first_chunk_started if self.first_chunk_started is not None else self.started
+        """Seconds since its first chunk began (Spark's start-up left out), until it ended: a part of
+        :attr:`seconds`."""
+        begun = max(self.first_chunk_started or self.started, self.started)
         return (self.ended if self.ended is not None else time.monotonic()) - begun
 
     @property
