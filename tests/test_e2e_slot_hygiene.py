@@ -82,7 +82,8 @@ def test_typos_a_second_pipeline_retained_wal_and_drop_slot(pg_cluster, pg_db, t
                                ("replication_slot", slot + "x", f"replication slot '{slot}x' does not exist")):
         bad = write_json(tmp_path / "typo.json", {**config, field: typo})
         _refused_sync(bad, cat, dst_a, state_a, error)
-        _assert_piped_refused(bad, cat, dst_a, state_a, error)
+        if field == "publication":  # read | write takes the same preflight
+            _assert_piped_refused(bad, cat, dst_a, state_a, error)
 
     # a second pipeline: the same source into another destination, with A's state file or its own
     refused = f"replication slot '{slot}' is used by another pipeline: olake sync into the destination of {dst_a}"
@@ -157,3 +158,17 @@ class _slot_in_use:
             if not _one(self.dsn, "SELECT active FROM pg_replication_slots WHERE slot_name = %s", self.slot)[0]:
                 return
             time.sleep(0.05)
+
+
+def test_a_pipeline_is_the_same_when_every_part_both_runs_know_is_equal():
+    """How a run is matched with a slot's claim: ``sync`` knows the destination and the state file,
+    ``read --state`` the state file, ``read --state-from`` the destination, bare ``read`` nothing."""
+    from olake_cli.core.pipeline_identity import PipelineIdentity
+
+    claim = PipelineIdentity("/lake/.olake.lock", "/s.json")
+    assert PipelineIdentity(None, "/s.json").same_pipeline(claim)  # read --state s.json | write
+    assert PipelineIdentity("/lake/.olake.lock", None).same_pipeline(claim)  # read --state-from, or sync without state
+    assert not PipelineIdentity("/other/.olake.lock", "/s.json").same_pipeline(claim)  # the Quickstarts' shared state
+    assert not PipelineIdentity(None, "/t.json").same_pipeline(claim)
+    assert not PipelineIdentity().same_pipeline(claim) and not PipelineIdentity().known
+    assert PipelineIdentity(None, "/s.json").filled_from(claim) == claim
