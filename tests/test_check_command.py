@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pty
+import re
 import subprocess
 from pathlib import Path
 
@@ -215,6 +216,9 @@ def test_check_names_keyless_tables_with_the_sql_and_fails_once_one_is_published
     fix = f'ALTER TABLE "shop"."page_views" REPLICA IDENTITY FULL; ALTER PUBLICATION "{pub}" ADD TABLE "shop"."page_views";'
     note = ("note: 1 table(s) cannot use cdc (left out of the publication; full_refresh still works) until they get "
             "a primary key or REPLICA IDENTITY FULL:")
+    slot_notes = [f"note: replication slot '{slot}' retains N of WAL on the source",
+                  f"note: replication slot '{slot}' is not claimed yet: the first run of change capture claims it for "
+                  "its pipeline, and refuses it to any other"]
     with psycopg.connect(pg_cluster.dsn(DEMO_DB), autocommit=True) as conn:
         keyed = [row[0] for row in conn.execute(
             "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c JOIN pg_namespace n"
@@ -229,15 +233,17 @@ def test_check_names_keyless_tables_with_the_sql_and_fails_once_one_is_published
             result = run_olake("check", "--config", config)
             assert result.returncode == 0, result.stderr.decode()
             message = connection_statuses(result.stdout)[0]["message"]
-            assert message.endswith("; change capture ready; " + note + " shop.page_views (no primary key (REPLICA "
-                                    f"IDENTITY DEFAULT)) (fix: {fix})"), message
+            assert _any_size(message).endswith("; change capture ready; " + "; ".join(slot_notes) + "; " + note +
+                                               f" shop.page_views (no primary key (REPLICA IDENTITY DEFAULT)) (fix: "
+                                               f"{fix})"), message
             assert result.stderr.decode() == f"olake: {message}\n"
 
             code, shown = check_on_terminal(config)
             assert code == 0
-            assert shown == [f"olake: connected to {pg_cluster.superuser}@{pg_cluster.host}:{pg_cluster.port}/"
+            assert [_any_size(line) for line in shown] == [
+                             f"olake: connected to {pg_cluster.superuser}@{pg_cluster.host}:{pg_cluster.port}/"
                              f"{DEMO_DB}; 9 table(s) readable in shop, public",
-                             "  change capture ready",
+                             "  change capture ready", *("  " + n for n in slot_notes),
                              "  " + note,
                              f"    - shop.page_views (no primary key (REPLICA IDENTITY DEFAULT)) (fix: {fix})"]
 
@@ -255,6 +261,11 @@ def test_check_names_keyless_tables_with_the_sql_and_fails_once_one_is_published
         finally:
             conn.execute(f'DROP PUBLICATION IF EXISTS "{pub}"')
             conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+
+
+def _any_size(text: str) -> str:
+    """``text`` with the size of the WAL a slot retains as ``N`` (it grows with every write)."""
+    return re.sub(r"retains \d+(\.\d)? (bytes|kB|MB|GB) of WAL", "retains N of WAL", text)
 
 
 def test_check_passes_full_refresh_users_and_says_what_cdc_lacks(pg_cluster, demo_db, tmp_path):
@@ -276,3 +287,14 @@ def test_check_passes_full_refresh_users_and_says_what_cdc_lacks(pg_cluster, dem
                                'PUBLICATION "not_yet_pub" FOR TABLE '), shown
     plain = run_olake("check", "--config", source_config(pg_cluster, tmp_path))
     assert "cdc: not configured" in connection_statuses(plain.stdout)[0]["message"]
+
+
+def test_check_takes_a_source_config_with_schema_for_schemas_as_a_source(pg_cluster, tmp_path):
+    """``"schema"`` next to source-only fields is a source's misspelt ``schemas``: the error names that field
+    and the right one, and does not take the file for a destination that lacks ``replication_slot``."""
+    config = pg_cluster.source_config("postgres", schema=["public"], replication_slot="olake_slot",
+                                      publication="olake_publication")
+    result = run_olake("check", "--config", write_json(tmp_path / "src.json", config))
+    line = assert_one_error(result, "config_error", "unknown field 'schema'; did you mean 'schemas'?",
+                            secrets=(pg_cluster.password,))
+    assert "replication_slot" not in line and "publication" not in line, line

@@ -124,7 +124,7 @@ def test_read_traces_and_summary_lines_then_write_copies_every_value(pg_cluster,
     assert len(summaries) == len(TABLES), stderr
     for name in TABLES:
         [line] = [s for s in summaries if s.startswith(f"olake: public.{name}: ")]
-        assert f": {counts[name]} rows in " in line and "rows/s" in line, line
+        assert _finished_rows(line) == counts[name], line
         chunks = _chunk_lines(stderr, name)
         assert sorted(number for number, _ in chunks) == list(range(1, len(chunks) + 1)) and len(chunks) >= 2
         assert sum(rows for _, rows in chunks) == counts[name]
@@ -142,9 +142,17 @@ def test_read_traces_and_summary_lines_then_write_copies_every_value(pg_cluster,
     state = write_json(tmp_path / "state.json", {"level": "global", "version": "v1", "streams": [first]})
     resumed = run_olake("read", "--config", src, "--catalog", t1_only, "--state", state)
     assert resumed.returncode == 0, resumed.stderr.decode()[-3000:]
+    again = resumed.stderr.decode()
     total = len(first["stream_state"]["chunks"])
-    assert sorted(number for number, _ in _chunk_lines(resumed.stderr.decode(), "t1", total)) == left
-    assert re.search(rf"public\.t1: \d+ rows in {total}/{total} chunk\(s\) in ", resumed.stderr.decode())
+    this_run = _chunk_lines(again, "t1", total, before=1)  # "rows so far" counts this run's chunks, and says so
+    assert sorted(number for number, _ in this_run) == left
+    rows_now = sum(rows for _, rows in this_run)
+    assert rows_now == counts["t1"] - sum(rows for number, rows in _chunk_lines(stderr, "t1") if number not in left)
+    [line] = [s for s in again.splitlines() if re.search(rf"public\.t1: \d+ rows in {total}/{total} chunk\(s\) ", s)]
+    assert _finished_rows(line) == rows_now and " in this run (1 chunk(s) loaded by an earlier run) " in line, line
+    [run_summary] = [s for s in again.splitlines() if s.startswith("olake: summary: public.t1: ")]
+    assert run_summary.startswith(f"olake: summary: public.t1: {rows_now} rows loaded in this run ({total}/{total} "
+                                  f"chunks, 1 of them loaded by an earlier run); "), run_summary
 
     dst = write_json(tmp_path / "dst.json", {"type": "parquet", "path": str(tmp_path / "lake")})
     write = run_olake("write", "--config", dst, stdin=read.stdout)  # read | write
@@ -157,16 +165,37 @@ def test_read_traces_and_summary_lines_then_write_copies_every_value(pg_cluster,
                                  read_parquet(str(folder)))
 
 
-def _chunk_lines(stderr: str, name: str, total: int | None = None) -> list[tuple[int, int]]:
-    """(chunk number, rows) of each chunk line of ``public.<name>``; each rate is the chunk's own."""
-    found = []
-    for number, of, rows, seconds, rate in re.findall(
+def _chunk_lines(stderr: str, name: str, total: int | None = None, before: int = 0) -> list[tuple[int, int]]:
+    """(chunk number, rows) of each chunk line of ``public.<name>``; each rate is the chunk's own, and the
+    rows so far add up the chunks of this run (saying so when ``before`` chunks were loaded earlier)."""
+    found, so_far = [], 0
+    since = f" in this run \\({before} chunk\\(s\\) loaded by an earlier run\\)" if before else ""
+    for number, of, rows, seconds, rate, shown in re.findall(
             rf"^olake: public\.{name}: chunk (\d+)/(\d+): (\d+) rows in ([\d.]+)s \(([\d,]+) rows/s\); "
-            rf"\d+ rows so far$", stderr, re.MULTILINE):
+            rf"(\d+) rows so far{since}$", stderr, re.MULTILINE):
         assert total is None or int(of) == total
-        assert int(rate.replace(",", "")) >= int(rows) / (float(seconds) + 0.05) - 1, "a chunk's rate is its own"
+        _assert_rate(int(rows), float(seconds), rate)
+        so_far += int(rows)
+        assert int(shown) == so_far, (shown, so_far)
         found.append((int(number), int(rows)))
     return found
+
+
+def _finished_rows(line: str) -> int:
+    """The rows of a stream's ``finished`` line, whose rate is those rows over the scanning seconds it states."""
+    found = re.search(r": (\d+) rows in \d+/\d+ chunk\(s\)(?: in this run \(\d+ chunk\(s\) loaded by an earlier "
+                      r"run\))? in ([\d.]+)s, ([\d.]+)s of it scanning \(([\d,]+) rows/s\)$", line)
+    assert found, line
+    rows, whole, scanning, rate = found.groups()
+    assert float(scanning) <= float(whole), line
+    _assert_rate(int(rows), float(scanning), rate)
+    return int(rows)
+
+
+def _assert_rate(rows: int, seconds: float, rate: str) -> None:
+    """``rate`` (as printed) is ``rows`` over ``seconds`` (printed to a tenth: within its rounding)."""
+    low, high = rows / (seconds + 0.05), rows / max(seconds - 0.05, 1e-6)
+    assert low - 1 <= int(rate.replace(",", "")) <= high + 1, (rows, seconds, rate)
 
 
 def test_json_log_format_every_stderr_line_is_an_object(pg_cluster, pg_db, two_tables, tmp_path):

@@ -109,6 +109,7 @@ def test_valid_configs_pass_and_defaults_fill_in() -> None:
     assert filled == {**PG_CONFIG, "port": 5432, "password": "", "schemas": ["public"], "sslmode": "prefer",
                       "connect_timeout": 10, "lock_timeout": 5, "chunk_strategy": "ctid", "chunk_rows": 250000,
                       "create_slot_and_publication": False, "on_position_lost": "resync",
+                      "slot_wal_warn_bytes": 1 << 30,
                       "logical_decoding_work_mem_mb": 256, "batch_rows": 10000, "max_connections": 8}
     assert "port" not in PG_CONFIG  # a new dict
     filled["schemas"].append("sales")

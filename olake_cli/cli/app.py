@@ -26,7 +26,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help=f"Copy databases into files and tables you can query: chunked parallel full loads on Spark, "
                        f"change capture, resumable state.\n\nSources: {SOURCE_TYPES}. Destinations: "
                        f"{DESTINATION_TYPES}. Options before the command apply to every command.")
-state_app = typer.Typer(no_args_is_help=True, help="Work with state files.")
+state_app = typer.Typer(no_args_is_help=True, help="Work with state files, and the replication slot a pipeline keeps.")
 app.add_typer(state_app, name="state")
 
 CONFIG_OPT = typer.Option(..., "--config", metavar="FILE",
@@ -222,6 +222,19 @@ def state_recover(config: str = CONFIG_OPT, catalog: str = CATALOG_OPT) -> None:
     from olake_cli.pipeline.connectors import run_recover
 
     run_recover(config, catalog, protocol_writer(), log)
+
+
+@state_app.command("drop-slot")
+def state_drop_slot(config: str = typer.Option(..., "--config", metavar="SOURCE.json", help="PostgreSQL source config "
+                                                "naming the replication_slot (and publication) to drop."),
+                    claim_only: bool = typer.Option(False, "--claim-only", help="Only forget which pipeline claimed "
+                                                    "the slot (the pipeline moved to another destination or state "
+                                                    "file); the slot and publication stay.")) -> None:
+    """Drop a pipeline's replication slot and publication (only ones olake would have created; refused while
+    the slot is in use), so the source stops keeping WAL for it; says on stderr what it dropped."""
+    from olake_cli.pipeline.slot_admin import run_drop_slot
+
+    run_drop_slot(config, claim_only, log)
 
 
 def main() -> None:

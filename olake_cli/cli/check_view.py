@@ -42,14 +42,15 @@ def show_check_failed(error: OlakeError) -> NoReturn:
 
 
 def one_line(text: str) -> str:
-    """A check text on one line: lines joined by ``; ``, an item after its heading's colon by a space."""
+    """A check text on one line: lines joined by ``; ``, an item after its heading's colon (or after an
+    item that ends with its own ``;``, a SQL statement) by a space."""
     joined = ""
     for line in text.splitlines():
         if not line.strip():
             continue
         if not joined:
             joined = line.strip()
-        elif line.startswith(ITEM_INDENT) and joined.endswith(":"):
+        elif line.startswith(ITEM_INDENT) and joined.endswith((":", ";")):  # items that are statements
             joined += " " + line.strip()
         else:
             joined += "; " + line.strip()

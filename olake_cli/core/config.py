@@ -38,12 +38,16 @@ def _connector(kind: str, role: str | None, path: str):
 
 def _role_of(kind: str, config: dict[str, Any]) -> str | None:
     """The role of a config whose command does not say (``check``): for a type naming both a source and
-    a destination (``postgres``), a destination when it sets a field only the destination has."""
+    a destination (``postgres``), the role whose own fields (those the other role lacks) it sets more of,
+    a source on a tie. A typo is then an unknown field of the right role: ``"schema"`` next to
+    ``replication_slot`` is a source's misspelt ``schemas``, not a destination."""
     if kind not in SOURCES or kind not in DESTINATIONS:
         return None
     source_fields = set(load_schema(SOURCES[kind].schema)["properties"])
-    destination_only = set(load_schema(DESTINATIONS[kind].schema)["properties"]) - source_fields
-    return "destination" if destination_only & set(config) else "source"
+    destination_fields = set(load_schema(DESTINATIONS[kind].schema)["properties"])
+    source_only = len((source_fields - destination_fields) & set(config))
+    destination_only = len((destination_fields - source_fields) & set(config))
+    return "destination" if destination_only > source_only else "source"
 
 
 def resolve_env_values(config: dict[str, Any], path: str, prefix: str = "") -> dict[str, Any]:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from olake_cli.core.catalog import Catalog, CatalogStream
+    from olake_cli.core.pipeline_identity import PipelineIdentity
     from olake_cli.core.state import State, StreamState
 
 Log = Callable[[str], None]
@@ -107,8 +108,9 @@ class ChangeBatch:
 class ChangeCapture(Protocol):
     """A source's change log for the run's ``cdc`` streams."""
 
-    def preflight(self, state: "State") -> None:
-        """Verify the setup; drop from ``state`` the streams whose position is lost (or raise)."""
+    def preflight(self, state: "State", pipeline: "PipelineIdentity | None" = None) -> None:
+        """Verify the setup; drop from ``state`` the streams whose position is lost (or raise). A change
+        log only one reader may move is claimed for ``pipeline`` (another pipeline's is refused)."""
         ...
 
     def start_position(self) -> Any:
@@ -158,6 +160,16 @@ class Source(Protocol):
 
     def change_capture(self, streams: list["CatalogStream"], log: Log) -> ChangeCapture:
         """The change capture for the run's ``cdc`` streams."""
+        ...
+
+
+@runtime_checkable
+class SlotOwner(Protocol):
+    """A source whose change log is kept for one pipeline (a PostgreSQL replication slot)."""
+
+    def drop_slot(self, claim_only: bool = False) -> list[str]:
+        """Remove the change log the config names (only what olake would have created) and its claim;
+        with ``claim_only`` just the claim. One line per thing done."""
         ...
 
 

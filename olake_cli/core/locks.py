@@ -84,9 +84,20 @@ def _holder(fd: int) -> str:
 def host_lock_path(kind: str, identity: str) -> str:
     """A lock file on this host for something that has no folder of its own to hold one (a remote
     catalog): ``$XDG_CACHE_HOME/olake/locks/<kind>-<hash of identity>.lock``."""
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
     digest = hashlib.sha256(identity.encode()).hexdigest()[:16]
-    return os.path.join(cache, "olake", "locks", f"{kind}-{digest}.lock")
+    return os.path.join(_host_lock_dir(), f"{kind}-{digest}.lock")
+
+
+def lock_identity(path: str) -> str:
+    """What a lock file stands for, the same for every user and host: a host lock's name (its kind and
+    hash, without this user's cache folder), else the lock file's absolute path."""
+    full = os.path.abspath(path)
+    return os.path.basename(full) if os.path.dirname(full) == _host_lock_dir() else full
+
+
+def _host_lock_dir() -> str:
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return os.path.abspath(os.path.join(cache, "olake", "locks"))
 
 
 def lock_state(stack: ExitStack, state_path: str, roles: tuple[str, ...], command: str) -> None:

@@ -11,6 +11,7 @@ from olake_cli.core.config import load_config
 from olake_cli.core.errors import ConfigError
 from olake_cli.core.locks import acquire, lock_state
 from olake_cli.core.messages import MessageWriter
+from olake_cli.core.pipeline_identity import pipeline_identity
 from olake_cli.core.registry import make_destination, make_source
 from olake_cli.core.state import FileStateStore, State, load_state
 
@@ -66,9 +67,11 @@ def run_read(config_path: str, catalog_path: str, state_path: str | None, spark:
     if state_path and state_from:
         raise ConfigError("read: give --state or --state-from, not both")
     with ExitStack() as locks:
+        destination = None
         if state_from:
             _, dest_kind, dest_config = load_config(state_from, role="destination")
-            state = recover_state(make_destination(dest_kind, dest_config, log).committed_state, catalog, log)
+            destination = make_destination(dest_kind, dest_config, log)
+            state = recover_state(destination.committed_state, catalog, log)
         elif state_path:
             lock_state(locks, state_path, ("read",), "olake read")
             state = load_state(state_path)
@@ -77,7 +80,8 @@ def run_read(config_path: str, catalog_path: str, state_path: str | None, spark:
         source = make_source(kind, config)
         runner = _runner(_target(spark, config), max_parallel, config, log)
         try:
-            ReadPipeline(source, catalog, state, out, runner, log, view=view).run()
+            pipeline = pipeline_identity("read", destination and destination.lock_path(), state_from, state_path)
+            ReadPipeline(source, catalog, state, out, runner, log, view=view, pipeline=pipeline).run()
         finally:
             runner.close()
 
@@ -116,7 +120,8 @@ def run_sync(source_path: str, dest_path: str, catalog_path: str, state_path: st
         runner = _runner(target, max_parallel, source_config, log)
         try:
             run_in_process(source, destination, catalog, state, store, sink, runner, out, log, view,
-                           on_source_open=open_destination)
+                           on_source_open=open_destination,
+                           pipeline=pipeline_identity("sync", destination.lock_path(), dest_path, state_path))
         finally:
             runner.close()
 

@@ -43,11 +43,16 @@ class StreamProgress:
         return (self.ended if self.ended is not None else time.monotonic()) - self.started
 
     @property
+    def scan_seconds(self) -> float:
+        """Seconds since its first chunk began (Spark's start-up left out), until it ended: a part of
+        :attr:`seconds`."""
+        begun = max(self.first_chunk_started or self.started, self.started)
+        return (self.ended if self.ended is not None else time.monotonic()) - begun
+
+    @property
     def rate(self) -> float:
-        """Rows per second since its first chunk began (Spark's start-up left out)."""
-        begun = self.first_chunk_started if self.first_chunk_started is not None else self.started
-        end = self.ended if self.ended is not None else time.monotonic()
-        return self.rows / max(end - begun, 1e-6)
+        """Rows per second over :attr:`scan_seconds`."""
+        return self.rows / max(self.scan_seconds, 1e-6)
 
     def eta(self) -> float | None:
         """Seconds left: from the row estimate when there is one, else from the chunks; None if unknown."""
@@ -67,9 +72,11 @@ class StreamProgress:
     def fields(self) -> dict[str, object]:
         """The tallies as JSON-ready fields (for machine-readable logs)."""
         return {"stream": self.label, "rows": self.rows, "chunks_done": self.chunks_done,
-                "chunks_total": self.chunks_total, "row_estimate": self.row_estimate,
+                "chunks_total": self.chunks_total, "chunks_before": self.chunks_before,
+                "row_estimate": self.row_estimate,
                 "changes": {CHANGE_KINDS[kind]: self.changes.get(kind, 0) for kind in ("c", "u", "d")},
-                "position": self.position, "seconds": round(self.seconds, 3), "rows_per_second": round(self.rate)}
+                "position": self.position, "seconds": round(self.seconds, 3),
+                "scan_seconds": round(self.scan_seconds, 3), "rows_per_second": round(self.rate)}
 
 
 class ProgressView(Protocol):
@@ -81,16 +88,20 @@ class ProgressView(Protocol):
 
 
 def describe(event: str, stream: StreamProgress) -> str | None:
-    """The one-line text of an event, or None for events shown only live (``started``, ``changes``)."""
+    """The one-line text of an event, or None for events shown only live (``started``, ``changes``).
+
+    Every rate is the rows it follows over the seconds it follows; a resumed load counts the rows of
+    this run, and says how many of its chunks an earlier run loaded.
+    """
     if event == "chunk":
         number, rows, seconds = stream.last_chunk
         return (f"{stream.label}: chunk {number}/{stream.chunks_total}: {rows} rows in {seconds:.1f}s "
-                f"({rows / max(seconds, 1e-6):,.0f} rows/s); {stream.rows} rows so far")
+                f"({rows / max(seconds, 1e-6):,.0f} rows/s); {stream.rows} rows so far{_this_run(stream)}")
     if event == "finished":
         outcome = "" if stream.complete else "incomplete: "
         chunks = f" in {stream.chunks_done}/{stream.chunks_total} chunk(s)" if stream.chunks_total else ""
-        return (f"{stream.label}: {outcome}{stream.rows} rows{chunks} in {stream.seconds:.1f}s "
-                f"({stream.rate:,.0f} rows/s)")
+        return (f"{stream.label}: {outcome}{stream.rows} rows{chunks}{_this_run(stream)} in {stream.seconds:.1f}s, "
+                f"{stream.scan_seconds:.1f}s of it scanning ({stream.rate:,.0f} rows/s)")
     if event == "summary":
         return f"summary: {stream.label}: " + "; ".join(summary_parts(stream))
     return None
@@ -98,8 +109,12 @@ def describe(event: str, stream: StreamProgress) -> str | None:
 
 def summary_parts(stream: StreamProgress) -> list[str]:
     """What a run did for a stream: rows loaded, changes by kind, duration, position reached."""
-    loaded = f"{stream.rows} rows loaded" + (f" ({stream.chunks_done}/{stream.chunks_total} chunks)"
-                                             if stream.chunks_total else "")
+    loaded = f"{stream.rows} rows loaded"
+    if stream.chunks_before:
+        loaded += (f" in this run ({stream.chunks_done}/{stream.chunks_total} chunks, {stream.chunks_before} of them "
+                   "loaded by an earlier run)")
+    elif stream.chunks_total:
+        loaded += f" ({stream.chunks_done}/{stream.chunks_total} chunks)"
     parts = [loaded if stream.complete or not stream.chunks_total else "incomplete: " + loaded]
     if stream.captures or stream.changes:
         kinds = [f"{stream.changes.get(kind, 0)} {CHANGE_KINDS[kind]}" for kind in ("c", "u", "d")]
@@ -110,6 +125,13 @@ def summary_parts(stream: StreamProgress) -> list[str]:
     if stream.position is not None:
         parts.append(f"position {stream.position}")
     return parts
+
+
+def _this_run(stream: StreamProgress) -> str:
+    """For a resumed load: that the rows are this run's, and how many chunks an earlier run loaded."""
+    if not stream.chunks_before:
+        return ""
+    return f" in this run ({stream.chunks_before} chunk(s) loaded by an earlier run)"
 
 
 class LineView:

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator
 from olake_cli.core import messages
 from olake_cli.core.catalog import Catalog, CatalogStream
 from olake_cli.core.errors import OlakeError, SchemaDrift, SnapshotLostError, SourceChangedError
+from olake_cli.core.pipeline_identity import PipelineIdentity
 from olake_cli.core.contracts import ChangeCapture, ReadSession, Source
 from olake_cli.core.resync import is_resync_marker
 from olake_cli.core.schema_change import INCOMPATIBLE, olake_type_of, type_change
@@ -108,7 +109,7 @@ class ReadPipeline:
     def __init__(self, source: Source, catalog: Catalog, state: State, out: messages.MessageWriter,
                  runner, log: Callable[[str], None], sink: Any = None, view: ProgressView | None = None,
                  clock: Callable[[], int] = messages.now_ms, on_source_open: Callable[[], None] = lambda: None,
-                 tables: Callable[[Any], None] | None = None) -> None:
+                 tables: Callable[[Any], None] | None = None, pipeline: PipelineIdentity | None = None) -> None:
         self.source, self.catalog, self.state, self.out = source, catalog, state, out
         self.runner, self.log = runner, log
         self.sink = sink  # sync: full-load chunks are written by the tasks themselves
@@ -121,6 +122,7 @@ class ReadPipeline:
         self.lost: set[tuple] = set()  # streams whose state this run dropped (a lost position or load)
         self.on_source_open = on_source_open  # sync: locks and opens the destination, once the source is open
         self.tables = tables  # sync: takes typed changes (pipeline.in_process) in their place among the lines
+        self.pipeline = pipeline  # what claims a change log only one reader may move (a replication slot)
         apply_to_catalog(catalog, state)  # columns a source widened in earlier runs
 
     def run(self) -> None:
@@ -138,7 +140,7 @@ class ReadPipeline:
         held = {ss.key for ss in self.state.streams}
         if cdc_streams:
             self.capture = self.source.change_capture(cdc_streams, self.log)
-            self.capture.preflight(self.state)  # may reset streams whose position is lost: before planning
+            self.capture.preflight(self.state, self.pipeline)  # may reset lost streams: before planning
         self.on_source_open()  # sync: may drop streams whose load the destination lost
         self.lost = held - {ss.key for ss in self.state.streams}
         self.out.write(messages.catalog_message(Catalog(streams).to_dict()))

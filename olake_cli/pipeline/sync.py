@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from olake_cli.core.catalog import Catalog
 from olake_cli.core.messages import MessageWriter, now_ms
+from olake_cli.core.pipeline_identity import PipelineIdentity
 from olake_cli.core.state import FileStateStore, State
 from olake_cli.pipeline.in_process import InProcessPipe
 from olake_cli.pipeline.progress import ProgressView
@@ -25,17 +26,18 @@ from olake_cli.pipeline.write import WritePipeline
 def run_in_process(source, destination, catalog: Catalog, state: State, store: FileStateStore | None,
                    sink: Any, runner, out: MessageWriter, log: Callable[[str], None],
                    view: ProgressView | None = None, clock: Callable[[], int] = now_ms,
-                   on_source_open: Callable[[], None] = lambda: None) -> None:
+                   on_source_open: Callable[[], None] = lambda: None, pipeline: PipelineIdentity | None = None) -> None:
     """Run ReadPipeline into a pipe drained by WritePipeline in a thread; re-raise the first failure.
 
     The reader's STREAM_STATUS and ESTIMATE traces cross the pipe and are passed on to ``out`` in order;
     ``clock`` (epoch milliseconds) is the reader's, for the operation ids of incremental passes;
-    ``on_source_open`` runs once the source is open and checked, before anything reaches the destination.
+    ``on_source_open`` runs once the source is open and checked, before anything reaches the destination;
+    ``pipeline`` is what the reader's change capture claims its change log for.
     """
     pipe = InProcessPipe()
     failures: list[BaseException] = []
     reader = ReadPipeline(source, catalog, state, MessageWriter(pipe), runner, log, sink=sink, view=view,
-                          clock=clock, on_source_open=on_source_open, tables=pipe.put_table)
+                          clock=clock, on_source_open=on_source_open, tables=pipe.put_table, pipeline=pipeline)
 
     def drain() -> None:
         try:

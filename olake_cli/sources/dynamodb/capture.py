@@ -28,6 +28,7 @@ from olake_cli.core.codec import olake_type_of
 from olake_cli.core.contracts import ChangeBatch
 from olake_cli.core.errors import ConfigError, PositionLostError, SourceError
 from olake_cli.core.opid import OpId
+from olake_cli.core.pipeline_identity import PipelineIdentity
 from olake_cli.core.position_lost import handle_lost_position
 from olake_cli.core.record_lines import json_texts
 from olake_cli.core.state import State, StreamState
@@ -90,8 +91,9 @@ class DynamoChangeCapture:
 
     # -- preflight ---------------------------------------------------------------------------
 
-    def preflight(self, state: State) -> None:
-        """Require streams of new images, apply the safe zone to stored positions, take the start position."""
+    def preflight(self, state: State, pipeline: PipelineIdentity | None = None) -> None:
+        """Require streams of new images, apply the safe zone to stored positions, take the start position
+        (DynamoDB Streams are read by any number of pipelines: ``pipeline`` claims nothing)."""
         client = self.settings.client()
         streams_client = self.settings.client("dynamodbstreams")
         now = _now_ms()

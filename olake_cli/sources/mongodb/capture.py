@@ -35,6 +35,7 @@ from olake_cli.core.change_runs import Change, ChangeRun, runs_of_changes
 from olake_cli.core.contracts import ChangeBatch
 from olake_cli.core.errors import ConfigError, SourceError
 from olake_cli.core.opid import OpId
+from olake_cli.core.pipeline_identity import PipelineIdentity
 from olake_cli.core.position_lost import handle_lost_position
 from olake_cli.core.schema_drift import column_type, changed_columns, needs_reload, record_in_state, widened
 from olake_cli.core.state import State, StreamState
@@ -101,8 +102,9 @@ class MongoChangeCapture:
 
     # -- preflight ---------------------------------------------------------------------------
 
-    def preflight(self, state: State) -> None:
-        """Require change streams, detect lost positions (re-sync or fail), capture the start position."""
+    def preflight(self, state: State, pipeline: PipelineIdentity | None = None) -> None:
+        """Require change streams, detect lost positions (re-sync or fail), capture the start position
+        (a change stream is read by any number of pipelines: ``pipeline`` claims nothing)."""
         with self.settings.client() as client:
             hello = self._command(client, "hello")
             if not hello.get("setName") and hello.get("msg") != "isdbgrid":

@@ -20,6 +20,7 @@ from olake_cli.core.catalog import CatalogStream
 from olake_cli.core.contracts import ChangeBatch
 from olake_cli.core.errors import ConfigError, StateError
 from olake_cli.core.opid import OpId
+from olake_cli.core.pipeline_identity import PipelineIdentity
 from olake_cli.core.position_lost import handle_lost_position
 from olake_cli.core.state import State, StreamState
 from olake_cli.sources.postgres.connection import PostgresSettings, connect
@@ -89,34 +90,34 @@ class PostgresChangeCapture:
 
     # -- preflight ---------------------------------------------------------------------------
 
-    def preflight(self, state: State) -> None:
-        """Create what is allowed, detect lost positions (re-sync or fail), capture the start position."""
-        from olake_cli.sources.postgres.cdc_setup import ensure_slot_and_publication, require_publication_ready
+    def preflight(self, state: State, pipeline: PipelineIdentity | None = None) -> None:
+        """Refuse a slot another pipeline claimed, create what is allowed, detect lost positions (re-sync
+        or fail), capture the start position and say how much WAL the slot retains.
+
+        Without create_slot_and_publication a missing slot or publication is a config error first and
+        alone: a typo in a name must not read as a lost position (and mark nothing in the state).
+        """
+        from olake_cli.sources.postgres.cdc_setup import require_publication_ready, require_usable_slot
         from olake_cli.sources.postgres.change_feed import slot_info
         from olake_cli.sources.postgres.session import resolve_tables
+        from olake_cli.sources.postgres.slot_claim import claim_slot
 
         slot = self.settings.replication_slot
         with connect(self.settings) as conn:
             self.tables = resolve_tables(conn, self.settings, self.streams)
+            table_names = [(t.schema, t.table) for t in self.tables.values()]
+            if not self.settings.create_slot_and_publication:
+                require_usable_slot(slot_info(conn, slot), slot)
+                require_publication_ready(conn, self.settings, table_names)
+            claim_slot(conn, self.settings, pipeline, self.log)
             self._check_existing_slot(conn, slot_info(conn, slot), state)
             self._check_publication(conn, state)  # before olake adds a table back
-            table_names = [(t.schema, t.table) for t in self.tables.values()]
-            if self.settings.create_slot_and_publication:
-                for line in ensure_slot_and_publication(conn, self.settings, table_names):
-                    self.log(line)
+            self._create_missing(conn, table_names)
             require_publication_ready(conn, self.settings, table_names)
             self._check_publication(conn, state)  # and the rows publishing each table now
             info = slot_info(conn, slot)
-        if info is None:
-            raise ConfigError(f"postgres: replication slot '{slot}' does not exist; run: SELECT "
-                              f"pg_create_logical_replication_slot('{slot}', 'pgoutput'); or set "
-                              f"create_slot_and_publication")
-        if info["plugin"] != "pgoutput":
-            raise ConfigError(f"postgres: replication slot '{slot}' uses plugin '{info['plugin']}', not pgoutput")
-        if info["wal_status"] == "lost":
-            raise ConfigError(f"postgres: replication slot '{slot}' is invalidated; drop and recreate it: "
-                              f"SELECT pg_drop_replication_slot('{slot}'); "
-                              f"SELECT pg_create_logical_replication_slot('{slot}', 'pgoutput');")
+            require_usable_slot(info, slot)
+            self._report_retained_wal(conn)
         confirmed = info["confirmed_flush_lsn"]
         for stream in self.streams:
             pos = self.position_of(state.find(stream.namespace, stream.name))
@@ -125,6 +126,22 @@ class PostgresChangeCapture:
                                           f"committed position {format_lsn(pos.commit)} (it was advanced by "
                                           f"someone else)")
         self._start = OpId(confirmed, 0)
+
+    def _create_missing(self, conn, table_names: list[tuple[str, str]]) -> None:
+        """With create_slot_and_publication: the slot and publication (or the tables it lacks)."""
+        from olake_cli.sources.postgres.cdc_setup import ensure_slot_and_publication
+
+        if self.settings.create_slot_and_publication:
+            for line in ensure_slot_and_publication(conn, self.settings, table_names):
+                self.log(line)
+
+    def _report_retained_wal(self, conn) -> None:
+        """How much WAL the slot keeps on the source's disk, and a warning past slot_wal_warn_bytes."""
+        from olake_cli.sources.postgres.slot_wal import retained_wal_bytes, retained_wal_lines
+
+        slot = self.settings.replication_slot
+        for line in retained_wal_lines(slot, retained_wal_bytes(conn, slot), self.settings.slot_wal_warn_bytes):
+            self.log(line)
 
     def _check_existing_slot(self, conn, info: dict | None, state: State) -> None:
         """A missing or invalidated slot loses every stream's position (before anything is created).

@@ -25,6 +25,7 @@ from olake_cli.sources.postgres.publication import (PUBLISH_ACTIONS, CdcProblem,
                                                     coverage_problems, create_publication_sql,
                                                     inspect_publication, keyless_fix_sql, keyless_problem,
                                                     publish_everything_sql, skipped_actions, via_root_note)
+from olake_cli.sources.postgres.slot_claim import error_line
 from olake_cli.sources.postgres.replica_identity import KeylessTable, ResolvedTable, keyless_tables, resolve_tables
 
 DEFAULT_SLOT_NAME = "olake_slot"
@@ -93,15 +94,11 @@ def require_publication_ready(conn: psycopg.Connection, settings: PostgresSettin
 
 def cdc_notes(conn: psycopg.Connection, settings: PostgresSettings,
               tables: list[tuple[str, str]]) -> list[str]:
-    """Informational lines (not problems): a slot close to losing WAL, tables that cannot use cdc, a
-    publication via the partition root. Tables that qualify get no advice (a key-only old row on a
-    delete is all change capture needs)."""
-    notes = []
-    if settings.replication_slot:
-        info = slot_info(conn, settings.replication_slot)
-        if info is not None and info["wal_status"] == "unreserved":
-            notes.append(f"replication slot '{settings.replication_slot}' is about to lose WAL it still "
-                         "needs (wal_status = 'unreserved'); run the sync soon")
+    """Informational lines (not problems): the WAL the slot retains (a warning past slot_wal_warn_bytes),
+    a slot close to losing WAL, which pipeline claimed the slot, tables that cannot use cdc, a publication
+    via the partition root. Tables that qualify get no advice (a key-only old row on a delete is all change
+    capture needs)."""
+    notes = _slot_notes(conn, settings) if settings.replication_slot else []
     resolved, _ = resolve_tables(conn, tables)
     view, keyless = _inspect(conn, settings, resolved)
     unpublished = [k for k in keyless.values() if view is None or not view.covers(k.table)]
@@ -109,6 +106,29 @@ def cdc_notes(conn: psycopg.Connection, settings: PostgresSettings,
         notes.append(_keyless_note(conn, view, unpublished))
     via_root = via_root_note(conn, view, resolved) if view is not None else None
     return notes + ([via_root] if via_root else [])
+
+
+def _slot_notes(conn: psycopg.Connection, settings: PostgresSettings) -> list[str]:
+    """What the slot retains, whether it is about to lose WAL, and who claimed it."""
+    from olake_cli.sources.postgres.slot_claim import read_claim
+    from olake_cli.sources.postgres.slot_wal import retained_wal_bytes, retained_wal_lines
+
+    slot = settings.replication_slot
+    info = slot_info(conn, slot)
+    if info is None:
+        return []
+    notes = retained_wal_lines(slot, retained_wal_bytes(conn, slot), settings.slot_wal_warn_bytes)
+    if info["wal_status"] == "unreserved":
+        notes.append(f"replication slot '{slot}' is about to lose WAL it still needs (wal_status = "
+                     "'unreserved'); run the sync soon")
+    try:
+        claim = read_claim(conn, slot)
+    except psycopg.errors.InsufficientPrivilege:
+        return notes + [f"replication slot '{slot}': may not read which pipeline claimed it (_olake.slot_claims)"]
+    notes.append(f"replication slot '{slot}' is used by: {claim.describe()}" if claim is not None else
+                 f"replication slot '{slot}' is not claimed yet: the first run of change capture claims it "
+                 "for its pipeline, and refuses it to any other")
+    return notes
 
 
 def _keyless_note(conn: psycopg.Connection, view: PublicationView | None, keyless: list[KeylessTable]) -> str:
@@ -222,6 +242,21 @@ def slot_problems(conn: psycopg.Connection, settings: PostgresSettings) -> list[
     return []
 
 
+def require_usable_slot(info: dict | None, slot: str) -> None:
+    """A ConfigError unless the slot exists, decodes with pgoutput and still has its WAL."""
+    if info is None:
+        raise ConfigError(f"postgres: replication slot '{slot}' does not exist; create it: SELECT "
+                          f"pg_create_logical_replication_slot('{slot}', 'pgoutput'); or set "
+                          f"create_slot_and_publication (if it was dropped, the streams' positions are lost and "
+                          f"the next run with the slot loads them anew)")
+    if info["plugin"] != "pgoutput":
+        raise ConfigError(f"postgres: replication slot '{slot}' uses plugin '{info['plugin']}', not pgoutput")
+    if info["wal_status"] == "lost":
+        raise ConfigError(f"postgres: replication slot '{slot}' is invalidated; drop and recreate it: "
+                          f"SELECT pg_drop_replication_slot('{slot}'); "
+                          f"SELECT pg_create_logical_replication_slot('{slot}', 'pgoutput');")
+
+
 def _slot_capacity_hint(conn: psycopg.Connection) -> str:
     used, limit = conn.execute("SELECT (SELECT count(*) FROM pg_replication_slots),"
                                " current_setting('max_replication_slots')::int").fetchone()
@@ -301,22 +336,17 @@ def _run_ddl(conn: psycopg.Connection, settings: PostgresSettings, statement: st
         return False
     except pg_errors.InsufficientPrivilege as exc:
         _finish(conn, conn.rollback)
-        raise ConfigError(f"postgres: user '{settings.username}' may not do this ({_first_line(exc)}); ask an "
+        raise ConfigError(f"postgres: user '{settings.username}' may not do this ({error_line(exc)}); ask an "
                           f"administrator to run in database '{settings.database}': {statement}") from None
     except (pg_errors.ObjectNotInPrerequisiteState, pg_errors.ConfigurationLimitExceeded) as exc:
         _finish(conn, conn.rollback)
-        raise ConfigError(f"postgres: cannot run {statement} ({_first_line(exc)}); run olake check "
+        raise ConfigError(f"postgres: cannot run {statement} ({error_line(exc)}); run olake check "
                           "for the fix") from None
     except psycopg.Error as exc:
         _finish(conn, conn.rollback)
-        raise SourceError(f"postgres: {statement} failed: {_first_line(exc)}") from None
+        raise SourceError(f"postgres: {statement} failed: {error_line(exc)}") from None
 
 
 def _finish(conn: psycopg.Connection, end: Callable[[], None]) -> None:
     if not conn.autocommit:
         end()
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from olake_cli.shared.postgres_connection import ConnectionSettings, connect  # noqa: F401 (source modules import it here)
+from olake_cli.sources.postgres.slot_wal import DEFAULT_WARN_BYTES
 
 DEFAULT_CHUNK_ROWS = 250_000
 DEFAULT_BATCH_ROWS = 10_000
@@ -29,6 +30,7 @@ class PostgresSettings(ConnectionSettings):
     publication: str | None = None
     create_slot_and_publication: bool = False
     on_position_lost: str = "resync"
+    slot_wal_warn_bytes: int = DEFAULT_WARN_BYTES
     logical_decoding_work_mem_mb: int = DEFAULT_DECODING_WORK_MEM_MB
     skip_origins: frozenset[str] | str = frozenset()  # "*": every origin
 

@@ -59,7 +59,8 @@ class PostgresSource:
         if breaking:
             raise ConfigError(f"postgres: change capture setup breaks the source, {len(breaking)} problem(s):\n"
                               f"{_problem_lines(breaking)}")
-        notes = "".join(f"\nnote: {n}" for n in cdc_setup.cdc_notes(conn, self.settings, tables))
+        notes = "".join(f"\n{n}" if n.startswith("warning: ") else f"\nnote: {n}"
+                        for n in cdc_setup.cdc_notes(conn, self.settings, tables))
         if problems:
             return (f"full_refresh and incremental ready; cdc NOT ready, {len(problems)} problem(s):\n"
                     f"{_problem_lines(problems)}{notes}")
@@ -82,6 +83,12 @@ class PostgresSource:
         """The catalog of every table in the configured schemas."""
         with connect(self.settings) as conn:
             return disco.discover_catalog(conn, self.settings.schemas, self.settings.include, self.settings.exclude)
+
+    def drop_slot(self, claim_only: bool = False) -> list[str]:
+        """Drop the configured replication slot and publication, and the slot's claim (see slot_drop)."""
+        from olake_cli.sources.postgres.slot_drop import drop_slot
+
+        return drop_slot(self.settings, claim_only)
 
     def open_session(self, streams: list[Any], log: Callable[[str], None]) -> PostgresReadSession:
         """The run's tables resolved against the database, and one exported snapshot for every chunk."""
