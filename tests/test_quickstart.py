@@ -1,4 +1,4 @@
-"""The README's "your own PostgreSQL" quickstart, step by step through the real commands: check says what
+"""The Quickstart page's "your own PostgreSQL" walkthrough, step by step through the real commands: check says what
 change capture lacks and the SQL for it; discover --output; cdc in the catalog; sync; change rows; sync
 again; query the Iceberg table. Each run ends with a summary line per stream."""
 
@@ -75,13 +75,14 @@ def test_own_postgres_quickstart_from_check_to_a_queried_result(pg_cluster, pg_d
         assert _readme_duckdb_route(tmp_path) == f"{len(expected)}", "DuckDB's iceberg_scan sees other rows"
 
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+ICEBERG_PAGE = ROOT / "docs" / "destinations" / "iceberg.md"
 
 
 def _readme_duckdb_route(folder: Path) -> str:
-    """Run the README's offline DuckDB route (its bash block, as written) in ``folder``, which holds
+    """Run the Iceberg page's offline DuckDB route (its bash block, as written) in ``folder``, which holds
     ``lake/``; the count it prints."""
-    text = README.read_text(encoding="utf-8")
+    text = ICEBERG_PAGE.read_text(encoding="utf-8")
     start = text.index("```bash\npython3 -m venv duckdb-iceberg\n") + len("```bash\n")
     block = text[start:text.index("```", start)]
     result = subprocess.run(["bash", "-euc", block], cwd=folder, capture_output=True, text=True, timeout=600)
@@ -102,7 +103,7 @@ def _demo_module():
     """``scripts/demo.py`` as a module (the Quickstart's first command runs it as a script)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("olake_demo", README.parent / "scripts" / "demo.py")
+    spec = importlib.util.spec_from_file_location("olake_demo", ROOT / "scripts" / "demo.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -117,7 +118,7 @@ def test_the_demo_shows_change_capture_into_iceberg(pg_cluster, pg_db, tmp_path,
     demo = _demo_module()
     dsn = pg_cluster.dsn(pg_db)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute((README.parent / "fixtures" / "postgres" / "demo.sql").read_text())
+        conn.execute((ROOT / "fixtures" / "postgres" / "demo.sql").read_text())
     src = pg_cluster.source_config(pg_db, schemas=["shop"], replication_slot=demo.SLOT, publication=demo.PUBLICATION)
     write_json(tmp_path / "src.json", src)
     discovered = run_olake("discover", "--config", str(tmp_path / "src.json"))  # the demo's discover > catalog.json
