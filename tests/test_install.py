@@ -62,7 +62,8 @@ def _clean_env(target: Path) -> dict[str, str]:
 def test_the_wheel_installs_alone_and_olake_runs(pg_cluster, pg_db, tmp_path):
     with psycopg.connect(pg_cluster.dsn(pg_db), autocommit=True) as conn:
         conn.execute("CREATE TABLE orders (id bigint PRIMARY KEY, status text, total numeric(10,2), placed date)")
-        conn.execute("INSERT INTO orders SELECT g, 'new', g * 10.5, date '2024-01-01' + g FROM generate_series(1, 50) g")
+        conn.execute("INSERT INTO orders SELECT g, 'new', g * 10.5, date '2024-01-01' + g "
+                     "FROM generate_series(1, 50) g")
         expected = conn.execute("SELECT id, status, total, placed FROM orders ORDER BY id").fetchall()
     target = _installed_env(tmp_path, _wheel(tmp_path))
     env, olake = _clean_env(target), str(target / "bin" / "olake")
