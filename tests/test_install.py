@@ -66,6 +66,15 @@ def test_the_wheel_installs_alone_and_olake_runs(pg_cluster, pg_db, tmp_path):
                      "FROM generate_series(1, 50) g")
         expected = conn.execute("SELECT id, status, total, placed FROM orders ORDER BY id").fetchall()
     target = _installed_env(tmp_path, _wheel(tmp_path))
+    try:
+        _check_installed(target, pg_cluster.source_config(pg_db), tmp_path, expected)
+    finally:
+        shutil.rmtree(target, ignore_errors=True)  # about 1 GB; pytest keeps the tmp folders of recent runs
+
+
+def _check_installed(target: Path, source: dict, tmp_path: Path, expected: list[tuple]) -> None:
+    """The installed olake: imported from its own environment with no test tool beside it; its version,
+    a spec, and a sync of ``source``'s orders into Parquet equal to ``expected``."""
     env, olake = _clean_env(target), str(target / "bin" / "olake")
     where = _run([str(target / "bin" / "python"), "-c", "import olake_cli; print(olake_cli.__file__)"], tmp_path, env)
     assert where.startswith(str(target)), where
@@ -79,7 +88,7 @@ def test_the_wheel_installs_alone_and_olake_runs(pg_cluster, pg_db, tmp_path):
     [spec] = [json.loads(line) for line in _run([olake, "spec", "--source", "postgres"], tmp_path, env).splitlines()]
     assert spec["type"] == "SPEC" and "replication_slot" in spec["spec"]["connectionSpecification"]["properties"]
 
-    (tmp_path / "src.json").write_text(json.dumps(pg_cluster.source_config(pg_db)))
+    (tmp_path / "src.json").write_text(json.dumps(source))
     (tmp_path / "dst.json").write_text(json.dumps({"type": "parquet", "path": str(tmp_path / "lake")}))
     _run([olake, "discover", "--config", "src.json", "--output", "catalog.json"], tmp_path, env)
     _run([olake, "sync", "--source", "src.json", "--destination", "dst.json", "--catalog", "catalog.json",
