@@ -1,18 +1,36 @@
-"""The README's "your own PostgreSQL" quickstart, step by step through the real commands: check says what
-change capture lacks and the SQL for it; discover --output; cdc in the catalog; sync; change rows; sync
-again; query the Iceberg table. Each run ends with a summary line per stream."""
+"""The Quickstart page's "your own PostgreSQL" walkthrough, step by step through the real commands, as the
+page writes them (its olake commands and its changes are read from the page): check says what change
+capture lacks and the SQL for it; discover --output; cdc in the catalog; sync; change rows; sync again;
+query the Iceberg table. Each run ends with a summary line per stream."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import shlex
 import subprocess
 from pathlib import Path
 
 import psycopg
 
 from tests.support.cli import messages, run_olake, write_json
+from tests.test_docs_site import code_blocks, olake_commands, section
+
+ROOT = Path(__file__).resolve().parents[1]
+ICEBERG_PAGE = ROOT / "docs" / "destinations" / "iceberg.md"
+QUICKSTART_PAGE = ROOT / "docs" / "quickstart.md"
+
+
+def _page_steps(folder: Path) -> tuple[list[list[str]], list[str]]:
+    """The walkthrough's olake commands (argv, its .json files in ``folder``) and the SQL of its changes."""
+    blocks = code_blocks(section(QUICKSTART_PAGE, "Your own PostgreSQL"), "bash")
+    commands = [[str(folder / word) if word.endswith(".json") else word for word in argv]
+                for block in blocks for argv in olake_commands(block)]
+    psql_lines = re.findall(r"^psql .*?(?<!\\)$", blocks[-1], re.M | re.S)  # continuation lines included
+    psql = [shlex.split(line.replace("\\\n", " ")) for line in psql_lines]
+    changes = [words[n + 1] for words in psql for n, word in enumerate(words) if word == "-c"]
+    return commands, changes
 
 
 def test_own_postgres_quickstart_from_check_to_a_queried_result(pg_cluster, pg_db, tmp_path):
@@ -26,9 +44,13 @@ def test_own_postgres_quickstart_from_check_to_a_queried_result(pg_cluster, pg_d
         pg_db, replication_slot=slot, publication=publication))
     dst = write_json(tmp_path / "dst.json", {"type": "iceberg", "path": str(tmp_path / "lake")})
     catalog_file, state = tmp_path / "catalog.json", tmp_path / "state.json"
+    (check_cmd, check_again, discover_cmd, first_sync, second_sync), changes = _page_steps(tmp_path)
+    assert [check_cmd[0], check_again[0], discover_cmd[0], first_sync[0], second_sync[0]] == [
+        "check", "check", "discover", "sync", "sync"] and first_sync == second_sync
+    assert check_cmd[check_cmd.index("--config") + 1] == src and "--output" in discover_cmd
 
     # 1. check: full loads are ready, change capture lacks a slot and a publication, each with its SQL
-    check = run_olake("check", "--config", src)
+    check = run_olake(*check_cmd)
     assert check.returncode == 0, check.stderr.decode()
     status = messages(check.stdout)[0]["connectionStatus"]["message"]
     create_slot = f"SELECT pg_create_logical_replication_slot('{slot}', 'pgoutput');"
@@ -39,28 +61,28 @@ def test_own_postgres_quickstart_from_check_to_a_queried_result(pg_cluster, pg_d
     with psycopg.connect(pg_cluster.dsn(pg_db), autocommit=True) as conn:
         conn.execute(create_slot)
         conn.execute(create_publication)
-    ready = run_olake("check", "--config", src)
+    ready = run_olake(*check_again)
     assert "change capture ready" in messages(ready.stdout)[0]["connectionStatus"]["message"]
 
     # 3. discover into an editable file; 4. choose cdc
-    assert run_olake("discover", "--config", src, "--output", str(catalog_file)).returncode == 0
+    assert run_olake(*discover_cmd).returncode == 0
     catalog = json.loads(catalog_file.read_text())
     [orders] = catalog["streams"]
     orders["sync_mode"] = "cdc"
     catalog_file.write_text(json.dumps(catalog, indent=2))
 
     # 5. the first sync copies the table
-    first = _sync(src, dst, catalog_file, state)
+    first = _sync(first_sync)
     assert re.fullmatch(r"olake: summary: public\.orders: 5 rows loaded \(1/1 chunks\); changes: 0 inserted, "
                         r"0 updated, 0 deleted; \d+\.\ds; position [0-9A-F]+/[0-9A-F]+", first), first
 
     # 6. change rows; 7. the second sync captures the changes
     with psycopg.connect(pg_cluster.dsn(pg_db), autocommit=True) as conn:
-        conn.execute("INSERT INTO orders VALUES (6, 'new', 63.00)")
-        conn.execute("UPDATE orders SET status = 'paid' WHERE id = 2")
-        conn.execute("DELETE FROM orders WHERE id = 3")
+        assert len(changes) == 3, changes
+        for statement in changes:
+            conn.execute(statement)
         expected = conn.execute("SELECT id, status, total FROM orders ORDER BY id").fetchall()
-    second = _sync(src, dst, catalog_file, state)
+    second = _sync(second_sync)
     position = json.loads(state.read_text())["streams"][0]["stream_state"]["cursor_field"]
     assert re.fullmatch(rf"olake: summary: public\.orders: 0 rows loaded; changes: 1 inserted, 1 updated, "
                         rf"1 deleted; \d+\.\ds; position {position}", second), second
@@ -75,13 +97,10 @@ def test_own_postgres_quickstart_from_check_to_a_queried_result(pg_cluster, pg_d
         assert _readme_duckdb_route(tmp_path) == f"{len(expected)}", "DuckDB's iceberg_scan sees other rows"
 
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-
-
 def _readme_duckdb_route(folder: Path) -> str:
-    """Run the README's offline DuckDB route (its bash block, as written) in ``folder``, which holds
+    """Run the Iceberg page's offline DuckDB route (its bash block, as written) in ``folder``, which holds
     ``lake/``; the count it prints."""
-    text = README.read_text(encoding="utf-8")
+    text = ICEBERG_PAGE.read_text(encoding="utf-8")
     start = text.index("```bash\npython3 -m venv duckdb-iceberg\n") + len("```bash\n")
     block = text[start:text.index("```", start)]
     result = subprocess.run(["bash", "-euc", block], cwd=folder, capture_output=True, text=True, timeout=600)
@@ -89,10 +108,9 @@ def _readme_duckdb_route(folder: Path) -> str:
     return result.stdout.strip().splitlines()[-2].strip("│ ")
 
 
-def _sync(src: str, dst: str, catalog, state) -> str:
-    """Run ``olake sync``; its one summary line."""
-    result = run_olake("sync", "--source", src, "--destination", dst, "--catalog", str(catalog),
-                       "--state", str(state))
+def _sync(command: list[str]) -> str:
+    """Run the ``olake sync`` command; its one summary line."""
+    result = run_olake(*command)
     assert result.returncode == 0, result.stderr.decode()[-3000:]
     [summary] = [line for line in result.stderr.decode().splitlines() if line.startswith("olake: summary: ")]
     return summary
@@ -102,7 +120,7 @@ def _demo_module():
     """``scripts/demo.py`` as a module (the Quickstart's first command runs it as a script)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("olake_demo", README.parent / "scripts" / "demo.py")
+    spec = importlib.util.spec_from_file_location("olake_demo", ROOT / "scripts" / "demo.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -117,7 +135,7 @@ def test_the_demo_shows_change_capture_into_iceberg(pg_cluster, pg_db, tmp_path,
     demo = _demo_module()
     dsn = pg_cluster.dsn(pg_db)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute((README.parent / "fixtures" / "postgres" / "demo.sql").read_text())
+        conn.execute((ROOT / "fixtures" / "postgres" / "demo.sql").read_text())
     src = pg_cluster.source_config(pg_db, schemas=["shop"], replication_slot=demo.SLOT, publication=demo.PUBLICATION)
     write_json(tmp_path / "src.json", src)
     discovered = run_olake("discover", "--config", str(tmp_path / "src.json"))  # the demo's discover > catalog.json
