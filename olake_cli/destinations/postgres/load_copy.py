@@ -11,6 +11,7 @@ from typing import Iterable
 import pyarrow as pa
 from psycopg import sql
 
+from olake_cli.core.faults import crash_point
 from olake_cli.destinations.postgres.copy_binary import HEADER, TRAILER, binary_fits, copy_binary_rows
 from olake_cli.destinations.postgres.copy_text import copy_text
 from olake_cli.destinations.postgres.tables import METADATA_COLUMNS, TargetTable
@@ -76,10 +77,12 @@ def passthrough_casts(conn, table: TargetTable) -> tuple[tuple[str, str], ...] |
 
 
 def copy_passthrough(conn, target: sql.Composable, table: TargetTable, blocks: Iterable[bytes]) -> int:
-    """COPY binary data (header to trailer, the table's columns in order) into ``target``; the row count."""
+    """COPY binary data (header to trailer, the table's columns in order) into ``target``; the row count.
+    Crash point ``postgres-copy-block`` (core/faults.py): a block sent, the COPY not ended."""
     statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT binary)").format(target, table.column_list())
     with conn.cursor() as cur:
         with cur.copy(statement) as copy:
             for block in blocks:
                 copy.write(block)
+                crash_point("postgres-copy-block")
         return cur.rowcount
