@@ -81,7 +81,7 @@ class PostgresChunkSink:
         try:
             return self._load_and_mark(conn, table, load_id or "0", chunk_index, load, warnings)
         except Exception as exc:
-            if getattr(exc, "sqlstate", None) == _UNIQUE_VIOLATION:
+            if _marked_meanwhile(conn, exc, table, load_id or "0", chunk_index):
                 return 0, [f"chunk {chunk_index} was committed by another attempt meanwhile; this one is dropped"]
             raise classify(exc, self.settings, f"writing chunk {chunk_index} of {table.label}") from None
         finally:
@@ -104,3 +104,16 @@ class PostgresChunkSink:
         bookkeeping.mark_chunk(conn, table.ident, load_id, chunk_index, rows)
         commit_under_origin(conn, self.settings.origin, step="postgres-chunk")
         return rows, warnings
+
+
+def _marked_meanwhile(conn, exc: Exception, table: TargetTable, load_id: str, chunk_index: int) -> bool:
+    """Whether ``exc`` is a unique violation because another attempt committed the chunk first (its rows
+    or its mark): the chunk's mark is there now. A key the table held before, with no mark, is not: the
+    chunk must not pass as done."""
+    if getattr(exc, "sqlstate", None) != _UNIQUE_VIOLATION:
+        return False
+    try:
+        conn.rollback()
+        return bookkeeping.chunk_committed(conn, table.ident, load_id, chunk_index)
+    except Exception:  # the connection is gone: report the violation itself
+        return False
