@@ -12,7 +12,11 @@ again elsewhere and nothing is lost or doubled (into a local folder declared ``s
 way of running is covered once by default (PostgreSQL ``read | write`` into Iceberg on the master and
 ``sync`` into Parquet through Connect; MongoDB ``read | write`` into Parquet and ``sync`` into Iceberg
 through Connect; the kill test's ``sync`` on the master); ``OLAKE_TEST_CLUSTER_ALL=1`` adds the other
-pairings (about a minute more).
+pairings (about a minute more). ``read`` killed while its chunks sit in ``spark.spool`` (a bucket
+prefix) is part of the fault harness's short schedule but lives here, as it needs this cluster (a local
+master spools beside the driver and ignores ``spark.spool``): seeded kills (``OLAKE_FAULT_SEED``; one in
+the short schedule, four with ``OLAKE_FAULT_SCHEDULE=long``), then a rerun; every row arrives and no
+spool object is left.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import random
 import re
 import signal
 import subprocess
@@ -31,6 +36,7 @@ import psycopg
 import pytest
 
 from tests.support.cli import olake_cmd, olake_env, read_into_write, run_olake, write_json
+from tests.support.kills import kill_run, start_run, wait_run
 from tests.support.mongo import connect
 from tests.support.object_store import REGION, create_bucket, iceberg_bucket_rows, parquet_config, parquet_rows
 from tests.support.spark_cluster import cluster_spark_config
@@ -318,3 +324,65 @@ class WhenScanning(threading.Thread):
                         self.done = True
                         return
                 time.sleep(0.01)
+
+
+SPOOL_KILLS = 4 if os.environ.get("OLAKE_FAULT_SCHEDULE", "short") == "long" else 1
+SPOOL_SEED = int(os.environ.get("OLAKE_FAULT_SEED", "20261124"))
+
+
+def _spooled(moto_server, bucket: str) -> list[str]:
+    """The chunk objects under the bucket's spool prefix (not pyarrow's empty folder markers)."""
+    from tests.support.object_store import keys
+
+    return [k for k in keys(moto_server, bucket, "spool/") if not k.endswith("/")]
+
+
+def _kill_while_spooled(procs, moto_server, bucket: str, rng: random.Random) -> list[str]:
+    """SIGKILL the reader (or reader and writer) a seeded number of polls after chunk objects first sit in
+    the spool; the objects seen at that moment ([] if the read ended first)."""
+    polls, seen = rng.randint(0, 20), []
+    while procs[0].poll() is None:
+        seen = _spooled(moto_server, bucket)
+        if seen:
+            if polls == 0:
+                kill_run(procs if rng.random() < 0.5 else procs[:1])
+                return seen
+            polls -= 1
+        time.sleep(0.05)
+    return []
+
+
+def test_read_killed_while_chunks_are_spooled_loses_nothing_and_leaves_no_spool_object(
+        pg_cluster, items_db, spark_cluster, olake_archive, bare_workers, moto_server, bucket, tmp_path):
+    """``read | write`` on the cluster, the tasks spooling their chunks' lines into ``s3://bucket/spool``,
+    SIGKILLed while chunk objects sit there (the tasks wrote them, the driver has not streamed and
+    deleted them yet); the rerun from the state file delivers every row (the destination equals the
+    source value by value) and leaves no object in the spool, the killed run's included."""
+    from tests.support.object_store import ACCESS_KEY_ID, SECRET_ACCESS_KEY
+
+    rng = random.Random(f"{SPOOL_SEED}-spool")
+    spool = {"spool": f"s3://{bucket}/spool", "s3.endpoint": moto_server.endpoint, "s3.region": REGION,
+             "s3.access-key-id": ACCESS_KEY_ID, "s3.secret-access-key": SECRET_ACCESS_KEY}
+    src = _source(pg_cluster, items_db, tmp_path, olake_archive, chunk_rows=500, spark=spool)
+    cat, stream = _catalog(src, tmp_path)
+    dst = write_json(tmp_path / "lake.json", {"type": "parquet", "path": str(tmp_path / "lake")})
+    files, log = (src, dst, cat, str(tmp_path / "state.json")), tmp_path / "runs.log"
+    master = ("--spark-master", spark_cluster.master)
+    kills, runs, left = 0, 0, []
+    while kills < SPOOL_KILLS and runs < SPOOL_KILLS * 3:
+        runs += 1
+        procs = start_run("pipe", files, olake_env(), log, master)
+        seen = _kill_while_spooled(procs, moto_server, bucket, rng)
+        codes = wait_run(procs, stop_at_crash_point=False)
+        if -signal.SIGKILL in codes and seen:
+            kills += 1
+            left = _spooled(moto_server, bucket)
+        print(f"spool kill run {runs}: exit {codes}, {len(seen)} chunk object(s) spooled at the kill, "
+              f"{len(_spooled(moto_server, bucket))} left; seed {SPOOL_SEED}")
+    assert kills == SPOOL_KILLS, f"only {kills} kills landed while chunks were spooled in {runs} runs"
+    codes = wait_run(start_run("pipe", files, olake_env(), log, master), stop_at_crash_point=False)
+    assert codes == [0, 0], log.read_text()[-3000:]
+    with psycopg.connect(pg_cluster.dsn(items_db)) as conn:
+        assert_table_matches(conn, "public", "items", stream["json_schema"],
+                             read_parquet(str(tmp_path / "lake" / "public" / "items")))
+    assert _spooled(moto_server, bucket) == [], f"the spool keeps objects (after the last kill: {left})"
