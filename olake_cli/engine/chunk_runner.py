@@ -23,7 +23,7 @@ from typing import Any
 from olake_cli.core.errors import ConfigError, OlakeError, TransientError
 from olake_cli.engine import task_entry
 from olake_cli.engine.session import cluster_cores, spark_log_path
-from olake_cli.shared.spool import Spool
+from olake_cli.shared.spool import Spool, process_alive
 
 TASK_RETRIES = int(os.environ.get("OLAKE_CHUNK_RETRIES", "3"))  # lost tasks run again per chunk
 BACKOFF_S = 1.0
@@ -59,12 +59,29 @@ class SparkChunkRunner:
         # Driver-side spool folder: a local master's tasks write into it, other tasks' pieces land in it.
         self.driver_spool = tempfile.mkdtemp(prefix=f"olake-spool-{os.getpid()}-")
         # what the tasks are told: beside the driver, the run's shared spool, or (unshared) their own disk
-        self.spool = Spool(self.driver_spool) if local else (spool or Spool())
+        self.spool = Spool(self.driver_spool) if local else (spool.for_this_run() if spool else Spool())
         self._spool_to_log = not local  # where chunk lines come back from: said once, at the first chunk
+        self._tidy_shared_spool = not local and self.spool.shared  # before the first chunks, and at close
+        self._spool_tidied = False
 
     def close(self) -> None:
-        """Remove the spool folder (and whatever a failed run left in it)."""
+        """Remove the spool folder (and whatever a failed run left in it), and the files of this run and
+        of killed ones in the shared spool."""
         shutil.rmtree(self.driver_spool, ignore_errors=True)
+        if self._spool_tidied:
+            self._remove_spool_orphans()
+
+    def _remove_spool_orphans(self) -> None:
+        """Delete the shared spool's files no chunk will hand out (shared/spool.py); a failure only logs."""
+        if not self._tidy_shared_spool:
+            return
+        try:
+            removed = self.spool.remove_orphans()
+        except OlakeError as exc:
+            self._log(f"could not tidy the spool: {exc}")
+            return
+        if removed:
+            self._log(f"removed {removed} file(s) a killed or failed run left in the spool {self.spool.describe()}")
 
     def prestart(self) -> None:
         """Start the session in the background now, so its start-up overlaps the driver's planning."""
@@ -174,6 +191,9 @@ class SparkChunkRunner:
         pending = iter(tasks)
         in_flight: set[Future] = set()
         limit = self.max_parallel
+        if not self._spool_tidied:  # the run's first chunks
+            self._spool_tidied = True
+            self._remove_spool_orphans()
         pool = ThreadPoolExecutor(max_workers=limit + 1, thread_name_prefix="olake-chunk")
         try:
             self._top_up(pool, func, pending, in_flight, limit)
@@ -237,5 +257,5 @@ def _remove_orphan_spools() -> None:
     """Delete spool folders left by olake processes that were killed (their pid is gone)."""
     for folder in glob.glob(os.path.join(tempfile.gettempdir(), "olake-spool-*-*")):
         pid = os.path.basename(folder).split("-")[2]
-        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+        if pid.isdigit() and not process_alive(int(pid)):
             shutil.rmtree(folder, ignore_errors=True)

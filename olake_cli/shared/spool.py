@@ -7,21 +7,30 @@ Spark then holds a chunk's lines in its JVMs until the driver takes them). With 
 object-storage prefix (``s3://bucket/prefix``, written as a multipart upload), so nothing but the
 result's few bytes goes through Spark and memory stays bounded whatever the chunk size. The driver
 streams the file out and deletes it.
+
+A run's spool files are named after its driver (``olake-<pid>@<host>.chunk-<index>-...``): a killed
+run leaves the files its driver had not streamed yet (and a task still writing when it died leaves
+one more), so each run, before its first chunk and once done, deletes the files of drivers on its own
+machine that are gone, and of its own that no chunk handed out (a chunk dropped by a failed run).
+Files of drivers on other machines are left alone: their processes cannot be seen from here.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import socket
 import tempfile
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, BinaryIO, Iterator
 
 from olake_cli.core.errors import ConfigError, TransientError
 from olake_cli.shared.object_store import S3Options, bucket_path
 
 BLOCK_BYTES = 4 << 20
+_RUN_FILE = re.compile(r"olake-(\d+)@(.+?)\.chunk-")  # the driver that named a spool file: pid, host
 
 
 @dataclass(frozen=True)
@@ -31,6 +40,7 @@ class Spool:
 
     folder: str | None = None
     s3: S3Options | None = None
+    run: str = ""  # the driver's name (``olake-<pid>@<host>.``), the first part of its files' names
 
     @classmethod
     def of(cls, spark_section: dict[str, Any] | None) -> Spool | None:
@@ -49,14 +59,40 @@ class Spool:
         """Where the spool is, as the user wrote it."""
         return self.folder or "the tasks' temporary folders"
 
+    def for_this_run(self) -> Spool:
+        """This spool, its files named after this process (the run's driver)."""
+        return replace(self, run=f"olake-{os.getpid()}@{socket.gethostname()}.")
+
     def create(self, chunk_index: int) -> tuple[BinaryIO, str]:
         """A new spool file of chunk ``chunk_index``, open for writing, and its path."""
+        prefix = f"{self.run}chunk-{chunk_index}-"
         if self.s3 is not None:
-            path = f"{bucket_path(self.folder)}/chunk-{chunk_index}-{uuid.uuid4().hex}.jsonl"
+            path = f"{bucket_path(self.folder)}/{prefix}{uuid.uuid4().hex}.jsonl"
             with self._errors(path):
                 return self.s3.filesystem().open_output_stream(path), path
-        fd, path = tempfile.mkstemp(prefix=f"chunk-{chunk_index}-", suffix=".jsonl", dir=self.folder)
+        fd, path = tempfile.mkstemp(prefix=prefix, suffix=".jsonl", dir=self.folder)
         return os.fdopen(fd, "wb", buffering=1 << 22), path
+
+    def remove_orphans(self) -> int:
+        """Delete the shared spool's files that no chunk will hand out: those of gone drivers of this
+        machine, and this run's own (call it before the run's first chunk and after its last); a count."""
+        host, removed = socket.gethostname(), 0
+        for name in self._names():
+            match = _RUN_FILE.match(name)
+            if match and match[2] == host and (int(match[1]) == os.getpid() or not process_alive(int(match[1]))):
+                self.remove(f"{bucket_path(self.folder) if self.s3 else self.folder}/{name}")
+                removed += 1
+        return removed
+
+    def _names(self) -> list[str]:
+        """The names of the files directly in the shared spool."""
+        with self._errors(self.describe()):
+            if self.s3 is None:
+                return os.listdir(self.folder)
+            from pyarrow import fs
+
+            infos = self.s3.filesystem().get_file_info(fs.FileSelector(bucket_path(self.folder), allow_not_found=True))
+            return [os.path.basename(i.path) for i in infos if i.type == fs.FileType.File]
 
     def blocks(self, path: str) -> Iterator[bytes]:
         """The spool file's bytes, a block at a time."""
@@ -87,3 +123,14 @@ class Spool:
             if "NoSuchBucket" in str(exc) or isinstance(exc, (FileNotFoundError, NotADirectoryError, PermissionError)):
                 raise ConfigError(text) from None
             raise TransientError(text) from None
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this machine."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
