@@ -340,7 +340,7 @@ def _spooled(moto_server, bucket: str) -> list[str]:
 def _kill_while_spooled(procs, moto_server, bucket: str, rng: random.Random) -> list[str]:
     """SIGKILL the reader (or reader and writer) a seeded number of polls after chunk objects first sit in
     the spool; the objects seen at that moment ([] if the read ended first)."""
-    polls, seen = rng.randint(0, 20), []
+    polls, seen = rng.randint(0, 3), []
     while procs[0].poll() is None:
         seen = _spooled(moto_server, bucket)
         if seen:
