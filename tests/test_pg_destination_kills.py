@@ -11,7 +11,8 @@ and workers). The short schedule (the suite's) makes 3 kills per path; the long 
 
 A load resumed after a kill reads its remaining chunks in a new snapshot: over ctid ranges, a row
 updated since an earlier chunk committed has moved to the table's last pages, so the last chunk brings
-a key the target already holds (the resumed ctid load below).
+a key the target already holds; it replaces that key's row (the resumed ctid load below, by ``sync`` and
+by ``read | write``).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import psycopg
 import pytest
 
 from tests.support.cdc import discover_catalog
-from tests.support.cli import olake_cmd, olake_env, run_olake, write_json
+from tests.support.cli import olake_cmd, olake_env, read_into_write, run_olake, write_json
 from tests.support.pg_compare import assert_same_rows, table_texts
 from tests.support.pgcluster import create_database
 
@@ -144,14 +145,15 @@ def test_sigkill_at_any_moment_applies_every_transaction_exactly_once(pg_cluster
         conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
 
 
-@pytest.fixture(scope="module")
-def resumed_ctid_load(pg_cluster, pg_target, tmp_path_factory) -> dict:
-    """``sync`` (the tasks pass the source's binary COPY data through) of a 2,000-row table in ctid chunks,
-    SIGKILLed at its second state write (chunk 0 committed in the target); 20 rows of chunk 0 are then
-    updated at the source, their new versions landing on the table's last pages (the last chunk's
-    open-ended range); the rerun resumes the load in a new snapshot. Run once for the tests below."""
-    tmp = tmp_path_factory.mktemp("ctid-resume")
-    source_db, target_db = f"ctid_src_{os.getpid()}", f"ctid_dst_{os.getpid()}"
+@pytest.fixture(scope="module", params=["sync", "pipe"])
+def resumed_ctid_load(request, pg_cluster, pg_target, tmp_path_factory) -> dict:
+    """``sync`` (the tasks pass the source's binary COPY data through) or ``read | write`` of a 2,000-row
+    table in ctid chunks, SIGKILLed at its second state write (chunk 0 committed in the target); 20 rows of
+    chunk 0 are then updated at the source, their new versions landing on the table's last pages (the last
+    chunk's open-ended range); the rerun resumes the load in a new snapshot. Run once per path."""
+    mode = request.param
+    tmp = tmp_path_factory.mktemp(f"ctid-resume-{mode}")
+    source_db, target_db = f"ctid_src_{mode}_{os.getpid()}", f"ctid_dst_{mode}_{os.getpid()}"
     create_database(pg_cluster, source_db)
     create_database(pg_target, target_db)
     source = pg_cluster.dsn(source_db)
@@ -162,18 +164,29 @@ def resumed_ctid_load(pg_cluster, pg_target, tmp_path_factory) -> dict:
     dst = write_json(tmp / "dst.json", pg_target.destination_config(target_db))
     discover_catalog(src, tmp / "cat.json", {})
     state = tmp / "state.json"
-    sync = ("sync", "--source", src, "--destination", dst, "--catalog", str(tmp / "cat.json"), "--state", str(state))
-    killed = run_olake(*sync, env={"OLAKE_TEST_CRASH_AT": "state-saved", "OLAKE_TEST_CRASH_AFTER": "1"})
-    assert killed.returncode == -9, killed.stderr.decode()[-3000:]
+
+    def run(crash: dict[str, str]) -> tuple[int, str]:
+        if mode == "sync":
+            done = run_olake("sync", "--source", src, "--destination", dst, "--catalog", str(tmp / "cat.json"),
+                             "--state", str(state), env=crash)
+            return done.returncode, done.stderr.decode()
+        with pytest.MonkeyPatch.context() as patch:
+            for name, value in crash.items():
+                patch.setenv(name, value)
+            piped = read_into_write(["--config", src, "--catalog", str(tmp / "cat.json"), "--state", str(state)],
+                                    ["--config", dst, "--state", str(state)])
+        return piped.write_code or piped.read_code, piped.write_stderr.decode()
+
+    killed, stderr = run({"OLAKE_TEST_CRASH_AT": "state-saved", "OLAKE_TEST_CRASH_AFTER": "1"})
+    assert killed == -9, stderr[-3000:]
     chunks = json.loads(state.read_text())["streams"][0]["stream_state"]["chunks"]
     assert [c["status"] for c in chunks][:2] == ["succeed", "pending"] and chunks[-1]["max"] is None, chunks
     with psycopg.connect(source, autocommit=True) as conn:
         conn.execute("UPDATE r SET v = 1 WHERE id <= 20")
         moved = conn.execute("SELECT min((ctid::text::point)[0]) FROM r WHERE id <= 20").fetchone()[0]
     assert moved >= int(chunks[-1]["min"].strip("()").split(",")[0]), "the updated rows are in the last chunk"
-    rerun = run_olake(*sync)
-    return {"code": rerun.returncode, "stderr": rerun.stderr.decode(),
-            "source": table_texts(source, "public", "r", ["id", "v", "pad"]),
+    code, stderr = run({})
+    return {"code": code, "stderr": stderr, "source": table_texts(source, "public", "r", ["id", "v", "pad"]),
             "target": table_texts(pg_target.dsn(target_db), "public", "r", ["id", "v", "pad"])}
 
 
@@ -188,11 +201,9 @@ def test_a_resumed_ctid_load_never_ends_well_with_rows_missing(resumed_ctid_load
     assert run["code"] == 0 or (len(errors) == 1 and "public.r" in errors[0]), run["stderr"][-3000:]
 
 
-@pytest.mark.xfail(strict=True, reason="[F14] a load resumed in a new snapshot over ctid ranges meets keys its "
-                   "committed chunks hold (rows updated since moved to the last pages); the PostgreSQL "
-                   "destination's load COPY (sync's tasks and write's commit alike) cannot take them yet")
 def test_a_resumed_ctid_load_converges(resumed_ctid_load):
-    """The rerun completes and the target equals the source, the updated rows in their new version."""
+    """The rerun completes and the target equals the source, the updated rows in their new version: a chunk
+    of a load an earlier run began replaces the rows of its keys."""
     run = resumed_ctid_load
     assert run["code"] == 0, run["stderr"][-3000:]
     assert run["target"] == run["source"]

@@ -35,7 +35,7 @@ CREATE TABLE IF NOT EXISTS _olake.loads (
     PRIMARY KEY (table_schema, table_name));
 CREATE TABLE IF NOT EXISTS _olake.chunks (
     table_schema text NOT NULL, table_name text NOT NULL, load_id text NOT NULL, chunk integer NOT NULL,
-    rows bigint NOT NULL, committed_at timestamptz NOT NULL DEFAULT now(),
+    rows bigint NOT NULL, committed_at timestamptz NOT NULL DEFAULT now(), run_id text,
     PRIMARY KEY (table_schema, table_name, load_id, chunk));
 CREATE TABLE IF NOT EXISTS _olake.row_versions (
     table_schema text NOT NULL, table_name text NOT NULL, key text NOT NULL,
@@ -71,13 +71,18 @@ _LOCK_CLASS = 0x6F6C6C64  # advisory locks serialising load registration per tab
 
 def ensure_bookkeeping(conn) -> None:
     """Create the ``_olake`` schema and tables if missing (committed)."""
-    if conn.execute("SELECT to_regclass('_olake.conflicts')").fetchone()[0] is None:
+    if not _has_column(conn, "chunks", "run_id"):  # the newest part of the schema
         conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (_LOCK_CLASS,))
         conn.execute(_DDL)
-        if conn.execute("SELECT NOT EXISTS (SELECT FROM pg_attribute WHERE attrelid = '_olake.streams'::regclass "
-                        "AND attname = 'origin')").fetchone()[0]:
+        if not _has_column(conn, "streams", "origin"):
             conn.execute(_MIGRATE)
+        conn.execute("ALTER TABLE _olake.chunks ADD COLUMN IF NOT EXISTS run_id text")
     conn.commit()
+
+
+def _has_column(conn, table: str, column: str) -> bool:
+    return conn.execute("SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = %s "
+                        "AND NOT attisdropped)", (f"_olake.{table}", column)).fetchone()[0]
 
 
 @dataclass(frozen=True)
@@ -228,10 +233,17 @@ def chunk_committed(conn, table: tuple[str, str], load_id: str, chunk: int) -> b
                         "AND load_id = %s AND chunk = %s)", (*table, load_id, chunk)).fetchone()[0]
 
 
-def mark_chunk(conn, table: tuple[str, str], load_id: str, chunk: int, rows: int) -> None:
-    """Record chunk ``chunk`` of ``load_id`` as committed (a second attempt fails on the key)."""
-    conn.execute("INSERT INTO _olake.chunks (table_schema, table_name, load_id, chunk, rows) VALUES (%s, %s, %s, %s, %s)",
-                 (*table, load_id, chunk, rows))
+def mark_chunk(conn, table: tuple[str, str], load_id: str, chunk: int, rows: int, run_id: str) -> None:
+    """Record chunk ``chunk`` of ``load_id`` as committed by run ``run_id`` (a second attempt fails on
+    the key)."""
+    conn.execute("INSERT INTO _olake.chunks (table_schema, table_name, load_id, chunk, rows, run_id) "
+                 "VALUES (%s, %s, %s, %s, %s, %s)", (*table, load_id, chunk, rows, run_id))
+
+
+def resumed_elsewhere(conn, table: tuple[str, str], load_id: str, run_id: str) -> bool:
+    """Whether another run committed chunks of ``load_id`` (read in another snapshot: keys may repeat)."""
+    return conn.execute("SELECT EXISTS (SELECT FROM _olake.chunks WHERE table_schema = %s AND table_name = %s "
+                        "AND load_id = %s AND run_id IS DISTINCT FROM %s)", (*table, load_id, run_id)).fetchone()[0]
 
 
 def finish_load(conn, table: tuple[str, str], load_id: str, columns: sql.Composable) -> bool:

@@ -38,6 +38,7 @@ class StreamBuffer:
     committed_at: datetime | None = None  # when this destination last wrote rows into the table
     load_id: str = UNKNOWN_LOAD
     load_op_key: str | None = None
+    resumed_load: str | None = None  # a load an earlier run began: its chunks may repeat keys
     load_rows: list[dict] = field(default_factory=list)
     change_rows: list[dict] = field(default_factory=list)
     load_tables: list[pa.Table] = field(default_factory=list)

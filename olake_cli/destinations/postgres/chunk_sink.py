@@ -8,11 +8,14 @@ then the task records the chunk in ``_olake.chunks``, all in one transaction com
 replication origin. A chunk the target already holds (a task run again
 after a kill, or a retried attempt racing an earlier one) is skipped: its mark is there, or the second
 mark fails on its key and that attempt rolls back. A task outliving its run (a killed driver's Spark
-worker) writes nothing once its load is complete or replaced. No row crosses the pipe or the JVM.
+worker) writes nothing once its load is complete or replaced. A chunk of a load that an earlier run
+began (another snapshot) replaces the rows of its keys (``load_copy.replacing_keys``). No row crosses
+the pipe or the JVM.
 """
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -21,7 +24,7 @@ from psycopg import sql
 from olake_cli.core.codec_decode import to_destination
 from olake_cli.core.errors import DestinationError
 from olake_cli.destinations.postgres import bookkeeping
-from olake_cli.destinations.postgres.load_copy import copy_load, copy_passthrough
+from olake_cli.destinations.postgres.load_copy import copy_load, copy_passthrough, replacing_keys
 from olake_cli.destinations.postgres.config import TargetSettings
 from olake_cli.destinations.postgres.session import classify, commit_under_origin, open_connection
 from olake_cli.destinations.postgres.tables import TargetTable
@@ -31,10 +34,11 @@ _UNIQUE_VIOLATION = "23505"
 
 @dataclass
 class PostgresChunkSink:
-    """Picklable: the target's settings and each stream's table (filled as streams open)."""
+    """Picklable: the target's settings, each stream's table (filled as streams open) and the run's id."""
 
     settings: TargetSettings
     tables: dict[tuple, TargetTable] = field(default_factory=dict)
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     writes_local_files = False  # tasks write over the network: any Spark master will do
 
     def write(self, namespace: str | None, stream: str, load_id: str | None, chunk_index: int,
@@ -97,11 +101,15 @@ class PostgresChunkSink:
         if bookkeeping.chunk_committed(conn, table.ident, load_id, chunk_index):
             conn.rollback()
             return 0, [f"chunk {chunk_index} is already in the target (committed by an earlier run); skipped"]
-        rows = load(conn, bookkeeping.load_rows_target(table.ident, staged))
+        target = bookkeeping.load_rows_target(table.ident, staged)
+        if table.key and bookkeeping.resumed_elsewhere(conn, table.ident, load_id, self.run_id):
+            rows = replacing_keys(conn, target, table, load)
+        else:
+            rows = load(conn, target)
         if not bookkeeping.still_current(conn, table.ident, load_id):
             conn.rollback()
             return 0, [f"chunk {chunk_index}: its load is no longer the one the target receives; dropped"]
-        bookkeeping.mark_chunk(conn, table.ident, load_id, chunk_index, rows)
+        bookkeeping.mark_chunk(conn, table.ident, load_id, chunk_index, rows, self.run_id)
         commit_under_origin(conn, self.settings.origin, step="postgres-chunk")
         return rows, warnings
 

@@ -34,7 +34,7 @@ from olake_cli.destinations.postgres import bookkeeping
 from olake_cli.destinations.postgres.apply import Applied, ChangeApplier, EncodedChanges
 from olake_cli.destinations.postgres.buffer import StreamBuffer
 from olake_cli.destinations.postgres.change_plan import reduce_changes
-from olake_cli.destinations.postgres.load_copy import copy_load
+from olake_cli.destinations.postgres.load_copy import copy_load, replacing_keys
 from olake_cli.destinations.postgres.session import commit_under_origin
 
 
@@ -101,7 +101,12 @@ def send_commit(work: StreamCommit, ctx: CommitContext) -> Applied | None:
     if work.register_load:
         staged = bookkeeping.register_load(conn, table.ident, work.load_id, table.column_list())
         if work.load_rows is not None:
-            copy_load(conn, bookkeeping.load_rows_target(table.ident, staged), table, [work.load_rows], work.op_key)
+            target = bookkeeping.load_rows_target(table.ident, staged)
+            load = lambda conn, into: copy_load(conn, into, table, [work.load_rows], work.op_key)  # noqa: E731
+            if work.load_id == buf.resumed_load and table.key:  # an earlier run's snapshot: keys may repeat
+                replacing_keys(conn, target, table, load)
+            else:
+                load(conn, target)
     if work.truncate:
         conn.execute(sql.SQL("TRUNCATE {}").format(table.qualified))
         bookkeeping.forget_versions(conn, table.ident)

@@ -152,6 +152,8 @@ class PostgresDestination:
         inner = (committed.state or {}).get("stream_state") or {}
         buf.load_id = inner.get("load_id") or buf.load_id
         buf.load_op_key = inner.get("load_op_key")
+        if any(c.get("status") == "succeed" for c in inner.get("chunks") or []):
+            buf.resumed_load = inner.get("load_id")
         self.buffers[stream.key] = buf
         if self.sink is not None:
             self.sink.tables[stream.key] = plan

@@ -1,12 +1,18 @@
 """Full-load rows into a table by one ``COPY ... FROM STDIN``: binary where every column allows it
 (``copy_binary``), text otherwise (``copy_text``), with the ``_olake_*`` values of a load when the
 table has them; or, from a PostgreSQL source into a table of built-in types, the source's own binary
-COPY data passed through untouched (``passthrough_casts``, ``copy_passthrough``)."""
+COPY data passed through untouched (``passthrough_casts``, ``copy_passthrough``).
+
+A load resumed in a later run reads its remaining chunks in a new snapshot, so a row changed between
+the runs may come again (ctid chunks: its new version moved to another chunk's pages) while its old
+version sits in a chunk already committed. Such chunks go through ``replacing_keys``: COPYed into a
+temporary table, then each key's earlier row deleted and the new rows inserted (the later snapshot wins).
+"""
 
 from __future__ import annotations
 
 import time
-from typing import Iterable
+from typing import Callable, Iterable
 
 import pyarrow as pa
 from psycopg import sql
@@ -86,3 +92,17 @@ def copy_passthrough(conn, target: sql.Composable, table: TargetTable, blocks: I
                 copy.write(block)
                 crash_point("postgres-copy-block")
         return cur.rowcount
+
+
+def replacing_keys(conn, target: sql.Composable, table: TargetTable, load: Callable[[object, sql.Composable], int]) -> int:
+    """Run ``load`` (rows into the target it is given; their count) into a temporary table shaped like
+    ``table``, then replace ``target``'s rows of the same keys with them; the row count."""
+    temp = sql.Identifier("olake_resumed_chunk")
+    conn.execute(sql.SQL("CREATE TEMP TABLE {} ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA").format(
+        temp, table.column_list(), table.qualified))
+    rows = load(conn, temp)
+    match = sql.SQL(" AND ").join(sql.SQL("t.{k} = s.{k}").format(k=sql.Identifier(k)) for k in table.key)
+    conn.execute(sql.SQL("DELETE FROM {} t USING {} s WHERE {}").format(target, temp, match))
+    conn.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {}").format(target, table.column_list(),
+                                                                          table.column_list(), temp))
+    return rows
