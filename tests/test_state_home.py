@@ -109,16 +109,15 @@ def _assert_no_change_twice(tmp_path: Path) -> None:
 
 
 def test_a_state_file_behind_the_destination_gives_way_to_it(pg_cluster, pg_db, tmp_path):
-    """An older copy of the state file: the stream moves to the destination's position (a line says from
-    what to what), the file is rewritten to match, nothing is applied twice and nothing reloaded; the
-    same through ``read --state OLD --state-from DEST | write``."""
+    """The state file put back to an older copy of itself: the stream moves to the destination's position
+    (a line says from what to what), the file is rewritten to match, nothing is applied twice and nothing
+    reloaded; the same through ``read --state FILE --state-from DEST | write --state FILE``."""
     dsn = pg_cluster.dsn(pg_db)
     make_accounts(dsn, "acct", ROWS)
     src, dst, cat = _setup(pg_cluster, pg_db, tmp_path, "parquet", "home_behind", {"acct": "cdc"})
-    state, old, piped = tmp_path / "st.json", tmp_path / "old.json", tmp_path / "piped.json"
+    state, old = tmp_path / "st.json", tmp_path / "old.json"
     _sync(src, dst, cat, "--state", str(state))
     shutil.copy(state, old)
-    shutil.copy(state, piped)
     _change(dsn, 1)
     again = _sync(src, dst, cat, "--state", str(state))
     assert "resuming" not in again and "the destination committed" not in again, again  # the file agrees
@@ -127,23 +126,25 @@ def test_a_state_file_behind_the_destination_gives_way_to_it(pg_cluster, pg_db, 
     old_position = json.loads(old.read_text())["streams"][0]["stream_state"]["cursor_field"]
     new_position = json.loads(state.read_text())["streams"][0]["stream_state"]["cursor_field"]
     assert old_position != new_position
-    behind = _sync(src, dst, cat, "--state", str(old))
+    shutil.copy(old, state)  # the file is behind what the destination committed
+    behind = _sync(src, dst, cat, "--state", str(state))
     assert "full load" not in behind, behind
     _assert_current("parquet", tmp_path, dsn, cat, "acct")
     _assert_no_change_twice(tmp_path)
     moved = [line for line in behind.splitlines() if "the destination committed" in line]
-    assert moved == [f"olake: public.acct: the state file '{old}' holds cdc at {old_position}, the destination "
+    assert moved == [f"olake: public.acct: the state file '{state}' holds cdc at {old_position}, the destination "
                      f"committed cdc at {new_position}: resuming from the destination's record"], behind
-    newest = json.loads(old.read_text())["streams"][0]["stream_state"]["cursor_field"]
+    newest = json.loads(state.read_text())["streams"][0]["stream_state"]["cursor_field"]
     assert newest != old_position
 
+    shutil.copy(old, state)
     _change(dsn, 3)  # the pipe: read cannot see the destination unless told where it is
-    pipe = read_into_write(["--config", src, "--catalog", cat, "--state", str(piped), "--state-from", dst],
-                           ["--config", dst, "--state", str(piped)])
+    pipe = read_into_write(["--config", src, "--catalog", cat, "--state", str(state), "--state-from", dst],
+                           ["--config", dst, "--state", str(state)])
     assert pipe.read_code == 0 and pipe.write_code == 0, (pipe.read_stderr + pipe.write_stderr).decode()[-3000:]
     _assert_current("parquet", tmp_path, dsn, cat, "acct")
     _assert_no_change_twice(tmp_path)
-    assert f"public.acct: the state file '{piped}' holds cdc at {old_position}, the destination committed cdc at " \
+    assert f"public.acct: the state file '{state}' holds cdc at {old_position}, the destination committed cdc at " \
         f"{newest}: resuming from the destination's record" in pipe.read_stderr.decode(), pipe.read_stderr.decode()
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SELECT pg_drop_replication_slot('home_behind')")
