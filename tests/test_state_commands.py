@@ -40,7 +40,7 @@ def test_show_and_reset_of_a_missing_file_fail_with_one_line(tmp_path):
         assert not missing.exists()
 
 
-def test_reset_forgets_a_stream_atomically_and_refuses_an_unknown_one(tmp_path):
+def test_reset_marks_a_stream_to_load_anew_atomically_and_refuses_an_unknown_one(tmp_path):
     path = tmp_path / "st.json"
     path.write_text(json.dumps(STATE))
     before = path.read_bytes()
@@ -49,4 +49,8 @@ def test_reset_forgets_a_stream_atomically_and_refuses_an_unknown_one(tmp_path):
     assert path.read_bytes() == before
     good = run_olake("state", "reset", str(path), "--stream", "public.orders")
     assert good.returncode == 0, good.stderr
-    assert [s["stream_name"] for s in json.loads(path.read_text())["streams"]] == ["users"]
+    # the stream is kept as a mark to load anew, which a sync honours over the destination's record
+    orders, users = json.loads(path.read_text())["streams"]
+    assert users == STATE["streams"][1]
+    assert orders == {"sync_type": "full-load", "stream_name": "orders", "stream_namespace": "public",
+                      "stream_state": {"cursor_field": None, "chunks": []}}

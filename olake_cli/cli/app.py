@@ -32,7 +32,12 @@ app.add_typer(state_app, name="state")
 CONFIG_OPT = typer.Option(..., "--config", metavar="FILE",
                           help="Connector config JSON file (its 'type' names the connector).")
 CATALOG_OPT = typer.Option(..., "--catalog", metavar="FILE", help="Catalog JSON (the output of discover, possibly edited).")
-STATE_OPT = typer.Option(None, "--state", metavar="FILE", help="State JSON file; read to resume, merged into by write.")
+STATE_OPT = typer.Option(None, "--state", metavar="FILE", help="State JSON file (its folder must exist); read to "
+                         "resume, merged into by write. sync checks it against what the destination committed and "
+                         "follows the destination where they differ.")
+FULL_REFRESH_OPT = typer.Option(None, "--full-refresh", metavar="STREAM", help="Load STREAM (namespace.name, or name) "
+                                "anew, whatever the state says; repeatable. The new load replaces the destination's "
+                                "contents when its last chunk commits.")
 MASTER_OPT = typer.Option(None, "--spark-master", metavar="URL",
                           help="Spark master URL (default local[*] or $OLAKE_SPARK_MASTER).")
 REMOTE_OPT = typer.Option(None, "--spark-remote", metavar="URL",
@@ -114,16 +119,21 @@ def discover(config: str = CONFIG_OPT,
 @app.command()
 def read(config: str = CONFIG_OPT, catalog: str = CATALOG_OPT, state: Optional[str] = STATE_OPT,
          state_from: Optional[str] = typer.Option(None, "--state-from", metavar="FILE", help="Destination config JSON: resume "
-                                                  "from the state the destination committed (instead of --state)."),
+                                                  "from the state the destination committed (with --state: where "
+                                                  "the file differs, the destination's record wins)."),
          spark_master: Optional[str] = MASTER_OPT, spark_remote: Optional[str] = REMOTE_OPT,
-         max_parallel: Optional[int] = PARALLEL_OPT) -> None:
-    """Read the selected streams and print RECORD and STATE messages on stdout."""
+         max_parallel: Optional[int] = PARALLEL_OPT, full_refresh: Optional[list[str]] = FULL_REFRESH_OPT) -> None:
+    """Read the selected streams and print RECORD and STATE messages on stdout.
+
+    Without --state or --state-from every stream starts from the beginning; to resume a pipe, give the
+    writer's destination: olake read ... --state-from DEST.json | olake write --config DEST.json.
+    """
     from olake_cli.pipeline.connectors import SparkOptions, run_read, shutdown_engine
 
     # command_guard: click would turn these into a silent exit 1 or "Aborted!"
     with command_guard(shutdown_engine), progress_view() as view:
         run_read(config, catalog, state, SparkOptions(spark_master, spark_remote), max_parallel, protocol_writer(),
-                 log, state_from, view)
+                 log, state_from, view, tuple(full_refresh or ()))
 
 
 @app.command()
@@ -144,13 +154,17 @@ def sync(source: str = typer.Option(..., "--source", metavar="FILE", help="Sourc
          destination: str = typer.Option(..., "--destination", metavar="FILE", help="Destination config JSON file."),
          catalog: str = CATALOG_OPT, state: Optional[str] = STATE_OPT,
          spark_master: Optional[str] = MASTER_OPT, spark_remote: Optional[str] = REMOTE_OPT,
-         max_parallel: Optional[int] = PARALLEL_OPT) -> None:
-    """Read and write in one process (full-load chunks are written by the Spark tasks); prints STATEs."""
+         max_parallel: Optional[int] = PARALLEL_OPT, full_refresh: Optional[list[str]] = FULL_REFRESH_OPT) -> None:
+    """Read and write in one process (full-load chunks are written by the Spark tasks); prints STATEs.
+
+    Resumes from the state the destination committed with its rows, with or without --state; a stream
+    the destination holds nothing of is loaded in full, and so is each --full-refresh STREAM.
+    """
     from olake_cli.pipeline.connectors import SparkOptions, run_sync, shutdown_engine
 
     with command_guard(shutdown_engine), progress_view() as view:
         run_sync(source, destination, catalog, state, SparkOptions(spark_master, spark_remote), max_parallel,
-                 protocol_writer(), log, view)
+                 protocol_writer(), log, view, tuple(full_refresh or ()))
 
 
 @app.command()
@@ -184,12 +198,14 @@ def state_show(path: str = typer.Argument(..., metavar="STATE_FILE", hidden=True
 
 @state_app.command("reset")
 def state_reset(path: str = typer.Argument(..., metavar="STATE_FILE", hidden=True),
-                stream: list[str] = typer.Option(..., "--stream", metavar="NAMESPACE.NAME", help="NAMESPACE.NAME of a stream to forget "
-                                                 "(repeatable); its next run loads it anew.")) -> None:
-    """Forget streams in STATE_FILE (atomically), so the next run copies them again from scratch."""
+                stream: list[str] = typer.Option(..., "--stream", metavar="NAMESPACE.NAME", help="NAMESPACE.NAME of a stream to load "
+                                                 "anew (repeatable): the file keeps a mark that its next run honours.")) -> None:
+    """Mark streams in STATE_FILE (atomically) to load anew: the next run copies them again from scratch,
+    replacing what the destination holds when the new load completes (sync --full-refresh does the same)."""
     from contextlib import ExitStack
 
     from olake_cli.core.locks import lock_state
+    from olake_cli.core.resync import marker_replacing
     from olake_cli.core.state import FileStateStore
 
     with ExitStack() as locks:
@@ -201,7 +217,7 @@ def state_reset(path: str = typer.Argument(..., metavar="STATE_FILE", hidden=Tru
             if state.find(namespace or None, table) is None:
                 known = ", ".join(f"{s.stream_namespace}.{s.stream_name}" for s in state.streams) or "none"
                 raise ConfigError(f"state file '{path}' has no stream '{name}' (streams: {known})")
-            state.streams = [s for s in state.streams if s.key != (namespace or None, table)]
+            state.upsert(marker_replacing(state.find(namespace or None, table)))
         store.save(state)
     log(f"reset {len(stream)} stream(s) in {path}; the next run loads them anew")
 

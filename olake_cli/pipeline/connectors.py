@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable
@@ -52,55 +53,67 @@ def run_discover(config_path: str, previous_path: str | None, log: Callable[[str
 
 def run_read(config_path: str, catalog_path: str, state_path: str | None, spark: SparkOptions,
              max_parallel: int | None, out: MessageWriter, log: Callable[[str], None],
-             state_from: str | None = None, view=None) -> None:
+             state_from: str | None = None, view=None, full_refresh: tuple[str, ...] = ()) -> None:
     """``olake read``: validate every input first, then start Spark and stream the messages.
 
-    ``state_from`` (a destination config) resumes from the state the destination committed; ``view``
-    shows the progress (default: lines through ``log``). With ``--state`` the run holds the state
-    file's read lock (``core.locks``).
+    ``state_from`` (a destination config) resumes from the state the destination committed, and with
+    ``state_path`` too, takes the destination's record for each stream the file disagrees on (the file
+    is not written: ``write --state`` does that); ``full_refresh`` names streams to load anew; ``view``
+    shows the progress (default: lines through ``log``). With ``--state`` the run holds the state file's
+    read lock (``core.locks``).
     """
     from olake_cli.pipeline.read import ReadPipeline
-    from olake_cli.pipeline.recover import recover_state
+    from olake_cli.pipeline.recover import forget_marked, starting_state, streams_named
 
     _, kind, config = load_config(config_path, role="source")
     catalog = load_catalog(catalog_path)
-    if state_path and state_from:
-        raise ConfigError("read: give --state or --state-from, not both")
+    refresh = streams_named(catalog, list(full_refresh), "--full-refresh")
+    check_state_folder(state_path)
+    destination = None
+    if state_from:
+        _, dest_kind, dest_config = load_config(state_from, role="destination")
+        destination = make_destination(dest_kind, dest_config, log)
     with ExitStack() as locks:
-        destination = None
-        if state_from:
-            _, dest_kind, dest_config = load_config(state_from, role="destination")
-            destination = make_destination(dest_kind, dest_config, log)
-            state = recover_state(destination.committed_state, catalog, log)
-        elif state_path:
+        if state_path:
             lock_state(locks, state_path, ("read",), "olake read")
-            state = load_state(state_path)
-        else:
-            state = State()
+        start = starting_state(load_state(state_path) if state_path else State(),
+                               destination.committed_state if destination else None, catalog, state_path, refresh)
+
+        def source_open() -> None:  # said once the source works: a run that fails says one line
+            for note in start.notes:
+                log(note)
+            forget_marked(start.state, refresh)
+
         source = make_source(kind, config)
         runner = _runner(_target(spark, config), max_parallel, config, log)
         try:
             pipeline = pipeline_identity("read", destination and destination.lock_path(), state_from, state_path)
-            ReadPipeline(source, catalog, state, out, runner, log, view=view, pipeline=pipeline).run()
+            ReadPipeline(source, catalog, start.state, out, runner, log, view=view, on_source_open=source_open,
+                         pipeline=pipeline).run()
         finally:
             runner.close()
 
 
 def run_sync(source_path: str, dest_path: str, catalog_path: str, state_path: str | None,
              spark: SparkOptions, max_parallel: int | None, out: MessageWriter,
-             log: Callable[[str], None], view=None) -> None:
+             log: Callable[[str], None], view=None, full_refresh: tuple[str, ...] = ()) -> None:
     """``olake sync``: read and write in one process; full-load chunks are written by the tasks.
 
-    Holds the state file's read and write locks from the start, and the destination's lock from the
-    moment the source is open and checked: a source that fails leaves the destination untouched. A
-    stream whose load the destination lost is then loaded anew (``recover.reload_lost_streams``).
+    Starts from what the destination committed for each selected stream (``recover``): with
+    ``state_path``, a stream whose entry in the file differs takes the destination's, and the file is
+    rewritten (atomically) to match; ``full_refresh`` names streams to load anew. Holds the state file's
+    read and write locks from the start, and the destination's lock from the moment the source is open
+    and checked: a source that fails leaves the destination untouched. A stream whose load the
+    destination lost is then loaded anew (``recover.reload_lost_streams``).
     """
-    from olake_cli.pipeline.recover import reload_lost_streams
+    from olake_cli.pipeline.recover import forget_marked, reload_lost_streams, starting_state, streams_named
     from olake_cli.pipeline.sync import run_in_process
 
     _, source_kind, source_config = load_config(source_path, role="source")
     _, dest_kind, dest_config = load_config(dest_path, role="destination")
     catalog = load_catalog(catalog_path)
+    refresh = streams_named(catalog, list(full_refresh), "--full-refresh")
+    check_state_folder(state_path)
     source = make_source(source_kind, source_config)
     destination = make_destination(dest_kind, dest_config, log)
     target = _target(spark, source_config)
@@ -110,20 +123,35 @@ def run_sync(source_path: str, dest_path: str, catalog_path: str, state_path: st
         store = FileStateStore(state_path) if state_path else None
         if state_path:
             lock_state(locks, state_path, ("read", "write"), "olake sync")
-        state = store.load() if store is not None else State()
+        start = starting_state(store.load() if store is not None else State(), destination.committed_state,
+                               catalog, state_path, refresh)
 
         def open_destination() -> None:  # before any task stages files: rolls back/forward an interrupted run
             locks.enter_context(acquire(destination.lock_path(), f"the destination of {dest_path}", "olake sync"))
+            for note in start.notes:
+                log(note)
+            if start.moved is not None:
+                store.save(start.moved)  # the file follows the destination's record from now on
             destination.open(catalog)
-            reload_lost_streams(state, destination.committed_state, catalog, log)  # before planning
+            reload_lost_streams(start.state, destination.committed_state, catalog, log)  # before planning
+            forget_marked(start.state, refresh)
 
         runner = _runner(target, max_parallel, source_config, log)
         try:
-            run_in_process(source, destination, catalog, state, store, sink, runner, out, log, view,
+            run_in_process(source, destination, catalog, start.state, store, sink, runner, out, log, view,
                            on_source_open=open_destination,
                            pipeline=pipeline_identity("sync", destination.lock_path(), dest_path, state_path))
         finally:
             runner.close()
+
+
+def check_state_folder(state_path: str | None) -> None:
+    """A ``--state`` path must be in a folder that exists (a typo is not a new folder to create)."""
+    if not state_path:
+        return
+    folder = os.path.dirname(os.path.abspath(state_path))
+    if not os.path.isdir(folder):
+        raise ConfigError(f"--state {state_path}: the folder '{folder}' does not exist (create it, or fix the path)")
 
 
 def _check_shared_path(sink, target, dest_path: str, dest_config: dict[str, Any]) -> None:
@@ -185,6 +213,7 @@ def run_write(config_path: str, catalog_path: str | None, state_path: str | None
 
     _, kind, config = load_config(config_path, role="destination")
     catalog = load_catalog(catalog_path) if catalog_path else None
+    check_state_folder(state_path)
     destination = make_destination(kind, config, log)
     with ExitStack() as locks:
         store = None

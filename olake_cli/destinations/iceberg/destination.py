@@ -11,6 +11,7 @@ reads it back from the table.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable
 
 import pyarrow as pa
@@ -129,7 +130,11 @@ class IcebergDestination:
                                                          table.spec().model_dump_json())
 
     def committed_state(self, stream: CatalogStream) -> dict | None:
-        """The stream state committed in the stream's table (``olake.state``), or None."""
+        """The stream state committed in the stream's table (``olake.state``), or None. Reads only: an
+        embedded catalog not created yet holds nothing and is not created here."""
+        embedded = self.cfg.embedded_dir
+        if embedded is not None and not os.path.exists(os.path.join(embedded, "catalog.db")):
+            return None
         table = load_table(self.catalog, self.cfg.table_identifier(stream.namespace, stream.name))
         return None if table is None else olake_properties(table)[0]
 
