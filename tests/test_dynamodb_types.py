@@ -74,7 +74,7 @@ def test_items_become_exact_arrow_values_and_destination_values():
 
 
 @pytest.mark.parametrize("value, detail", [
-    ({"N": "1.2345"}, "number 1.2345 does not fit x-olake-type decimal(38,3) exactly"),
+    ({"N": "1.2345"}, "number 1.2345 does not fit x-olake-type decimal(38,3) (up to 18 integer digits) exactly"),
     ({"S": "12"}, "a S value does not fit x-olake-type decimal(38,3)"),
 ])
 def test_a_value_that_does_not_fit_names_attribute_and_key(value, detail):

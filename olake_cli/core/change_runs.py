@@ -36,6 +36,9 @@ class ChangeRun:
 
     ``op`` (``c``/``u``/``d``/``t``), ``commit`` and ``seq`` (the operation id, uint64) and ``commit_ts``
     (microseconds, int64) give each record's ``_olake_op``, ``_olake_op_id`` and ``_olake_commit_ts``.
+    ``replayed`` (booleans, or None for none) marks the changes made before the stream's full load began,
+    which the load already holds: the source replays them so that nothing is missed, and they are
+    counted apart.
     """
 
     stream: StreamKey
@@ -46,6 +49,7 @@ class ChangeRun:
     commit_ts: pa.Array
     typed: bool = False  # data in destination Arrow types, not JSON texts
     warnings: list[str] = field(default_factory=list)  # what converting a typed run's values found
+    replayed: pa.Array | None = None
 
     def __len__(self) -> int:
         return len(self.op)
@@ -53,6 +57,10 @@ class ChangeRun:
     def op_counts(self) -> dict[str, int]:
         """How many changes of each kind (``c``, ``u``, ``d``, ``t``) the run holds."""
         return {item["values"]: item["counts"] for item in pc.value_counts(self.op).to_pylist()}
+
+    def replay_count(self) -> int:
+        """How many of the changes replay what the stream's full load already holds (see ``replayed``)."""
+        return 0 if self.replayed is None else pc.sum(self.replayed).as_py() or 0
 
     def after(self, op_id: OpId | None) -> ChangeRun:
         """The changes whose operation id is above ``op_id`` (all of them for None)."""
@@ -65,7 +73,8 @@ class ChangeRun:
             return self
         return ChangeRun(self.stream, {name: texts.filter(above) for name, texts in self.data.items()},
                          self.op.filter(above), self.commit.filter(above), self.seq.filter(above),
-                         self.commit_ts.filter(above), self.typed, self.warnings)
+                         self.commit_ts.filter(above), self.typed, self.warnings,
+                         None if self.replayed is None else self.replayed.filter(above))
 
     def table(self, json_schema: dict) -> pa.Table:
         """A typed run as a table of :func:`decoded_schema`: the stream's columns (null where a row has no

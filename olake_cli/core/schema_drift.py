@@ -13,13 +13,17 @@ the catalog still has its ``from`` property (a catalog edited since wins, and th
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 from olake_cli.core.catalog import Catalog, CatalogStream
+from olake_cli.core.codec import element_property
 from olake_cli.core.schema_change import INCOMPATIBLE, olake_type_of, type_change
 from olake_cli.core.state import State, StreamState
 
 DRIFT = "schema_drift"
+INTEGER_DIGITS = "x-olake-integer-digits"
+_DECIMAL = re.compile(r"decimal\((\d+),(\d+)\)")
 
 
 def drift_of(stream: CatalogStream) -> dict[str, dict]:
@@ -44,8 +48,11 @@ def widened(stream: CatalogStream, json_schema: dict) -> CatalogStream:
 
 
 def column_type(stream: CatalogStream, column: str) -> str:
-    """A column's x-olake-type for messages ("absent" for a column the stream lacks)."""
-    return olake_type_of(stream.json_schema.get("properties", {}).get(column)) or "absent"
+    """A column's x-olake-type for messages ("absent" for a column the stream lacks), with its integer
+    digits when it bounds them."""
+    prop = stream.json_schema.get("properties", {}).get(column)
+    bound = prop.get(INTEGER_DIGITS) if isinstance(prop, dict) else None
+    return (olake_type_of(prop) or "absent") + (f" (up to {bound} integer digits)" if bound is not None else "")
 
 
 def changed_columns(before: CatalogStream, after: CatalogStream) -> list[str]:
@@ -62,8 +69,9 @@ def needs_reload(before: CatalogStream, after: CatalogStream) -> list[str]:
 
 
 def _in_place(old: dict | None, new: dict) -> bool:
-    """A new column, or a top-level scalar column whose type widens (``schema_change.type_change``)."""
-    if old is None:
+    """A new column, a top-level scalar column whose type widens (``schema_change.type_change``), or an
+    exact number widening."""
+    if old is None or exact_number_widening(old, new):
         return True
     before, after = olake_type_of(old), olake_type_of(new)
     if before is None or after is None or "document" in before or "document" in after:
@@ -71,6 +79,35 @@ def _in_place(old: dict | None, new: dict) -> bool:
     if before.startswith("array<") or after.startswith("array<"):
         return False
     return before != after and type_change(before, after) != INCOMPATIBLE
+
+
+def exact_number_widening(old: dict, new: dict) -> bool:
+    """Whether ``new`` differs from ``old`` in decimal numbers only, each one widened exactly (see the module)."""
+    before, after = olake_type_of(old), olake_type_of(new)
+    if before is None or after is None:
+        return False
+    if before.startswith("array<") and after.startswith("array<"):
+        return exact_number_widening(element_property(old, before), element_property(new, after))
+    if before == after == "document":
+        subs, new_subs = old.get("properties") or {}, new.get("properties") or {}
+        return subs.keys() == new_subs.keys() and all(exact_number_widening(subs[n], new_subs[n]) for n in subs)
+    digits = decimal_digits(old)
+    if digits is None or before == after and old == new:
+        return old == new
+    if after == "numeric":
+        return True
+    new_digits = decimal_digits(new)
+    return new_digits is not None and new_digits[0] >= digits[0] and new_digits[1] >= digits[1]
+
+
+def decimal_digits(prop: dict) -> tuple[int, int] | None:
+    """(integer digits, fraction digits) a ``decimal(p,s)`` property's values may have (None: not a decimal)."""
+    match = _DECIMAL.fullmatch(olake_type_of(prop) or "")
+    if match is None:
+        return None
+    precision, scale = int(match[1]), int(match[2])
+    bound = prop.get(INTEGER_DIGITS)
+    return (min(bound, precision - scale) if isinstance(bound, int) else precision - scale), scale
 
 
 def apply_recorded(stream: CatalogStream, stream_state: StreamState | None) -> CatalogStream:
@@ -110,5 +147,9 @@ def record_in_state(stream_state: StreamState, stream: CatalogStream) -> StreamS
         extra[DRIFT] = copy.deepcopy(drift_of(stream))
     if "columns" in extra:
         extra["columns"] = stream.columns
+    if "column_types" in extra:  # the load goes on with the widened types (reload_reason compares them)
+        props = stream.json_schema.get("properties", {})
+        extra["column_types"] = {**extra["column_types"],
+                                 **{name: olake_type_of(props.get(name)) for name in drift_of(stream)}}
     ss.extra = extra
     return ss

@@ -24,6 +24,7 @@ from olake_cli.core.resync import resync_marker
 from olake_cli.core.schema_drift import record_in_state
 from olake_cli.core.state import State, StreamState
 from olake_cli.pipeline.in_process import ChangeTable
+from olake_cli.pipeline.progress import REPLAYED
 
 
 def capturing(streams: list[CatalogStream], state: State) -> list[CatalogStream]:
@@ -33,19 +34,22 @@ def capturing(streams: list[CatalogStream], state: State) -> list[CatalogStream]
 
 def run_change_phase(capture: ChangeCapture, streams: list[CatalogStream], state: State,
                      out: messages.MessageWriter, log: Callable[[str], None],
-                     counted: Callable[[tuple, dict[str, int]], None] = lambda key, counts: None,
+                     counted: Callable[[tuple, dict[str, int], int], None] = lambda key, counts, replayed: None,
                      tables: Callable[[ChangeTable], None] | None = None) -> None:
     """Read the capture's changes for the :func:`capturing` streams, and emit them; ``counted`` is told
-    each stream's emitted changes by kind; ``tables`` takes typed changes, after what ``out`` got before."""
+    each stream's emitted changes by kind, and how many of them replay what its load holds; ``tables``
+    takes typed changes, after what ``out`` got before."""
     active = {s.key: s for s in capturing(streams, state)}
     if not active:
         return
-    started, emitted = time.monotonic(), 0
+    started = time.monotonic()
     emitter = _ChangeEmitter(capture, active, state, out, log, counted, tables)
     for batch in capture.read(list(active.values()), state, typed=tables is not None):
-        emitted += emitter.emit(batch)
+        emitter.emit(batch)
     elapsed = max(time.monotonic() - started, 1e-6)
-    log(f"change capture: {emitted} change(s) in {elapsed:.1f}s ({emitted / elapsed:,.0f}/s)")
+    replayed = f", of which {emitter.replayed} {REPLAYED}" if emitter.replayed else ""
+    log(f"change capture: {emitter.emitted} change(s){replayed} in {elapsed:.1f}s "
+        f"({emitter.emitted / elapsed:,.0f}/s)")
 
 
 _NONE = StreamState("", "", None)
@@ -56,10 +60,11 @@ class _ChangeEmitter:
 
     def __init__(self, capture: ChangeCapture, active: dict[tuple, CatalogStream], state: State,
                  out: messages.MessageWriter, log: Callable[[str], None],
-                 counted: Callable[[tuple, dict[str, int]], None], tables: Callable[[ChangeTable], None] | None
-                 ) -> None:
+                 counted: Callable[[tuple, dict[str, int], int], None],
+                 tables: Callable[[ChangeTable], None] | None) -> None:
         self.capture, self.active, self.state, self.out, self.log = capture, active, state, out, log
         self.counted, self.tables = counted, tables
+        self.emitted = self.replayed = 0  # changes emitted, and of those replays of a load
         self.positions = {k: self._op_of(state.find(*k)) for k in active}
         self.prefixes = {k: _record_prefix(s) for k, s in active.items()}
 
@@ -67,21 +72,23 @@ class _ChangeEmitter:
         position = self.capture.position_of(ss)
         return None if position is None else self.capture.position_op(position)
 
-    def emit(self, batch: ChangeBatch) -> int:
+    def emit(self, batch: ChangeBatch) -> None:
         """Announce widened streams, write the batch's new changes, apply resyncs and its checkpoint."""
         for stream in batch.widened:
             self.active[stream.key] = stream
             self.out.write(messages.catalog_message({"streams": [stream.to_dict()]}))
         emitted_at = str(int(time.time() * 1000)).encode()
-        blocks, emitted = [], 0
+        blocks = []
         for run in batch.runs:
             held = self.positions.get(run.stream, _GONE)
             if held is _GONE:
                 continue
             run = run.after(held)
-            emitted += len(run)
+            self.emitted += len(run)
             if len(run):
-                self.counted(run.stream, run.op_counts())
+                replayed = run.replay_count()
+                self.replayed += replayed
+                self.counted(run.stream, run.op_counts(), replayed)
             if run.typed and run.data and len(run):  # (a truncate has no data: it goes as a line)
                 if blocks:
                     self.out.write_raw(b"".join(blocks))
@@ -97,7 +104,6 @@ class _ChangeEmitter:
             self._checkpoint(batch.position)
         if batch.position is not None or batch.resync:
             self.out.flush()  # the writer commits as soon as the state arrives
-        return emitted
 
     def _resync(self, key: tuple, reason: str) -> None:
         """Stop capturing a stream and mark it for a fresh full load on the next run (the destination

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Protocol
 
 CHANGE_KINDS = {"c": "inserted", "u": "updated", "d": "deleted", "t": "truncated"}
+REPLAYED = "replayed from before the load (already in it)"  # changes a source replays to miss none
 
 
 @dataclass
@@ -30,6 +31,7 @@ class StreamProgress:
     row_estimate: int | None = None
     last_chunk: tuple[int, int, float] = (0, 0, 0.0)  # number (1-based), rows and seconds of the latest chunk
     changes: dict[str, int] = field(default_factory=dict)  # change rows by kind: c, u, d, t
+    replayed: int = 0  # of those, changes made before the stream's load began (the load holds them already)
     captures: bool = False  # its changes are read in this run
     position: str | None = None  # the position reached, as people read it (set when the run ends)
     started: float = field(default_factory=time.monotonic)
@@ -75,6 +77,7 @@ class StreamProgress:
                 "chunks_total": self.chunks_total, "chunks_before": self.chunks_before,
                 "row_estimate": self.row_estimate,
                 "changes": {CHANGE_KINDS[kind]: self.changes.get(kind, 0) for kind in ("c", "u", "d")},
+                "replayed_changes": self.replayed,
                 "position": self.position, "seconds": round(self.seconds, 3),
                 "scan_seconds": round(self.scan_seconds, 3), "rows_per_second": round(self.rate)}
 
@@ -120,7 +123,8 @@ def summary_parts(stream: StreamProgress) -> list[str]:
         kinds = [f"{stream.changes.get(kind, 0)} {CHANGE_KINDS[kind]}" for kind in ("c", "u", "d")]
         if stream.changes.get("t"):
             kinds.append(f"{stream.changes['t']} truncated")
-        parts.append("changes: " + ", ".join(kinds))
+        replayed = f", of which {stream.replayed} {REPLAYED}" if stream.replayed else ""
+        parts.append("changes: " + ", ".join(kinds) + replayed)
     parts.append(f"{stream.seconds:.1f}s")
     if stream.position is not None:
         parts.append(f"position {stream.position}")
@@ -186,11 +190,13 @@ class Progress:
             stream.captures = True
             self.view.show("changes", stream)
 
-    def changes(self, label: str, counts: dict[str, int]) -> None:
-        """Change rows of a stream were emitted, counted by kind (``c``, ``u``, ``d``, ``t``)."""
+    def changes(self, label: str, counts: dict[str, int], replayed: int = 0) -> None:
+        """Change rows of a stream were emitted, counted by kind (``c``, ``u``, ``d``, ``t``); ``replayed``
+        of them were made before the stream's load began (see ``ChangeRun.replayed``)."""
         stream = self.streams.get(label) or self.streams.setdefault(label, StreamProgress(label, complete=True))
         for kind, count in counts.items():
             stream.changes[kind] = stream.changes.get(kind, 0) + count
+        stream.replayed += replayed
         self.view.show("changes", stream)
 
     def stream_finished(self, label: str, complete: bool) -> None:

@@ -172,7 +172,8 @@ class ReadPipeline:
             labels = {s.key: s.label for s in cdc_streams}
             self.progress.capture_started(s.label for s in capturing(cdc_streams, self.state))
             run_change_phase(self.capture, cdc_streams, self.state, self.out, self.log,
-                             lambda key, counts: self.progress.changes(labels[key], counts), self.tables)
+                             lambda key, counts, replayed: self.progress.changes(labels[key], counts, replayed),
+                             self.tables)
         self.out.write(messages.state_message(self.state))
         self.out.flush()
         if self.errors:

@@ -49,6 +49,7 @@ class StreamBuffer:
     replayed: int = 0  # changes dropped as replays since the last commit
     warned: set[str] = field(default_factory=set)
     replacement: Any = None  # TableMetadata whose schema the coming load's rows take (retype.py)
+    rewrite: bool = False  # the replacement becomes current at the next commit, the rows converted (rewrite.py)
 
     @property
     def write_metadata(self) -> Any:

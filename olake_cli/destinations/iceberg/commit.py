@@ -36,6 +36,7 @@ from olake_cli.destinations.iceberg.files import data_file_of, write_position_de
 from olake_cli.destinations.iceberg.maintenance import maintain
 from olake_cli.destinations.iceberg.merge import TOAST, plan_changes
 from olake_cli.destinations.iceberg.retype import check_pending_rows, make_current
+from olake_cli.destinations.iceberg.rewrite import rewrite
 from olake_cli.destinations.iceberg.schema import table_arrow_schema
 from olake_cli.destinations.iceberg.snapshot import RowDelta
 from olake_cli.destinations.iceberg.tables import PROP_MAX_OP, PROP_STAGED, PROP_STATE, dumps, has_rows
@@ -58,6 +59,9 @@ def commit_stream(buf: StreamBuffer, ss: StreamState, options: CommitOptions) ->
     ss = _marker_if_lost(buf, ss, options)
     table, txn = buf.table, buf.table.transaction()
     load_id = (ss.extra or {}).get("load_id") or buf.load_id
+    if buf.rewrite:  # columns change type in place: this commit converts the rows (rewrite.py)
+        rewrite(txn, buf, options.compression)
+        buf.replacement, buf.rewrite = None, False
     if buf.replacement is not None:
         check_pending_rows(buf, load_id_of(buf.committed) != load_id or (buf.staged or {}).get("load_id") == load_id)
     delta = RowDelta(txn)
@@ -71,7 +75,8 @@ def commit_stream(buf: StreamBuffer, ss: StreamState, options: CommitOptions) ->
     properties = {PROP_STATE: dumps(merged)}
     if watermark is not None:
         properties[PROP_MAX_OP] = watermark
-    if delta.has_changes or staged != buf.staged or any(table.properties.get(k) != v for k, v in properties.items()):
+    if delta.has_changes or staged != buf.staged or txn.table_metadata is not table.metadata \
+            or any(table.properties.get(k) != v for k, v in properties.items()):
         crash_point("iceberg-files-written")
         if delta.has_changes:
             delta.snapshot_properties = {"olake.state": properties[PROP_STATE]}

@@ -27,6 +27,7 @@ from olake_cli.destinations.iceberg.config import (lock_path, open_catalog, pars
 from olake_cli.destinations.iceberg.files import write_rows
 from olake_cli.destinations.iceberg.merge import TOAST
 from olake_cli.destinations.iceberg.retype import replace_now, replaced_columns, replacement
+from olake_cli.destinations.iceberg.rewrite import converts
 from olake_cli.destinations.iceberg.tables import (check_table, create_table, evolve_table, has_rows, load_table,
                                                    olake_properties)
 
@@ -99,12 +100,17 @@ class IcebergDestination:
             self._replace_columns(self.buffers[stream.key], replaced)
 
     def _replace_columns(self, buf: StreamBuffer, replaced: list[str]) -> None:
-        """Columns whose type Iceberg cannot promote take the stream's type: at once in an empty table,
-        else in the commit that swaps the stream's new load in (see retype.py)."""
+        """Columns whose type Iceberg cannot promote take the stream's type: in the next commit, which
+        converts the table's rows, when their values convert (see rewrite.py); else at once in an empty
+        table, or in the commit that swaps the stream's new load in (see retype.py)."""
         if not replaced:
             return
         pending = replacement(buf.table, buf.stream, replaced)
-        if has_rows(buf.table):
+        if converts(buf.table, buf.stream, replaced):
+            buf.replacement, buf.rewrite = pending, True
+            self.log(f"{buf.stream.label}: column(s) {', '.join(replaced)} change type in place: the next commit "
+                     f"rewrites the table's rows with the new type(s)")
+        elif has_rows(buf.table):
             buf.replacement = pending
             self.log(f"{buf.stream.label}: column(s) {', '.join(replaced)} change type when the stream's new "
                      f"load replaces the table's contents")

@@ -102,6 +102,15 @@ def _read_keys(io: FileIO, task: FileScanTask, schema: Schema, read_as: pa.Schem
     return out
 
 
+def live_rows(io: FileIO, task: FileScanTask, schema: Schema, deletes: DeleteCache) -> pa.Table:
+    """Every column of one data file's live rows (its position deletes applied), as ``schema`` names them."""
+    table = _read_columns(io, task.file, schema, [field.name for field in schema.fields])
+    deleted = deletes.deleted(task)
+    if deleted is not None and len(deleted):
+        table = table.filter(pc.invert(pc.is_in(pa.array(range(table.num_rows), pa.int64()), value_set=deleted)))
+    return table
+
+
 def _read_columns(io: FileIO, data_file: DataFile, schema: Schema, names: list[str]) -> pa.Table:
     """The columns ``names`` (table column names) a data file holds, found by field id, named as the table
     names them now (a column the file lacks is left out)."""

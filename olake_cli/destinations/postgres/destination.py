@@ -167,14 +167,15 @@ class PostgresDestination:
         try:
             plan = plan_table(conn, stream, buf.table.ident, self.settings.metadata_columns, self.log)
             keys, existing = unique_keys(conn, plan.ident), existing_columns(conn, plan.ident) or {}
-            evolve(conn, check_table(plan, existing, keys, widen=True), existing)
+            changed = evolve(conn, check_table(plan, existing, keys, widen=True), existing)
             plan = check_table(plan, existing_columns(conn, plan.ident) or {}, keys)
             self.context.applier.forget(plan.ident)
             conn.commit()
         except Exception as exc:
             _rollback_quietly(conn)
             raise classify(exc, self.settings, f"widening table {buf.table.describe()}") from None
-        self.log(f"{stream.label}: table {plan.describe()} gained or widened columns")
+        if changed:  # (a catalog change that leaves every column's type, such as a bound on digits: none)
+            self.log(f"{stream.label}: table {plan.describe()} gained or widened columns")
         buf.stream, buf.table = stream, plan
         if self.sink is not None:
             self.sink.tables[stream.key] = plan

@@ -19,7 +19,7 @@ from olake_cli.core.catalog import CatalogStream
 from olake_cli.core.codec import olake_type_of
 from olake_cli.core.errors import ConfigError
 from olake_cli.destinations.postgres.config import MAX_IDENTIFIER_BYTES
-from olake_cli.destinations.postgres.types import holds, olake_sql_type, replaces, wanted_type
+from olake_cli.destinations.postgres.types import holds, olake_sql_type, replaces, rescales, wanted_type
 
 METADATA_COLUMNS = (("_olake_op", "text"), ("_olake_op_id", "text"),
                     ("_olake_commit_ts", "timestamp with time zone"), ("_olake_synced_at", "timestamp with time zone"))
@@ -177,7 +177,8 @@ def check_table(plan: TargetTable, existing: dict[str, tuple[str, bool, bool]], 
                              and (holds(column.sql_type, found[0]) or replaces(column.sql_type, found[0]))):
             columns.append(column)
             continue
-        if not holds(found[0], column.sql_type):
+        if not holds(found[0], column.sql_type) and not (widen and rescales(column.sql_type, found[0])):
+            # (a table rescaled by an earlier run whose state did not commit takes the narrower values as well)
             raise ConfigError(f"{where}: column '{column.name}' is {found[0]}, which cannot hold the source's "
                               f"{column.sql_type}; alter it or drop the table")
         columns.append(replace(column, sql_type=found[0]))

@@ -67,13 +67,27 @@ def holds(existing: str, wanted: str) -> bool:
 def replaces(planned: str, existing: str) -> bool:
     """Whether a column olake already writes may change in place from ``existing`` to ``planned`` although
     neither holds the other: the source replaced the column's type (a MongoDB field that drifted to mixed
-    values, ``bson``, or from integers to doubles; its stream is then loaded anew). Any value converts to
-    jsonb (``to_jsonb``), and an integer to a double."""
+    values, ``bson``, or from integers to doubles; its stream is then loaded anew), or a numeric whose
+    scale grows (DynamoDB numbers widening in place: the source keeps their integer digits within the new
+    type). Any value converts to jsonb (``to_jsonb``), an integer to a double, and a numeric to one of a
+    larger scale exactly (the ALTER fails, changing nothing, on a value with more integer digits)."""
     if planned.endswith("[]") and existing.endswith("[]"):
         planned, existing = planned[:-2], existing[:-2]
     if planned == "jsonb":
         return True
-    return planned == "double precision" and existing in _INTEGERS
+    return planned == "double precision" and existing in _INTEGERS or rescales(existing, planned)
+
+
+def rescales(narrow: str, wide: str) -> bool:
+    """Whether numeric ``wide`` has a larger scale than numeric ``narrow`` (both with a typmod; or arrays
+    of such)."""
+    if narrow.endswith("[]") and wide.endswith("[]"):
+        narrow, wide = narrow[:-2], wide[:-2]
+    have, want = _parts(narrow), _parts(wide)
+    if have is None or want is None or have[0] != "numeric" or want[0] != "numeric" \
+            or len(have[1]) != 2 or len(want[1]) != 2:
+        return False
+    return want[1][1] > have[1][1]
 
 
 _KNOWN_KINDS = frozenset(_INTEGERS + _TEXTS + ("real", "double precision", "numeric", "boolean", "uuid", "json",

@@ -1,14 +1,16 @@
 """DynamoDB items as Arrow record batches typed by the stream's catalog (see ``schema`` for the rules).
 
 Each column holds exactly what its x-olake-type says: ``string``, ``bool``, ``bytes`` the S, BOOL and B
-values; ``decimal(38,s)`` the N values, cast by Arrow with no rounding; ``numeric`` the N text as
+values; ``decimal(38,s)`` the N values, cast by Arrow with no rounding (and within the property's
+``x-olake-integer-digits``, see ``schema``); ``numeric`` the N text as
 DynamoDB returned it; ``document`` a struct of the map's attributes; ``array<T>`` a list of a set's
 members or of a list's elements; ``json`` the value's DynamoDB JSON text. NULL and a missing attribute
 are null (a json column keeps NULL as ``{"NULL":true}``).
 
 A value that does not fit its column (another DynamoDB type, a number beyond the decimal's digits, an
 attribute or map name the json_schema lacks) raises a SourceError naming the stream, the attribute and
-the item's key: nothing is dropped or converted silently.
+the item's key: nothing is dropped or converted silently. (The readers widen a column for numbers
+beyond it, ``drift``, and convert the items again.)
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from olake_cli.core.codec import (
     BadValue, arrow_schema, element_property, field_arrow_type, olake_type_of, sub_properties, value_error,
 )
 from olake_cli.core.errors import SourceError
+from olake_cli.core.schema_drift import decimal_digits
 from olake_cli.sources.dynamodb.attributes import SET_TAGS, json_text, tag_of
 from olake_cli.sources.dynamodb.schema import DYNAMODB_TYPE
 
@@ -124,23 +127,27 @@ def _from_payloads(payloads: list, prop: dict, olake_type: str, path: str) -> pa
         return pa.array(payloads, _ARROW_SCALARS[olake_type])
     if olake_type == "document":
         return _document_column(payloads, prop, path)
-    return _number_column(payloads, olake_type, path)
+    return _number_column(payloads, prop, olake_type, path)
 
 
-def _number_column(texts: list, olake_type: str, path: str) -> pa.Array:
-    """N texts as ``numeric`` (the text itself) or cast exactly to ``decimal(38,s)``."""
+def _number_column(texts: list, prop: dict, olake_type: str, path: str) -> pa.Array:
+    """N texts as ``numeric`` (the text itself) or cast exactly to ``decimal(38,s)``, through the
+    decimal of the property's integer digits (a number beyond them does not fit)."""
     text = pa.array(texts, pa.string())
     if olake_type == "numeric":
         return text
     target = field_arrow_type({"x-olake-type": olake_type}, path)
+    integer, scale = decimal_digits({**prop, "x-olake-type": olake_type})
+    check = target if integer + scale == target.precision else pa.decimal128(max(1, integer + scale), scale)
     try:
-        return text.cast(target)
+        return text.cast(check).cast(target)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        bound = "" if check is target else f" (up to {integer} integer digits)"
         for index, value in enumerate(texts):
             try:
-                pa.array([value], pa.string()).cast(target)
+                pa.array([value], pa.string()).cast(check)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                raise Misfit(index, path, f"number {value} does not fit x-olake-type {olake_type} exactly; "
+                raise Misfit(index, path, f"number {value} does not fit x-olake-type {olake_type}{bound} exactly; "
                                           f"{_hint(path, 'numeric')}") from None
         raise
 

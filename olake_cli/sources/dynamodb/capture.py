@@ -7,16 +7,24 @@ each shard after its committed sequence number. A run reads each table's shards 
 the time it began, then stops. INSERT, MODIFY and REMOVE become ``c``, ``u`` and ``d`` records with the
 new image (the key for a REMOVE) and the record's operation id (``positions``), so replays converge.
 
-The safe zone: a stored position older than ``safe_zone_hours``, a stream that is not the one the
+Records made before the INIT_SYNC began replay what its scan holds; they are marked as such
+(``ChangeRun.replayed``) so that the run's report counts them apart from the changes since.
+
+The safe zone: a stored position older than ``safe_zone_hours`` (checked when the run starts, and
+again when a table's stream is read: an INIT_SYNC may take longer), a stream that is not the one the
 position belongs to, a shard that no longer exists or whose records after the position were trimmed
 (``TrimmedDataAccessException``): the table runs INIT_SYNC again (``on_position_lost: resync``, with a
 line saying why) or the run fails (``fail``).
+
+A record whose numbers outgrow their column (``drift``) widens the stream in place: the batch
+announces it before its changes, and later checkpoints record it in the state (``core.schema_drift``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import time
+from dataclasses import replace
 from typing import Any, Callable, Iterator
 
 import pyarrow as pa
@@ -27,6 +35,7 @@ from olake_cli.core.change_runs import ChangeRun
 from olake_cli.core.codec import olake_type_of
 from olake_cli.core.contracts import ChangeBatch
 from olake_cli.core.errors import ConfigError, PositionLostError, SourceError
+from olake_cli.core.schema_drift import changed_columns, column_type, record_in_state, widened
 from olake_cli.core.opid import OpId
 from olake_cli.core.pipeline_identity import PipelineIdentity
 from olake_cli.core.position_lost import handle_lost_position
@@ -34,6 +43,7 @@ from olake_cli.core.record_lines import json_texts
 from olake_cli.core.state import State, StreamState
 from olake_cli.sources.dynamodb.batches import items_to_batch
 from olake_cli.sources.dynamodb.connection import DynamoSettings
+from olake_cli.sources.dynamodb.drift import widened_schema
 from olake_cli.sources.dynamodb.positions import (
     END, DynamoPosition, TableCursor, cursor_of, record_op, with_cursor,
 )
@@ -58,6 +68,7 @@ class DynamoChangeCapture:
         self._start: DynamoPosition | None = None
         self._checkpoints = 0
         self._op_base = 0
+        self.widened: dict[tuple, CatalogStream] = {}  # streams widened in place by this run's changes
 
     # -- positions ---------------------------------------------------------------------------
 
@@ -69,6 +80,8 @@ class DynamoChangeCapture:
     def with_position(self, ss: StreamState, position: DynamoPosition) -> StreamState:
         """A copy of ``ss`` holding its table's cursor of ``position``."""
         cursor = position.tables.get(ss.stream_name)
+        if ss.key in self.widened:
+            ss = record_in_state(ss, self.widened[ss.key])
         return ss.copy() if cursor is None else with_cursor(ss, cursor, position.op)
 
     def position_op(self, position: DynamoPosition) -> OpId:
@@ -112,9 +125,9 @@ class DynamoChangeCapture:
                     self.refuse_empty_resync(stream.label, reason)
                     handle_lost_position(state, stream.key, stream.label, reason, self.settings.on_position_lost,
                                          self.log)
-        floor = now - self.settings.replay_margin_minutes * 60_000 if self.settings.init_sync == "run" \
-            else now // 1000 * 1000
-        self._start = DynamoPosition(self.next_op(), {name: TableCursor(arn, {}, floor, floor)
+        scan = self.settings.init_sync == "run"
+        floor = now - self.settings.replay_margin_minutes * 60_000 if scan else now // 1000 * 1000
+        self._start = DynamoPosition(self.next_op(), {name: TableCursor(arn, {}, floor, floor, now if scan else 0)
                                                        for name, arn in self.stream_arns.items()})
 
     def refuse_empty_resync(self, label: str, reason: str) -> None:
@@ -130,10 +143,9 @@ class DynamoChangeCapture:
         if cursor.stream_arn != stream_arn:
             return (f"the table's stream is {stream_arn}, not {cursor.stream_arn} that the position belongs to "
                     "(its stream was disabled and enabled again, or the table was created again)")
-        age = (now - cursor.since_ms) / _HOUR_MS
-        if age > self.settings.safe_zone_hours:
-            return (f"the stored position is {age:.1f} hours old, beyond safe_zone_hours = "
-                    f"{self.settings.safe_zone_hours:g} (DynamoDB Streams keep records for 24 hours)")
+        too_old = self.too_old(cursor, now)
+        if too_old is not None:
+            return too_old
         listed = {shard.shard_id for shard in list_shards(client, self.settings, stream_arn)}
         for shard_id, mark in sorted(cursor.shards.items()):
             if mark == END:
@@ -145,6 +157,14 @@ class DynamoChangeCapture:
             except ShardLost as lost:
                 return lost.reason
         return None
+
+    def too_old(self, cursor: TableCursor, now: int) -> str | None:
+        """Why ``cursor`` is outside the safe zone at time ``now`` (None: it is inside)."""
+        age = (now - cursor.since_ms) / _HOUR_MS
+        if age <= self.settings.safe_zone_hours:
+            return None
+        return (f"the stored position is {age:.1f} hours old, beyond safe_zone_hours = "
+                f"{self.settings.safe_zone_hours:g} (DynamoDB Streams keep records for 24 hours)")
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -170,9 +190,14 @@ class _TableReader:
         self.key_names = tuple(stream.primary_key_columns)
         self.runs: list[ChangeRun] = []
         self.pending = 0
+        self.widened: list[CatalogStream] = []  # the stream, when widened since the last batch
 
     def batches(self) -> Iterator[ChangeBatch]:
         settings = self.capture.settings
+        too_old = self.capture.too_old(self.cursor, _now_ms())
+        if too_old is not None:  # an INIT_SYNC longer than the safe zone: records after it may be trimmed
+            yield self._lost(too_old)
+            return
         listed = lineage_order(list_shards(self.client, settings, self.cursor.stream_arn))
         try:
             for shard in listed:
@@ -203,14 +228,34 @@ class _TableReader:
         floor = self.cursor.floor_ms
         kept = [r for r in records if int(r["dynamodb"]["ApproximateCreationDateTime"].timestamp() * 1000) >= floor]
         if kept:
-            self.runs.append(change_run(self.stream, self.key_names, kept))
+            try:
+                run = change_run(self.stream, self.key_names, kept, self.cursor.replay_until_ms)
+            except SourceError as misfit:
+                self._widen(misfit, [r["dynamodb"].get("NewImage") or r["dynamodb"]["Keys"] for r in kept])
+                run = change_run(self.stream, self.key_names, kept, self.cursor.replay_until_ms)
+            self.runs.append(run)
             self.pending += len(kept)
 
+    def _widen(self, misfit: SourceError, images: list[dict]) -> None:
+        """Widen the stream for numbers the images hold beyond its columns (in place; ``drift``), or
+        raise the misfit again when they are not such numbers."""
+        before = self.stream
+        wider = widened_schema(before.json_schema, images)
+        if wider is before.json_schema:
+            raise misfit
+        self.stream = self.capture.widened[before.key] = widened(before, wider)
+        self.widened = [self.stream]
+        changes = ", ".join(f"'{c}' {column_type(before, c)} -> {column_type(self.stream, c)}"
+                            for c in changed_columns(before, self.stream))
+        self.capture.log(f"{before.label}: numbers beyond their columns: {changes}, widened in place; later "
+                         "changes carry the wider type(s)")
+
     def _checkpoint(self, since_ms: int) -> ChangeBatch:
-        self.cursor = TableCursor(self.cursor.stream_arn, dict(self.shards), since_ms, self.cursor.floor_ms)
+        self.cursor = replace(self.cursor, shards=dict(self.shards), since_ms=since_ms)
         self.tables[self.stream.name] = self.cursor
-        batch = ChangeBatch(runs=self.runs, position=DynamoPosition(self.capture.next_op(), dict(self.tables)))
-        self.runs, self.pending = [], 0
+        batch = ChangeBatch(runs=self.runs, position=DynamoPosition(self.capture.next_op(), dict(self.tables)),
+                            widened=self.widened)
+        self.runs, self.pending, self.widened = [], 0, []
         return batch
 
     def _lost(self, reason: str) -> ChangeBatch:
@@ -220,12 +265,15 @@ class _TableReader:
         if self.capture.settings.on_position_lost == "fail":
             raise PositionLostError(f"{label}: change position lost: {reason} (on_position_lost = fail; set it "
                                     "to resync to re-copy the table)")
-        return ChangeBatch(runs=self.runs, resync={self.stream.key: f"change position lost: {reason}; the table "
-                                                                    "runs INIT_SYNC again on the next run"})
+        return ChangeBatch(runs=self.runs, widened=self.widened,
+                           resync={self.stream.key: f"change position lost: {reason}; the table runs INIT_SYNC "
+                                                    "again on the next run"})
 
 
-def change_run(stream: CatalogStream, key_names: tuple[str, ...], records: list[dict]) -> ChangeRun:
-    """Stream records of one table as a run of changes: new images (keys for a REMOVE) as JSON texts."""
+def change_run(stream: CatalogStream, key_names: tuple[str, ...], records: list[dict],
+               replay_until_ms: int = 0) -> ChangeRun:
+    """Stream records of one table as a run of changes: new images (keys for a REMOVE) as JSON texts;
+    those made before ``replay_until_ms`` marked as replays of the INIT_SYNC's scan."""
     ops, images = [], []
     for record in records:
         change = record["dynamodb"]
@@ -244,6 +292,8 @@ def change_run(stream: CatalogStream, key_names: tuple[str, ...], records: list[
         texts = json_texts(batch.column(name), olake_type_of(prop, name), name, prop)
         data[name] = texts if name in key_names or "d" not in ops else pc.if_else(deletes, None, texts)
     op_ids = [record_op(r["dynamodb"]["SequenceNumber"]) for r in records]
-    created = [int(r["dynamodb"]["ApproximateCreationDateTime"].timestamp() * 1_000_000) for r in records]
+    created = pa.array([int(r["dynamodb"]["ApproximateCreationDateTime"].timestamp() * 1_000_000) for r in records],
+                       pa.int64())
+    replayed = pc.less(created, pa.scalar(replay_until_ms * 1000, pa.int64())) if replay_until_ms else None
     return ChangeRun(stream.key, data, pa.array(ops, pa.string()), pa.array([o.commit for o in op_ids], pa.uint64()),
-                     pa.array([o.seq for o in op_ids], pa.uint64()), pa.array(created, pa.int64()))
+                     pa.array([o.seq for o in op_ids], pa.uint64()), created, replayed=replayed)

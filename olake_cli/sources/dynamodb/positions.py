@@ -4,8 +4,9 @@ A table's position (:class:`TableCursor`) is kept in its stream state: ``cursor_
 before which every record has been read (UTC, to the millisecond: ``2024-05-01T10:00:00.000Z``; its age
 decides the safe zone), ``stream_arn`` the table's stream, ``shards`` maps each shard read so far to the
 sequence number of its last committed record (``"end"`` once a closed shard was read to its end) and
-``floor_ms`` is the time before which records are dropped (the INIT_SYNC's scan holds them). ``op_id``
-orders checkpoints.
+``floor_ms`` is the time before which records are dropped (the INIT_SYNC's scan holds them) and
+``replay_until_ms`` the time the INIT_SYNC began: records made before it replay what the scan already
+holds, and are counted apart as such. ``op_id`` orders checkpoints.
 
 Operation ids: a record's is its sequence number (up to 127 bits) in the upper half of the op-id space,
 ``[2^63 + (n >> 64), n & (2^64 - 1)]``, so every replay gives it the same id and later records of an
@@ -38,6 +39,7 @@ class TableCursor:
     shards: dict[str, str] = field(default_factory=dict)
     since_ms: int = 0
     floor_ms: int = 0
+    replay_until_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,7 @@ def cursor_of(ss: StreamState | None) -> tuple[TableCursor, OpId] | None:
         return None
     try:
         cursor = TableCursor(str(extra["stream_arn"]), {str(k): str(v) for k, v in extra["shards"].items()},
-                             time_ms(ss.cursor_field), int(extra["floor_ms"]))
+                             time_ms(ss.cursor_field), int(extra["floor_ms"]), int(extra.get("replay_until_ms", 0)))
     except (KeyError, TypeError, ValueError, AttributeError):
         raise StateError(f"stream '{ss.stream_name}': a DynamoDB position is a time ({time_text(0)}) in "
                          "cursor_field with 'stream_arn', 'shards' and 'floor_ms'") from None
@@ -77,7 +79,7 @@ def with_cursor(ss: StreamState, cursor: TableCursor, op: OpId) -> StreamState:
     new = ss.copy()
     new.cursor_field = time_text(cursor.since_ms)
     new.extra = {**(new.extra or {}), "stream_arn": cursor.stream_arn, "shards": dict(cursor.shards),
-                 "floor_ms": cursor.floor_ms, "op_id": op.to_json()}
+                 "floor_ms": cursor.floor_ms, "replay_until_ms": cursor.replay_until_ms, "op_id": op.to_json()}
     return new
 
 

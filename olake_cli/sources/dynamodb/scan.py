@@ -6,17 +6,23 @@ and ``max = null``. A task stops after ``checkpoint_items`` items, at a page end
 commits what it read as this chunk and adds a chunk for the rest of the segment, starting at the
 ``LastEvaluatedKey`` (:meth:`DynamoChunkReader.rest_of_chunk`), so a killed full load resumes inside
 its segment. The chunk number comes first so that chunks sort in the order they were added.
+
+A page whose numbers outgrow their columns (``drift``) ends the chunk with a ``SchemaDrift`` carrying
+the schema widened for the whole chunk (the rest of it is read for its numbers only): the read
+pipeline widens the stream in place and reads the chunk again.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from olake_cli.core.errors import OlakeError, StateError
+from olake_cli.core.errors import OlakeError, SchemaDrift, SourceError, StateError
 from olake_cli.sources.dynamodb.attributes import key_from_text, key_text
 from olake_cli.sources.dynamodb.batches import items_to_batch
 from olake_cli.sources.dynamodb.connection import DynamoSettings, aws_error
+from olake_cli.sources.dynamodb.drift import widened_schema
 
 
 def segment_bound(number: int, segment: int, total: int, start_key: str | None) -> list:
@@ -64,6 +70,19 @@ class DynamoChunkReader:
                                                 f"{self.label} (chunk {self.chunk_index})") from None
 
     def _pages(self) -> Iterator[Any]:
+        pages = self._item_pages()
+        for items in pages:
+            try:
+                batch = items_to_batch(items, self.json_schema, self.label, self.key_names)
+            except SourceError as exc:
+                widened = widened_schema(self.json_schema, itertools.chain(items, *pages))
+                if widened is self.json_schema:
+                    raise
+                raise SchemaDrift(f"chunk {self.chunk_index}: {exc.message}", widened) from None
+            yield batch
+
+    def _item_pages(self) -> Iterator[list[dict]]:
+        """The items of each scan page of the chunk (see ``checkpoint_items``)."""
         client = self.settings.client()
         request: dict[str, Any] = {"TableName": self.table, "Segment": self.segment,
                                    "TotalSegments": self.total_segments}
@@ -76,7 +95,7 @@ class DynamoChunkReader:
             page = client.scan(**request)
             items = page.get("Items") or []
             if items:
-                yield items_to_batch(items, self.json_schema, self.label, self.key_names)
+                yield items
                 read += len(items)
             last = page.get("LastEvaluatedKey")
             if not last:

@@ -5,7 +5,10 @@ attribute aside: they only leave the column null):
 
     S -> string          B -> bytes          BOOL -> bool
     N -> decimal(38,s)   s: the most fraction digits sampled, when every sampled number then fits
-                         38 digits; else numeric (the exact text DynamoDB returns)
+                         38 digits; else numeric (the exact text DynamoDB returns). The property
+                         also bounds its numbers' integer digits (``x-olake-integer-digits``): the
+                         most sampled, plus half of the digits that leaves free beside s. A later
+                         number beyond the bound or the scale widens the column in place (``drift``)
     SS, NS, BS -> array<string>, array<decimal(38,s) or numeric>, array<bytes> (a set as a list)
     M -> document        when every sampled map has the same (non-empty) set of names; its
                          attributes follow these rules, fields sorted by name
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from olake_cli.core.schema_drift import INTEGER_DIGITS
 from olake_cli.sources.dynamodb.attributes import SET_TAGS, number_shape, tag_of
 
 DECIMAL_DIGITS = 38
@@ -86,6 +90,16 @@ def number_type(stats: _Stats | None) -> str:
     return f"decimal({DECIMAL_DIGITS},{stats.fraction_digits})"
 
 
+def integer_digits(stats: _Stats | None, olake_type: str) -> dict:
+    """The ``x-olake-integer-digits`` bound of a ``decimal(38,s)`` column (see the module), as a property
+    entry ({} for other types)."""
+    if not olake_type.startswith("decimal("):
+        return {}
+    scale = int(olake_type[olake_type.index(",") + 1:-1])
+    sampled = max(1, stats.integer_digits if stats is not None else 0)
+    return {INTEGER_DIGITS: min(DECIMAL_DIGITS - scale, sampled + (DECIMAL_DIGITS - scale - sampled) // 2)}
+
+
 def infer_json_schema(items: Iterable[dict], key_attributes: list[tuple[str, str]]) -> dict:
     """The json_schema of a table from sampled items; ``key_attributes``: (name, S|N|B) of the
     partition key and then the sort key."""
@@ -100,7 +114,8 @@ def infer_json_schema(items: Iterable[dict], key_attributes: list[tuple[str, str
 
 def _key_property(tag: str, stats: _Stats | None) -> dict:
     olake_type = number_type(stats) if tag == "N" else _KEY_TYPES[tag]
-    return {"type": _json_type(olake_type), "x-olake-type": olake_type, DYNAMODB_TYPE: tag}
+    return {"type": _json_type(olake_type), "x-olake-type": olake_type, DYNAMODB_TYPE: tag,
+            **integer_digits(stats, olake_type)}
 
 
 def _olake_type(stats: _Stats | None) -> tuple[str, str | None]:
@@ -128,11 +143,13 @@ def _property(stats: _Stats | None, nullable: bool) -> dict:
     prop: dict = {"type": [*json_type, "null"] if nullable else json_type, "x-olake-type": olake_type}
     if tag is not None:
         prop[DYNAMODB_TYPE] = tag
+    prop.update(integer_digits(stats, olake_type))
     if olake_type == "document":
         prop["properties"] = {name: _property(stats.fields[name], nullable=True) for name in sorted(stats.fields)}
     elif tag in SET_TAGS:
         element = olake_type[6:-1]
-        prop["items"] = {"type": _json_type(element), "x-olake-type": element, DYNAMODB_TYPE: SET_TAGS[tag]}
+        prop["items"] = {"type": _json_type(element), "x-olake-type": element, DYNAMODB_TYPE: SET_TAGS[tag],
+                         **integer_digits(stats, element)}
     elif tag == "L":
         prop["items"] = _property(stats.items, nullable=True)
     return prop
