@@ -132,11 +132,13 @@ def apply_to_catalog(catalog: Catalog, state: State | None) -> None:
 
 def explained(mine: CatalogStream, theirs: CatalogStream) -> set[str]:
     """The columns in which ``theirs`` (a reader's stream) differs from ``mine`` by recorded drift:
-    ``theirs`` holds the drift's ``to`` where ``mine`` holds its ``from`` (or the ``to`` already)."""
+    ``theirs`` holds the drift's ``to`` where ``mine`` holds its ``from`` (or the ``to`` already, or a
+    step between them that the ``to`` widens exactly: numbers widened again in a later run)."""
     props, their_props = mine.json_schema.get("properties", {}), theirs.json_schema.get("properties", {})
     return {name for name, change in drift_of(theirs).items()
             if their_props.get(name) == change.get("to")
-            and props.get(name) in (change.get("from"), change.get("to"))}
+            and (props.get(name) in (change.get("from"), change.get("to"))
+                 or isinstance(props.get(name), dict) and exact_number_widening(props[name], their_props[name]))}
 
 
 def record_in_state(stream_state: StreamState, stream: CatalogStream) -> StreamState:

@@ -380,7 +380,8 @@ class ReadPipeline:
                 ss.extra["pass_op_id"] = run.state.extra["pass_op_id"]  # later passes still rank above
             again = StreamRun(stream, ss, row_estimate=estimate, drifted=True)
             indexes: list[int] = list(range(len(ss.chunks)))
-        else:
+            self.progress.stream_started(stream.label, len(indexes), estimate)
+        else:  # the same load goes on: its tallies too (the chunks read again were not counted)
             self.log(f"{stream.label}: schema drift: {changes}; {len(found)} chunk(s) are read again")
             ss = record_in_state(run.state, stream)
             again = replace(run, stream=stream, state=ss, jobs=[], drifted=True)
@@ -390,7 +391,6 @@ class ReadPipeline:
             again.jobs = [self._incremental_job(again, session)]
         else:
             again.jobs = [self._job(stream, session, i, session.chunk_reader(stream, ss, i)) for i in indexes]
-        self.progress.stream_started(stream.label, len(again.jobs), again.row_estimate)
         return again
 
     def _stream_done(self, run: StreamRun) -> None:
