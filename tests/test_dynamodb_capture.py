@@ -108,3 +108,27 @@ def test_a_lost_position_under_init_sync_skip_fails_instead_of_emptying_the_tabl
         skipping.preflight(state)
     assert "hours old, beyond safe_zone_hours = 20" in str(raised.value) and "init_sync to run" in str(raised.value)
     assert state.find(stream.namespace, stream.name) is not None and not logs
+
+
+def test_a_position_that_ages_beyond_the_safe_zone_during_init_sync_is_lost_not_skipped(moto_server, dynamo_table):
+    """The start position is taken before INIT_SYNC; a scan that outlasts the safe zone leaves it too old
+    when the stream is first read (from its oldest record: nothing would say that records were trimmed).
+    The table runs INIT_SYNC again with a line saying why, or the run fails; no record is read."""
+    create_table(moto_server.client(), dynamo_table)
+    put_items(moto_server.client(), dynamo_table, [{"pk": {"S": "a"}, "sk": {"N": str(i)}} for i in range(5)])
+    for on_lost in ("resync", "fail"):
+        capture, stream, logs = _capture(moto_server, dynamo_table, on_position_lost=on_lost)
+        state = State()
+        capture.preflight(state)  # the run's start: the position is fresh
+        state.upsert(capture.with_position(StreamState("cdc", stream.name, stream.namespace),
+                                           capture.start_position()))
+        _edit_cursor(state, stream, since_ms=int(time.time() * 1000) - 21 * 3_600_000)  # a 21-hour INIT_SYNC
+        if on_lost == "fail":
+            with pytest.raises(PositionLostError, match="hours old, beyond safe_zone_hours = 20"):
+                list(capture.read([stream], state))
+            continue
+        batches = list(capture.read([stream], state))
+        assert [run for batch in batches for run in batch.runs] == []
+        (reason,) = [r for batch in batches for r in batch.resync.values()]
+        assert "change position lost: the stored position is 21.0 hours old, beyond safe_zone_hours = 20" in reason
+        assert "runs INIT_SYNC again" in reason

@@ -16,8 +16,6 @@ table's, in test_dynamodb_capture.py); it keeps one shard per table, so lineage 
 from __future__ import annotations
 
 import json
-import random
-import threading
 import time
 from pathlib import Path
 
@@ -25,9 +23,10 @@ from olake_cli.sources.dynamodb.positions import time_ms, time_text
 from tests.support.cdc import sync_once
 from tests.support.cli import messages, run_olake, trace_errors, write_json
 from tests.support.current_view import iceberg_rows
-from tests.support.dynamo import (NAMESPACE, actual_row, all_items, create_table, discovered_catalog,
-                                  dynamo_source, every_type_items, expected_row, first_schema, put_items)
-from tests.support.verify import latest_versions, read_parquet
+from tests.support.dynamo import (NAMESPACE, ItemWriter, all_items, assert_equals_table, create_table,
+                                  discovered_catalog, dynamo_source, every_type_items, first_schema, parquet_current,
+                                  put_items, seed_accounts)
+from tests.support.verify import read_parquet
 
 
 def _parquet(tmp_path: Path, name: str = "lake") -> tuple[str, Path]:
@@ -38,25 +37,6 @@ def _parquet(tmp_path: Path, name: str = "lake") -> tuple[str, Path]:
 def _iceberg(tmp_path: Path, name: str = "ice") -> tuple[str, Path]:
     root = tmp_path / name
     return write_json(tmp_path / f"{name}.json", {"type": "iceberg", "path": str(root)}), root
-
-
-def _by_key(rows: list[dict]) -> dict:
-    return {(row["pk"], str(row["sk"])): row for row in rows}
-
-
-def assert_equals_table(rows: list[dict], moto_server, table: str, schema: dict) -> None:
-    """The destination rows are the table's items, one each, value by value."""
-    items = all_items(moto_server.client(), table)
-    want = _by_key([expected_row(item, schema) for item in items])
-    got = _by_key([actual_row(row, schema) for row in rows])
-    assert len(rows) == len(items), f"{len(rows)} rows for {len(items)} items"
-    assert got.keys() == want.keys()
-    for key, row in want.items():
-        assert got[key] == row, key
-
-
-def parquet_current(root: Path, table: str) -> list[dict]:
-    return latest_versions(read_parquet(str(root / NAMESPACE / table)), ["pk", "sk"]).to_pylist()
 
 
 def _sync(src: str, catalog: Path, dst: str, state: Path) -> str:
@@ -122,51 +102,6 @@ def test_killed_init_sync_resumes_inside_its_segment(moto_server, dynamo_table, 
     assert_equals_table(rows, moto_server, dynamo_table, first_schema(catalog))  # 200 rows: none lost, none doubled
 
 
-class ItemWriter(threading.Thread):
-    """Puts, updates and deletes items of ``table(pk S, sk N, v N, note S)`` until stopped."""
-
-    def __init__(self, moto_server, table: str, first_new: int, seed: int = 3, pause: float = 0.005) -> None:
-        super().__init__(daemon=True)
-        self.client, self.table, self.next, self.pause = moto_server.client(), table, first_new, pause
-        self.rng, self.stop_event, self.ops, self.error = random.Random(seed), threading.Event(), 0, None
-
-    def run(self) -> None:
-        try:
-            while not self.stop_event.is_set():
-                self.change()
-                time.sleep(self.pause)
-        except BaseException as exc:  # surfaced by stop()
-            self.error = exc
-
-    def change(self) -> None:
-        """One put of a new item, update or delete of an existing one."""
-        action, target = self.rng.random(), self.rng.randrange(self.next)
-        key = {"pk": {"S": f"p{target % 13}"}, "sk": {"N": str(target)}}
-        if action < 0.35:
-            key = {"pk": {"S": f"p{self.next % 13}"}, "sk": {"N": str(self.next)}}
-            self.client.put_item(TableName=self.table, Item={**key, "v": {"N": "0.5"}, "note": {"S": "new"}})
-            self.next += 1
-        elif action < 0.8:
-            values = {":v": {"N": f"{self.ops}.5"}, ":n": {"S": f"u{self.ops}"}}
-            self.client.update_item(TableName=self.table, Key=key, UpdateExpression="SET v = :v, note = :n",
-                                    ExpressionAttributeValues=values)
-        else:
-            self.client.delete_item(TableName=self.table, Key=key)
-        self.ops += 1
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        self.join(timeout=30)
-        if self.error:
-            raise self.error
-
-
-def _seed_accounts(moto_server, table: str, count: int) -> None:
-    create_table(moto_server.client(), table)
-    put_items(moto_server.client(), table, [{"pk": {"S": f"p{i % 13}"}, "sk": {"N": str(i)}, "v": {"N": f"{i}.5"},
-                                             "note": {"S": f"n{i}"}} for i in range(count)])
-
-
 def _assert_fails_unchanged(src_fail: str, catalog: Path, state: Path, reason: str) -> None:
     """``read`` with on_position_lost = fail: non-zero exit, one config_error saying why, the state untouched."""
     before = state.read_bytes()
@@ -181,7 +116,7 @@ def _assert_fails_unchanged(src_fail: str, catalog: Path, state: Path, reason: s
 
 
 def test_changes_during_and_after_init_sync_converge_with_sync_to_parquet(moto_server, dynamo_table, tmp_path):
-    _seed_accounts(moto_server, dynamo_table, 150)
+    seed_accounts(moto_server, dynamo_table, 150)
     src = dynamo_source(tmp_path, moto_server, dynamo_table)
     catalog = discovered_catalog(tmp_path, src, "cdc")
     schema = first_schema(catalog)
@@ -224,7 +159,7 @@ def test_changes_during_and_after_a_killed_init_sync_converge_with_read_write_to
         moto_server, dynamo_table, tmp_path):
     from tests.support.cli import kill_read_after_chunks
 
-    _seed_accounts(moto_server, dynamo_table, 150)
+    seed_accounts(moto_server, dynamo_table, 150)
     src = dynamo_source(tmp_path, moto_server, dynamo_table)
     catalog = discovered_catalog(tmp_path, src, "cdc")
     schema = first_schema(catalog)
@@ -252,7 +187,7 @@ def test_changes_during_and_after_a_killed_init_sync_converge_with_read_write_to
 
 
 def test_init_sync_skip_captures_only_later_changes(moto_server, dynamo_table, tmp_path):
-    _seed_accounts(moto_server, dynamo_table, 50)
+    seed_accounts(moto_server, dynamo_table, 50)
     time.sleep(1.1)  # the skip position is the current second: the seed's records are older
     src = dynamo_source(tmp_path, moto_server, dynamo_table, init_sync="skip")
     catalog = discovered_catalog(tmp_path, src, "cdc")

@@ -135,7 +135,7 @@ def _after_the_scan(log: str, table: str, state: Path) -> str:
 def _after_the_changes(log: str, table: str, state: Path, load_id: str) -> None:
     assert "widened in place" in log and "loaded anew" not in log and "re-syncing" not in log, log[-3000:]
     assert _drift(state) == {"v": "numeric", "ns": "array<numeric>"}
-    assert f"changes: 1 inserted, 2 updated, 1 deleted;" in log, log[-3000:]  # none replayed
+    assert "changes: 1 inserted, 2 updated, 1 deleted;" in log, log[-3000:]  # none replayed
     assert _load_id(state) == load_id  # the same load: nothing was reloaded
 
 

@@ -13,8 +13,10 @@ import base64
 import json
 import os
 import socket
+import random
 import subprocess
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.cli import messages, run_olake, write_json
+from tests.support.verify import latest_versions, read_parquet
 
 REGION = "us-east-1"
 NAMESPACE = "dynamodb"  # the namespace of every DynamoDB stream
@@ -248,3 +251,69 @@ def discovered_catalog(tmp_path: Path, src: str, mode: str) -> Path:
 def first_schema(catalog: Path) -> dict:
     """The json_schema of the catalog file's first stream."""
     return json.loads(catalog.read_text())["streams"][0]["json_schema"]
+
+
+class ItemWriter(threading.Thread):
+    """Puts, updates and deletes items of ``table(pk S, sk N, v N, note S)`` until stopped."""
+
+    def __init__(self, moto_server, table: str, first_new: int, seed: int = 3, pause: float = 0.005) -> None:
+        super().__init__(daemon=True)
+        self.client, self.table, self.next, self.pause = moto_server.client(), table, first_new, pause
+        self.rng, self.stop_event, self.ops, self.error = random.Random(seed), threading.Event(), 0, None
+
+    def run(self) -> None:
+        try:
+            while not self.stop_event.is_set():
+                self.change()
+                time.sleep(self.pause)
+        except BaseException as exc:  # surfaced by stop()
+            self.error = exc
+
+    def change(self) -> None:
+        """One put of a new item, update or delete of an existing one."""
+        action, target = self.rng.random(), self.rng.randrange(self.next)
+        key = {"pk": {"S": f"p{target % 13}"}, "sk": {"N": str(target)}}
+        if action < 0.35:
+            key = {"pk": {"S": f"p{self.next % 13}"}, "sk": {"N": str(self.next)}}
+            self.client.put_item(TableName=self.table, Item={**key, "v": {"N": "0.5"}, "note": {"S": "new"}})
+            self.next += 1
+        elif action < 0.8:
+            values = {":v": {"N": f"{self.ops}.5"}, ":n": {"S": f"u{self.ops}"}}
+            self.client.update_item(TableName=self.table, Key=key, UpdateExpression="SET v = :v, note = :n",
+                                    ExpressionAttributeValues=values)
+        else:
+            self.client.delete_item(TableName=self.table, Key=key)
+        self.ops += 1
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join(timeout=30)
+        if self.error:
+            raise self.error
+
+
+def seed_accounts(moto_server, table: str, count: int) -> None:
+    """A table of ``count`` items (pk S, sk N, v N, note S), its stream on."""
+    create_table(moto_server.client(), table)
+    put_items(moto_server.client(), table, [{"pk": {"S": f"p{i % 13}"}, "sk": {"N": str(i)}, "v": {"N": f"{i}.5"},
+                                             "note": {"S": f"n{i}"}} for i in range(count)])
+
+
+def _by_key(rows: list[dict]) -> dict:
+    return {(row["pk"], str(row["sk"])): row for row in rows}
+
+
+def assert_equals_table(rows: list[dict], moto_server, table: str, schema: dict) -> None:
+    """The destination rows are the table's items, one each, value by value."""
+    items = all_items(moto_server.client(), table)
+    want = _by_key([expected_row(item, schema) for item in items])
+    got = _by_key([actual_row(row, schema) for row in rows])
+    assert len(rows) == len(items), f"{len(rows)} rows for {len(items)} items"
+    assert got.keys() == want.keys()
+    for key, row in want.items():
+        assert got[key] == row, key
+
+
+def parquet_current(root: Path, table: str) -> list[dict]:
+    """The current rows of a stream's Parquet folder (newest version per key, deletes dropped)."""
+    return latest_versions(read_parquet(str(root / NAMESPACE / table)), ["pk", "sk"]).to_pylist()
