@@ -5,6 +5,7 @@ change commit, bad configs and incompatible tables."""
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from pathlib import Path
 
 import orjson
@@ -107,12 +108,11 @@ def test_a_catalog_narrower_than_the_table_keeps_the_wider_column(tmp_path, wide
     assert [str(r["v"]) for r in _rows(root)] == [expected, expected]
 
 
-@pytest.mark.parametrize("old, new, value", [("string", "int64", 5), ("decimal(10,2)", "decimal(12,3)", "1.250"),
-                                             ("int64", "int32", 5),
+@pytest.mark.parametrize("old, new, value", [("string", "int64", 5), ("int64", "int32", 5),
                                              ("timestamp", "timestamptz", "2020-01-01T00:00:00.000000+00:00")])
 def test_incompatible_table_fails_naming_the_column_and_commits_nothing(tmp_path, old, new, value):
     """A type Iceberg cannot promote comes only with a new load: changes under it fail, naming the column."""
-    first = {"string": "a", "decimal(10,2)": "1.25", "int64": 7, "timestamp": "2020-01-01T00:00:00.000000"}[old]
+    first = {"string": "a", "int64": 7, "timestamp": "2020-01-01T00:00:00.000000"}[old]
     root, result = _write(tmp_path, _lines(_catalog(_stream({"id": "int32", "v": old})), _state("full-load"),
                                            _record({"id": 1, "v": first}), _state()))
     assert result.returncode == 0, result.stderr.decode()
@@ -127,6 +127,22 @@ def test_incompatible_table_fails_naming_the_column_and_commits_nothing(tmp_path
     assert result.returncode != 0 and len(errors) == 1, result.stderr.decode()
     assert "'v'" in errors[0] and "new load" in errors[0] and "nothing was committed" in errors[0]
     assert _table(root).metadata_location == snapshot and _table(root).schema() == schema
+
+
+@pytest.mark.parametrize("new, stored, values", [("decimal(12,3)", "decimal(12, 3)", ["1.250", "-2.125"]),
+                                                 ("numeric", "string", ["1.25", "1E+100"])])
+def test_a_decimal_converted_by_value_rewrites_the_rows_in_place(tmp_path, new, stored, values):
+    """A decimal whose scale grows, or that becomes decimal text, is no Iceberg promotion, but its values
+    convert exactly: the next commit takes the new type with the table's rows rewritten, no new load."""
+    root, result = _write(tmp_path, _lines(_catalog(_stream({"id": "int32", "v": "decimal(10,2)"})), _state("full-load"),
+                                           _record({"id": 1, "v": "1.25"}), _state()))
+    assert result.returncode == 0, result.stderr.decode()
+    _, result = _write(tmp_path, _lines(_catalog(_stream({"id": "int32", "v": new})),
+                                        _change("c", 1, id=2, v=values[1]), _state(cursor="p2")))
+    assert result.returncode == 0, result.stderr.decode()
+    assert "rewrites the table's rows with the new type(s)" in result.stderr.decode()
+    assert str(_table(root).schema().find_field("v").field_type) == stored
+    assert [r["v"] for r in _rows(root)] == (values if new == "numeric" else [Decimal(v) for v in values])
 
 
 def _load_state(load_id: str, done: list[bool]) -> dict:

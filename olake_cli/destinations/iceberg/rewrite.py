@@ -21,33 +21,20 @@ import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
 from pyiceberg.table import DataScan, Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.types import DecimalType, IcebergType, ListType, StringType, StructType
 
 from olake_cli.core.catalog import CatalogStream
 from olake_cli.destinations.iceberg.files import write_rows
 from olake_cli.destinations.iceberg.lookup import DeleteCache, live_rows
 from olake_cli.destinations.iceberg.retype import make_current
-from olake_cli.destinations.iceberg.schema import stream_iceberg_schema
+from olake_cli.destinations.iceberg.schema import converts_by_value, stream_iceberg_schema
 from olake_cli.destinations.iceberg.snapshot import RowDelta
 
 
 def converts(table: Table, stream: CatalogStream, replaced: list[str]) -> bool:
     """Whether the values of every ``replaced`` column convert to the stream's type of it (see the module)."""
     current, wanted = table.schema(), stream_iceberg_schema(stream)
-    return all(_converts(current.find_field(name).field_type, wanted.find_field(name).field_type)
+    return all(converts_by_value(current.find_field(name).field_type, wanted.find_field(name).field_type)
                for name in replaced)
-
-
-def _converts(have: IcebergType, want: IcebergType) -> bool:
-    if isinstance(have, ListType) and isinstance(want, ListType):
-        return _converts(have.element_type, want.element_type)
-    if isinstance(have, StructType) and isinstance(want, StructType):
-        fields = {f.name: f.field_type for f in have.fields}
-        return fields.keys() == {f.name for f in want.fields} \
-            and all(_converts(fields[f.name], f.field_type) for f in want.fields)
-    if isinstance(have, DecimalType):
-        return isinstance(want, StringType) or isinstance(want, DecimalType) and want.scale > have.scale
-    return have == want
 
 
 def rewrite(txn: Transaction, buf: Any, compression: str) -> None:

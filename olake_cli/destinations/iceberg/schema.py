@@ -8,7 +8,8 @@ string (also ``json``/``bson`` text, ``numeric`` text, ObjectId and Decimal128 t
 the key. Schema evolution follows Iceberg's rules: new columns are added; int -> long, float ->
 double and decimal(p,s) -> decimal(p2,s) with p2 > p are promoted; a catalog type the table's column
 was promoted from (a column widened during change capture, then a run with the original catalog)
-keeps the wider column and its values are cast to it; anything else fails naming the column before
+keeps the wider column and its values are cast to it (so does a column converted by value: a decimal
+of a larger scale, decimal text, see rewrite.py); anything else fails naming the column before
 anything is committed.
 """
 
@@ -24,7 +25,7 @@ from pyiceberg.schema import Schema, assign_fresh_schema_ids
 from pyiceberg.transforms import (BucketTransform, DayTransform, HourTransform, IdentityTransform,
                                   MonthTransform, TruncateTransform, VoidTransform, YearTransform)
 from pyiceberg.types import (DecimalType, DoubleType, FloatType, IcebergType, IntegerType, ListType,
-                             LongType, StructType)
+                             LongType, StringType, StructType)
 
 from olake_cli.core import codec
 from olake_cli.core.catalog import CatalogStream
@@ -114,7 +115,7 @@ def _type_changes(have: IcebergType, want: IcebergType, label: str, column: str)
         return _type_changes(have.element_type, want.element_type, label, f"{column}[]")
     if _promotes(have, want):
         return True
-    if _promotes(want, have):
+    if _promotes(want, have) or converts_by_value(want, have):
         return False  # a catalog narrower than the table (widened earlier): the wider column holds every value
     raise DestinationError(f"iceberg: {label}: column '{column}' is {have} in the table and cannot "
                            f"become {want} (Iceberg allows int -> long, float -> double and a wider "
@@ -129,6 +130,27 @@ def _promotes(narrow: IcebergType, wide: IcebergType) -> bool:
         return True
     return isinstance(narrow, DecimalType) and isinstance(wide, DecimalType) and narrow.scale == wide.scale \
         and narrow.precision < wide.precision
+
+
+def converts_by_value(have: IcebergType, want: IcebergType) -> bool:
+    """Whether values of type ``have`` convert to type ``want``, which Iceberg cannot promote ``have`` to,
+    value by value: a decimal into one of a larger scale (it fails on a value with more integer digits
+    than ``want`` keeps) or into decimal text, also as list elements and struct fields (see rewrite.py)."""
+    if isinstance(have, ListType) and isinstance(want, ListType):
+        return _same_or_converts(have.element_type, want.element_type)
+    if isinstance(have, StructType) and isinstance(want, StructType):
+        fields = {f.name: f.field_type for f in have.fields}
+        return fields.keys() == {f.name for f in want.fields} \
+            and all(_same_or_converts(fields[f.name], f.field_type) for f in want.fields)
+    if isinstance(have, DecimalType):
+        return isinstance(want, StringType) or isinstance(want, DecimalType) and want.scale > have.scale
+    return False
+
+
+def _same_or_converts(have: IcebergType, want: IcebergType) -> bool:
+    if isinstance(have, (ListType, StructType)):
+        return converts_by_value(have, want)  # (the same shape and types, field ids aside, too)
+    return have == want or converts_by_value(have, want)
 
 
 def table_arrow_schema(schema: Schema) -> pa.Schema:

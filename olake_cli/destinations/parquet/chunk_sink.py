@@ -42,6 +42,8 @@ class ParquetChunkSink:
     # per stream, the files its manifest listed when the destination opened (filled by the writer; a task
     # never reads the manifest itself, which the driver may be replacing at that moment)
     committed: dict[tuple, frozenset[str]] = field(default_factory=dict, hash=False, compare=False)
+    # per stream, (load id, its directory) where that is not the load id (a load whose files were rewritten)
+    dirs: dict[tuple, tuple[str, str]] = field(default_factory=dict, hash=False, compare=False)
 
     @property
     def writes_local_files(self) -> bool:
@@ -71,6 +73,8 @@ class ParquetChunkSink:
         # rows that rank at an operation id are a cdc stream's load: changes will share these files
         schema = file_schema(json_schema, key_columns, with_changes=load_op_key is not None)
         rows, part, staged, group = 0, 0, None, _RowGroup()
+        dir_load, dir_id = self.dirs.get((namespace, stream), (load_id, load_id))
+        dir_id = dir_id if dir_load == load_id else load_id
         try:
             for batch, wire_columns in batches:
                 table, batch_warnings = codec_decode.to_destination(batch, json_schema, label, key_columns, wire_columns)
@@ -80,7 +84,7 @@ class ParquetChunkSink:
                 while table.num_rows:
                     if staged is None:
                         name = chunk_file_name(load_id, chunk_index, part)
-                        staged = store.new_file(paths, load_id, name, table.schema, self.compression)
+                        staged = store.new_file(paths, dir_id, name, table.schema, self.compression)
                         in_part = 0
                     piece = table.slice(0, self.rows_per_file - in_part)
                     group.add(piece)
@@ -95,7 +99,7 @@ class ParquetChunkSink:
                 group.write_to(staged)
                 staged.close()
                 staged, part = None, part + 1
-            store.drop_stale_parts(paths, load_id, chunk_index, part)
+            store.drop_stale_parts(paths, dir_id, load_id, chunk_index, part)
         finally:
             if staged is not None:
                 staged.abort()

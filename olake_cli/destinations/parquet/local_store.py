@@ -59,21 +59,30 @@ class LocalStore:
         """Give a spill file its staged deterministic name (made final after the manifest)."""
         os.replace(spill, os.path.join(os.path.dirname(spill), staged_name(name)))
 
-    def chunk_files(self, paths: StreamPaths, load_id: str, chunk_index: int) -> list[str]:
+    def chunk_files(self, paths: StreamPaths, dir_id: str, load_id: str, chunk_index: int) -> list[str]:
         """Final names of the staged files a Spark task wrote for one chunk (``olake sync``)."""
-        folder = paths.load_dir(load_id)
+        folder = paths.load_dir(dir_id)
         prefix = staged_name(chunk_prefix(load_id, chunk_index))
         if not os.path.isdir(folder):
             return []
         return sorted(n[len(staged_name("")):] for n in os.listdir(folder) if n.startswith(prefix))
 
-    def drop_stale_parts(self, paths: StreamPaths, load_id: str, chunk_index: int, written: int) -> None:
+    def drop_stale_parts(self, paths: StreamPaths, dir_id: str, load_id: str, chunk_index: int,
+                         written: int) -> None:
         """Nothing to do: a chunk's staged parts are renamed away by the commit that lists them."""
 
-    def new_file(self, paths: StreamPaths, load_id: str, name: str, schema: pa.Schema,
+    def new_file(self, paths: StreamPaths, dir_id: str, name: str, schema: pa.Schema,
                  compression: str | None) -> StagedFile:
         """A chunk file written by a task under its staged name."""
-        return StagedFile(paths.load_dir(load_id), staged_name(name), schema, compression)
+        return StagedFile(paths.load_dir(dir_id), staged_name(name), schema, compression)
+
+    def read_file(self, paths: StreamPaths, dir_id: str, name: str) -> pa.Table:
+        """A committed file of load directory ``dir_id``, whole."""
+        path = os.path.join(paths.load_dir(dir_id), name)
+        try:
+            return pq.read_table(path)
+        except OSError as exc:
+            raise DestinationError(f"parquet: cannot read '{path}': {exc.strerror or exc}") from None
 
     def load_manifest(self, paths: StreamPaths) -> Manifest | None:
         """The stream's manifest, or None if it has none yet."""

@@ -91,22 +91,29 @@ class S3Store:
                           destination_filesystem=self.fs)
         os.remove(spill)
 
-    def chunk_files(self, paths: StreamPaths, load_id: str, chunk_index: int) -> list[str]:
+    def chunk_files(self, paths: StreamPaths, dir_id: str, load_id: str, chunk_index: int) -> list[str]:
         """Names of the objects tasks wrote for one chunk of a load (``olake sync``)."""
         prefix = chunk_prefix(load_id, chunk_index)
-        return sorted(n for n in self._names(paths.load_dir(load_id)) if n.startswith(prefix))
+        return sorted(n for n in self._names(paths.load_dir(dir_id)) if n.startswith(prefix))
 
-    def drop_stale_parts(self, paths: StreamPaths, load_id: str, chunk_index: int, written: int) -> None:
+    def drop_stale_parts(self, paths: StreamPaths, dir_id: str, load_id: str, chunk_index: int,
+                         written: int) -> None:
         """Delete parts of a chunk beyond the ``written`` ones (an earlier attempt wrote more)."""
-        folder, prefix = paths.load_dir(load_id), chunk_prefix(load_id, chunk_index)
+        folder, prefix = paths.load_dir(dir_id), chunk_prefix(load_id, chunk_index)
         for name in self._names(folder):
             if name.startswith(prefix) and int(name[len(prefix):].split(".")[0]) >= written:
                 self.delete(f"{folder}/{name}")
 
-    def new_file(self, paths: StreamPaths, load_id: str, name: str, schema: pa.Schema,
+    def new_file(self, paths: StreamPaths, dir_id: str, name: str, schema: pa.Schema,
                  compression: str | None) -> ObjectFile:
         """A data object written by a task under its final name."""
-        return ObjectFile(self, f"{paths.load_dir(load_id)}/{name}", schema, compression)
+        return ObjectFile(self, f"{paths.load_dir(dir_id)}/{name}", schema, compression)
+
+    def read_file(self, paths: StreamPaths, dir_id: str, name: str) -> pa.Table:
+        """A committed object of load directory ``dir_id``, whole."""
+        path = f"{paths.load_dir(dir_id)}/{name}"
+        with self.errors(path):
+            return pq.read_table(path, filesystem=self.fs)
 
     def load_manifest(self, paths: StreamPaths) -> Manifest | None:
         """The stream's manifest object, or None if it has none yet."""

@@ -58,17 +58,22 @@ class Store(Protocol):
         """Give a spill file its deterministic name ``name`` in its load (staged locally, final on S3)."""
         ...
 
-    def chunk_files(self, paths: StreamPaths, load_id: str, chunk_index: int) -> list[str]:
-        """Final names of the files Spark tasks wrote for one chunk."""
+    def chunk_files(self, paths: StreamPaths, dir_id: str, load_id: str, chunk_index: int) -> list[str]:
+        """Final names of the files Spark tasks wrote for one chunk of load ``load_id`` in directory ``dir_id``."""
         ...
 
-    def drop_stale_parts(self, paths: StreamPaths, load_id: str, chunk_index: int, written: int) -> None:
+    def drop_stale_parts(self, paths: StreamPaths, dir_id: str, load_id: str, chunk_index: int,
+                         written: int) -> None:
         """Remove a chunk's parts beyond the ``written`` ones a task just wrote."""
         ...
 
-    def new_file(self, paths: StreamPaths, load_id: str, name: str, schema: pa.Schema,
+    def new_file(self, paths: StreamPaths, dir_id: str, name: str, schema: pa.Schema,
                  compression: str | None) -> DataFile:
-        """A chunk file a task writes under ``name`` in its load."""
+        """A chunk file a task writes under ``name`` in load directory ``dir_id``."""
+        ...
+
+    def read_file(self, paths: StreamPaths, dir_id: str, name: str) -> pa.Table:
+        """A committed file of load directory ``dir_id``, whole."""
         ...
 
     def load_manifest(self, paths: StreamPaths) -> Manifest | None:

@@ -28,6 +28,7 @@ from olake_cli.core.faults import crash_point
 from olake_cli.destinations.parquet.local_store import write_staged
 from olake_cli.destinations.parquet.manifest import Manifest
 from olake_cli.destinations.parquet.paths import StreamPaths, chunk_file_name, commit_file_name
+from olake_cli.destinations.parquet.rewrite import converted_by_value, rewrite_load
 from olake_cli.destinations.parquet.storage import make_store
 
 METADATA_FIELDS = [
@@ -54,6 +55,7 @@ class StreamBuffer:
     tables: list[pa.Table] = field(default_factory=list)
     table_rows: int = 0
     spills: list[tuple[str, str, str]] = field(default_factory=list)  # (dir id, load id, spill path)
+    spill_names: dict[str, str] = field(default_factory=dict)  # spill path -> its name (a rewritten file's)
     truncated_into: str | None = None  # a TRUNCATE was seen: later rows go to this new directory
     warned: set[str] = field(default_factory=set)
 
@@ -89,6 +91,7 @@ class ParquetDestination:
                                          None if self.store.local else self.store.options)
             for key, buf in self.buffers.items():
                 self.sink.committed[key] = buf.manifest.listed_files()
+                self._tell_sink(key, buf.manifest, buf.load_id)
         return self.sink
 
     def open(self, catalog: Catalog) -> None:
@@ -106,6 +109,7 @@ class ParquetDestination:
                 self.buffers[stream.key] = buf
                 if self.sink is not None:  # what the tasks must not write again (a replay after a kill)
                     self.sink.committed[stream.key] = manifest.listed_files()
+                    self._tell_sink(stream.key, manifest, buf.load_id)
 
     def stream_paths(self, stream: CatalogStream) -> StreamPaths:
         """Where one stream's files and manifest live."""
@@ -147,10 +151,17 @@ class ParquetDestination:
             self._spill(buf, whole_files_only=True)
 
     def widen(self, stream: CatalogStream) -> None:
-        """Later rows of ``stream`` use its new (widened) schema; buffered rows are written first."""
+        """Later rows of ``stream`` use its new (widened) schema; buffered rows are written first, and
+        the load's files are rewritten when a column's type changes by value (see rewrite.py)."""
         buf = self.buffers[stream.key]
         self._spill(buf)
-        buf.stream, buf.schema = stream, destination_schema(stream)
+        schema = destination_schema(stream)
+        converted = converted_by_value(buf.schema, schema)
+        if converted:
+            rewrite_load(self.store, buf, schema, self.compression, conform)
+            self.log(f"{stream.label}: column(s) {', '.join(converted)} change type by value: the load's files "
+                     f"are rewritten with the new type(s), live at the next commit")
+        buf.stream, buf.schema = stream, schema
 
     def observe_state(self, state: State) -> None:
         """Track which full load each stream's next records belong to (called before records follow)."""
@@ -192,15 +203,24 @@ class ParquetDestination:
         load_id = (ss.extra or {}).get("load_id") or buf.load_id
         done = newly_done_chunks(buf.manifest.state, ss, load_id)
         files = self._name_spills(buf, commit_key(ss), done[0] if len(done) == 1 else None, load_id)
+        task_dir = buf.manifest.dir_of(load_id) or load_id  # where the tasks were told to write
         for index in done:  # files the Spark tasks of ``olake sync`` staged for these chunks
-            names = files.setdefault((load_id, load_id), [])
-            names += [n for n in self.store.chunk_files(buf.paths, load_id, index) if n not in names]
+            names = files.setdefault((task_dir, load_id), [])
+            names += [n for n in self.store.chunk_files(buf.paths, task_dir, load_id, index) if n not in names]
         crash_point("staged")
         manifest = next_manifest(buf.manifest, ss, load_id, files, buf.truncated_into)
         self.store.save_manifest(buf.paths, manifest)
         self.store.roll_forward(buf.paths, manifest, delete=buf.manifest.retired)
-        buf.manifest, buf.spills, buf.truncated_into = manifest, [], None
+        buf.manifest, buf.spills, buf.spill_names, buf.truncated_into = manifest, [], {}, None
+        self._tell_sink(buf.stream.key, manifest, load_id)
         return ss
+
+    def _tell_sink(self, key: tuple, manifest: Manifest, load_id: str) -> None:
+        """Tell the tasks of ``olake sync`` which directory a stream's load has, when not its own id (its
+        files were rewritten, see rewrite.py)."""
+        dir_id = manifest.dir_of(load_id)
+        if self.sink is not None and dir_id not in (None, load_id):
+            self.sink.dirs[key] = (load_id, dir_id)
 
     def _name_spills(self, buf: StreamBuffer, key: str, chunk: int | None,
                      load_id: str) -> dict[tuple[str, str], list[str]]:
@@ -211,7 +231,9 @@ class ParquetDestination:
         files: dict[tuple[str, str], list[str]] = {}
         for dir_id, file_load, spill in buf.spills:
             names = files.setdefault((dir_id, file_load), [])
-            if chunk is not None and file_load == load_id:
+            if spill in buf.spill_names:
+                name = buf.spill_names[spill]
+            elif chunk is not None and file_load == load_id:
                 name = chunk_file_name(load_id, chunk, len(names))
             else:
                 name = commit_file_name(file_load, key, len(names))
@@ -238,7 +260,7 @@ class ParquetDestination:
         buf.rows, buf.tables, buf.table_rows = [], [], 0
         for _, _, path in buf.spills:
             os.remove(path)
-        buf.spills, buf.truncated_into = [], None
+        buf.spills, buf.spill_names, buf.truncated_into = [], {}, None
 
     def _warn(self, buf: StreamBuffer, warnings: list[str]) -> None:
         for warning in warnings:

@@ -175,7 +175,7 @@ class DynamoChangeCapture:
         tables = {s.name: self.position_of(state.find(s.namespace, s.name)).tables[s.name] for s in streams}
         self.log(f"change capture: {len(streams)} DynamoDB stream(s) up to {upto.isoformat(timespec='seconds')}")
         for stream in streams:
-            reader = _TableReader(self, client, stream, tables, upto)
+            reader = _TableReader(self, client, self.widened.get(stream.key, stream), tables, upto)
             yield from reader.batches()
 
 
