@@ -8,7 +8,7 @@ zone running INIT_SYNC again; ``init_sync: skip``; the seed's states in ``olake 
 
 What moto does not emulate, and how the path is covered: it never trims stream records, so the
 safe-zone paths are reached through the stored position (its time, ``cursor_field``, moved back beyond
-``safe_zone_hours`` here; a shard id the stream does not have, and a stream ARN that is not the
+``safe_zone_hours`` here, in the state file and in the destination's record that ``sync`` resumes from; a shard id the stream does not have, and a stream ARN that is not the
 table's, in test_dynamodb_capture.py); it keeps one shard per table, so lineage order is covered by
 ``lineage_order``'s unit test.
 """
@@ -19,11 +19,10 @@ import json
 import time
 from pathlib import Path
 
-from olake_cli.sources.dynamodb.positions import time_ms, time_text
 from tests.support.cdc import sync_once
 from tests.support.cli import messages, run_olake, trace_errors, write_json
 from tests.support.current_view import iceberg_rows
-from tests.support.dynamo import (NAMESPACE, ItemWriter, all_items, assert_equals_table, create_table,
+from tests.support.dynamo import (NAMESPACE, ItemWriter, age_position, all_items, assert_equals_table, create_table,
                                   discovered_catalog, dynamo_source, every_type_items, first_schema, parquet_current,
                                   put_items, seed_accounts)
 from tests.support.verify import read_parquet
@@ -138,11 +137,7 @@ def test_changes_during_and_after_init_sync_converge_with_sync_to_parquet(moto_s
     assert "SYNC" in shown and "INIT_SYNC" not in shown
 
     # a stored position older than safe_zone_hours (moto never trims: the position is aged instead)
-    saved = json.loads(state.read_text())
-    stream_state = saved["streams"][0]["stream_state"]
-    stream_state["cursor_field"] = time_text(time_ms(stream_state["cursor_field"]) - 21 * 3_600_000)
-    state.write_text(json.dumps(saved))
-    load_id = stream_state["load_id"]
+    load_id = age_position(state, root, dynamo_table, 21)["load_id"]
     for _ in range(30):
         writer.change()
     aged = "the stored position is 21.0 hours old, beyond safe_zone_hours = 20"

@@ -25,11 +25,10 @@ from pathlib import Path
 import pytest
 
 from olake_cli.pipeline.progress import REPLAYED
-from olake_cli.sources.dynamodb.positions import time_ms, time_text
 from tests.support.cli import olake_cmd, olake_env, write_json
 from tests.support.current_view import iceberg_rows
-from tests.support.dynamo import (NAMESPACE, ItemWriter, assert_equals_table, discovered_catalog, dynamo_source,
-                                  first_schema, parquet_current, seed_accounts)
+from tests.support.dynamo import (NAMESPACE, ItemWriter, age_position, assert_equals_table, discovered_catalog,
+                                  dynamo_source, first_schema, parquet_current, seed_accounts)
 from tests.support.verify import read_parquet
 
 SEED = int(os.environ.get("OLAKE_FAULT_SEED", "20261124"))
@@ -157,7 +156,8 @@ def test_killed_init_sync_resumes_from_its_segments_then_streams(moto_server, dy
 
 def test_a_killed_init_sync_resumed_beyond_the_safe_zone_runs_init_sync_again(moto_server, dynamo_table, tmp_path):
     """The start position a killed INIT_SYNC keeps ages; resumed past ``safe_zone_hours`` (moto never trims
-    records: the stored time is moved back) the scan's rows and the position cannot be trusted together,
+    records: the stored time is moved back, in the state file and the destination's record) the scan's rows
+    and the position cannot be trusted together,
     so the table runs INIT_SYNC anew, saying why. The run's report counts the Streams records made
     before that INIT_SYNC as replays of it."""
     items = 60
@@ -167,11 +167,8 @@ def test_a_killed_init_sync_resumed_beyond_the_safe_zone_runs_init_sync_again(mo
     root, state = tmp_path / "lake", tmp_path / "state.json"
     files = (src, write_json(tmp_path / "lake.json", {"type": "parquet", "path": str(root)}), str(catalog), str(state))
     assert -signal.SIGKILL in _run("sync", files, ("step", "state-saved", 2), tmp_path / "killed.log")
-    saved = json.loads(state.read_text())
-    stream_state = saved["streams"][0]["stream_state"]
-    assert _pending(state), stream_state
-    stream_state["cursor_field"] = time_text(time_ms(stream_state["cursor_field"]) - 21 * 3_600_000)
-    state.write_text(json.dumps(saved))
+    assert _pending(state)
+    stream_state = age_position(state, root, dynamo_table, 21)
 
     assert _run("sync", files, None, tmp_path / "again.log") == [0]
     log = (tmp_path / "again.log").read_text()

@@ -317,3 +317,21 @@ def assert_equals_table(rows: list[dict], moto_server, table: str, schema: dict)
 def parquet_current(root: Path, table: str) -> list[dict]:
     """The current rows of a stream's Parquet folder (newest version per key, deletes dropped)."""
     return latest_versions(read_parquet(str(root / NAMESPACE / table)), ["pk", "sk"]).to_pylist()
+
+
+def age_position(state: Path, lake: Path, table: str, hours: int) -> dict:
+    """Move the stored position of ``table``'s stream back by ``hours``: in the state file and in the
+    Parquet destination's record at ``lake`` (its manifest), which a ``sync`` resumes from (moto never
+    trims stream records, so the safe zone is reached this way). Returns the stream state as it was."""
+    from olake_cli.destinations.parquet.paths import StreamPaths
+    from olake_cli.sources.dynamodb.positions import time_ms, time_text
+
+    saved = json.loads(state.read_text())
+    before = json.loads(json.dumps(saved["streams"][0]["stream_state"]))
+    manifest_path = Path(StreamPaths.of(str(lake), NAMESPACE, table).manifest)
+    manifest = json.loads(manifest_path.read_text())
+    for stream_state in (saved["streams"][0]["stream_state"], manifest["state"]["stream_state"]):
+        stream_state["cursor_field"] = time_text(time_ms(stream_state["cursor_field"]) - hours * 3_600_000)
+    state.write_text(json.dumps(saved))
+    manifest_path.write_text(json.dumps(manifest))
+    return before
