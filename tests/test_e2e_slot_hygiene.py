@@ -172,3 +172,16 @@ def test_a_pipeline_is_the_same_when_every_part_both_runs_know_is_equal():
     assert not PipelineIdentity(None, "/t.json").same_pipeline(claim)
     assert not PipelineIdentity().same_pipeline(claim) and not PipelineIdentity().known
     assert PipelineIdentity(None, "/s.json").filled_from(claim) == claim
+
+
+def test_a_run_that_shares_no_part_with_the_claim_neither_matches_nor_contradicts_it():
+    """``read --state s.json | write`` claims with the state file alone; ``read --state-from DEST`` later
+    (a lost state file recovered) knows the destination alone: not refused, and the claim learns it."""
+    from olake_cli.core.pipeline_identity import PipelineIdentity
+
+    claim = PipelineIdentity(None, "/s.json")
+    recovery = PipelineIdentity("/lake/.olake.lock", None)
+    assert not recovery.contradicts(claim) and not recovery.same_pipeline(claim)
+    assert recovery.filled_from(claim) == PipelineIdentity("/lake/.olake.lock", "/s.json")
+    assert PipelineIdentity(None, "/t.json").contradicts(claim)
+    assert PipelineIdentity("/other/.olake.lock", "/s.json").contradicts(recovery.filled_from(claim))

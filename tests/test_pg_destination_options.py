@@ -426,13 +426,22 @@ def test_an_enum_stays_an_enum_where_the_target_has_the_type_and_is_text_elsewhe
     with psycopg.connect(pg_target.dsn(short), autocommit=True) as conn:
         conn.execute("CREATE TYPE mood AS ENUM ('sad', 'ok')")
     dst_short = write_json(tmp_path / "short.json", pg_target.destination_config(short))
-    refused = run_olake("sync", "--source", src_sync, "--destination", dst_short, "--catalog", str(catalog),
+    src_short = write_json(tmp_path / "src_short.json", pg_cluster.source_config(  # a pipeline of its own
+        pg_db, replication_slot="slot_enum_short", publication="pub_enum", create_slot_and_publication=True,
+        chunk_rows=10))
+    refused = run_olake("sync", "--source", src_short, "--destination", dst_short, "--catalog", str(catalog),
                         "--state", str(tmp_path / "short-state.json"))
+    slot_notes = [line for line in refused.stderr.splitlines() if b"replication slot 'slot_enum_short'" in line]
+    assert len(slot_notes) == 3, refused.stderr.decode()  # claimed, created, its WAL: the source is prepared first
+    refused.stderr = b"".join(line + b"\n" for line in refused.stderr.splitlines() if line not in slot_notes)
     assert_one_error(refused, "config_error", "table public.feelings (stream public.feelings): column 'm'",
                      "lacks the value(s) 'happy', 'très \"bien\"'", "ALTER TYPE mood ADD VALUE")
     assert _user_tables(pg_target.dsn(short)) == set(), "no table is created"
     assert not (tmp_path / "short-state.json").exists()
     _drop_slots(source, "slot_enum", "slot_enum_sync")
+    with psycopg.connect(source, autocommit=True) as conn:
+        conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                     "WHERE slot_name = 'slot_enum_short'")
 
 
 # ----------------------------------------------------------------------------- row filter and transform, Iceberg

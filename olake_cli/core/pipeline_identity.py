@@ -3,7 +3,9 @@
 A change log that only one reader may move (a PostgreSQL replication slot) is claimed by one pipeline
 (see ``sources/postgres/slot_claim``). A run knows what its command names: ``sync`` the destination
 and perhaps a state file, ``read --state`` the state file only, ``read --state-from`` the destination.
-Two identities are the same pipeline when every part both know is equal, and they share at least one.
+Two identities are the same pipeline when every part both know is equal, and they share at least one;
+they contradict each other when a part both know differs. Identities that share no part (``read --state``
+then ``read --state-from``, the recovery of a lost state file) neither match nor contradict.
 """
 
 from __future__ import annotations
@@ -34,6 +36,11 @@ class PipelineIdentity:
         pairs = [(a, b) for a, b in ((self.destination, other.destination), (self.state_file, other.state_file))
                  if a is not None and b is not None]
         return bool(pairs) and all(a == b for a, b in pairs)
+
+    def contradicts(self, other: "PipelineIdentity") -> bool:
+        """Some part both know differs."""
+        return any(a is not None and b is not None and a != b
+                   for a, b in ((self.destination, other.destination), (self.state_file, other.state_file)))
 
     def filled_from(self, other: "PipelineIdentity") -> "PipelineIdentity":
         """This identity with the parts it lacks taken from ``other`` (a claim learns the destination)."""

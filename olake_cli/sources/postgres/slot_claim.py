@@ -6,8 +6,9 @@ and each then takes its own position for lost and loads every stream anew, run a
 first run of change capture on a slot records a claim in the source database, in table
 ``_olake.slot_claims`` (one row per slot): the pipeline's identity (``core.pipeline_identity``: the
 destination it writes into and the state file it resumes from, whichever of the two the run's command
-names) and a description for people. A later run on the slot goes on when it is the same pipeline
-(every part both know is equal; a part the claim lacks is filled in), and stops otherwise, before it
+names) and a description for people. A later run on the slot goes on unless a part both know differs
+(a part the claim lacks is filled in; a run that shares no part with the claim, such as ``read
+--state-from`` after ``read --state | write``, says so and goes on), and stops otherwise, before it
 reads or changes anything, with one line naming the slot, the claim and the fix.
 
 Why a row on the source and not the slot's position: the slot is the thing shared, so its claim must
@@ -79,8 +80,12 @@ def claim_slot(conn: psycopg.Connection, settings: PostgresSettings, pipeline: P
                 log(f"replication slot '{slot}' is now claimed by this pipeline ({pipeline.description}); "
                     "another pipeline on it will be refused")
                 return
-            if not pipeline.same_pipeline(claim.identity):
+            if pipeline.contradicts(claim.identity):
                 raise ConfigError(refusal(slot, claim))
+            if not pipeline.same_pipeline(claim.identity):
+                log(f"replication slot '{slot}' is claimed by {claim.identity.description}, which names neither "
+                    "this run's destination nor its state file; taking this run for the same pipeline and "
+                    "recording both in the claim")
             _touch(conn, slot, pipeline, claim.identity, settings.publication)
     except (psycopg.errors.InsufficientPrivilege, psycopg.errors.ReadOnlySqlTransaction) as exc:
         log(f"warning: cannot record that this pipeline uses replication slot '{slot}' "
