@@ -23,8 +23,8 @@ from olake_cli.core.errors import (CatalogError, DestinationError, OlakeError, P
 from olake_cli.core.faults import crash_point
 from olake_cli.core.input_end import InputEnd, committed_text
 from olake_cli.core.interrupts import signals_held
-from olake_cli.core.record_block import BlockDecoder
 from olake_cli.core.opid import OpId
+from olake_cli.core.record_block import BlockDecoder
 from olake_cli.core.record_lines import record_prefix
 from olake_cli.core.row_hooks import RowHooks, catalog_hooks
 from olake_cli.core.row_metadata import OP, OP_ID
@@ -188,7 +188,7 @@ class WritePipeline:
         self._add_table(key, table, warnings)
 
     def _add_table(self, key: tuple, table, warnings: list[str]) -> None:
-        """Decoded records to the destination, through the stream's row filter and transform if any."""
+        """Decoded records to their stream's buffer, through the stream's row filter and transform if any."""
         self.records += table.num_rows
         if key in self.hooks:
             table = self.hooks[key].apply(table)
