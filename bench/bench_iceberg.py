@@ -115,7 +115,7 @@ def build_table(root: Path, rows: int):
 
     destination = IcebergDestination({"type": "iceberg", "path": str(root)}, lambda m: None)
     destination.open(parse_catalog({"streams": [STREAM]}))
-    table = destination.buffers[("public", "bench")].table
+    table = destination.streams[("public", "bench")].table
     files = []
     for start in range(0, rows, 1_000_000):
         ids = pa.array(range(start + 1, min(rows, start + 1_000_000) + 1), pa.int64())
@@ -135,37 +135,43 @@ def build_table(root: Path, rows: int):
 
 
 def change_commits(root: Path, rows: int, changes: int, commits: int) -> tuple[list[tuple[float, float]], int]:
-    """(seconds of ``add`` for the batch, seconds of its commit) for each of ``commits`` commits of
-    ``changes`` changes, and the table's live row count after them. ``add`` decodes the records
-    (every 20,000); the commit decodes the rest, locates the keys, writes the files and commits."""
+    """(seconds of adding the batch, seconds of its commit) for each of ``commits`` commits of ``changes``
+    changes, and the table's live row count after them. Adding decodes the records as ``olake write``
+    decodes lines (20,000 at a time) and hands them to the stream buffer; the commit locates the keys,
+    writes the files and commits."""
     from olake_cli.core.catalog import parse_catalog
     from olake_cli.core.state import State, StreamState
     from olake_cli.destinations.iceberg.destination import IcebergDestination
+    from olake_cli.pipeline.write import BATCH_ROWS
+    from tests.support.buffered import BufferedWriter
 
     destination = IcebergDestination({"type": "iceberg", "path": str(root)}, lambda m: None)
-    destination.open(parse_catalog({"streams": [STREAM]}))
+    writer = BufferedWriter(destination, parse_catalog({"streams": [STREAM]}))
     key, rng, next_id, seq, out = ("public", "bench"), random.Random(3), rows + 1, 0, []
     for commit in range(commits):
-        started = time.perf_counter()
+        batch = []
         for _ in range(changes):
             seq += 1
             pick, target = rng.random(), rng.randint(1, rows)
             op_id = [1_000 + commit, seq]
             if pick < 0.6:
-                data = {"id": target, "qty": seq % 1000, "price": "1.25", "name": f"updated {seq}",
-                        "created_at": "2024-01-01T00:00:00.000001+00:00", "_olake_op": "u", "_olake_op_id": op_id}
+                batch.append({"id": target, "qty": seq % 1000, "price": "1.25", "name": f"updated {seq}",
+                              "created_at": "2024-01-01T00:00:00.000001+00:00", "_olake_op": "u",
+                              "_olake_op_id": op_id})
             elif pick < 0.8:
-                data = {"id": target, "_olake_op": "d", "_olake_op_id": op_id}
+                batch.append({"id": target, "_olake_op": "d", "_olake_op_id": op_id})
             else:
-                data = {"id": next_id, "qty": 1, "price": "2.50", "name": "new", "_olake_op": "c",
-                        "_olake_op_id": op_id}
+                batch.append({"id": next_id, "qty": 1, "price": "2.50", "name": "new", "_olake_op": "c",
+                              "_olake_op_id": op_id})
                 next_id += 1
-            destination.add(key, data)
+        started = time.perf_counter()
+        for start in range(0, changes, BATCH_ROWS):
+            writer.add(key, batch[start:start + BATCH_ROWS])
         added = time.perf_counter()
-        destination.commit(State("stream", streams=[StreamState("cdc", "bench", "public", f"p{commit + 1}", None,
-                                                                {"load_id": "L1", "load_op_key": "0" * 32})]))
+        writer.commit(State("stream", streams=[StreamState("cdc", "bench", "public", f"p{commit + 1}", None,
+                                                           {"load_id": "L1", "load_op_key": "0" * 32})]))
         out.append((added - started, time.perf_counter() - added))
-    return out, destination.buffers[key].table.scan().count()
+    return out, destination.streams[key].table.scan().count()
 
 
 def upsert_baseline(root: Path, rows: int, changes: int) -> float:
@@ -212,7 +218,7 @@ def main() -> None:
             print(f"change commits into {size:,} rows (table built in {time.perf_counter() - started:.1f} s):")
             timings, live = change_commits(root, size, args.changes, args.commits)
             for index, (adding, seconds) in enumerate(timings, 1):
-                print(f"  commit {index}: {args.changes:,} changes: commit {seconds:6.2f} s; with add() "
+                print(f"  commit {index}: {args.changes:,} changes: commit {seconds:6.2f} s; with adding "
                       f"(record decoding) {adding + seconds:6.2f} s, {args.changes / (adding + seconds):9,.0f} changes/s")
             print(f"  live rows after the commits: {live:,}")
             if args.upsert_baseline:

@@ -17,6 +17,7 @@ from olake_cli.core.catalog import parse_catalog
 from olake_cli.core.state import Chunk, State, StreamState
 from olake_cli.destinations.iceberg.destination import IcebergDestination
 from olake_cli.destinations.iceberg.snapshot import live_files
+from tests.support.buffered import BufferedWriter
 from tests.support.cli import run_olake, with_stream_ends, write_json
 
 
@@ -194,37 +195,27 @@ def test_keyless_stream_appends_every_change(tmp_path):
     assert [(r["id"], r["v"], r["_olake_op"]) for r in _rows(root)] == [(1, "a", "r"), (1, "b", "u"), (1, "b", "d")]
 
 
-def test_truncate_empties_the_table_at_its_position(tmp_path):
-    stream = _stream({"id": "int32", "v": "string"})
-    root, result = _write(tmp_path, _lines(
-        _catalog(stream), _state("full-load"), _record({"id": 1, "v": "a"}), _record({"id": 2, "v": "b"}), _state(),
-        _change("c", 1, id=3, v="c"), _change("t", 2), _change("c", 3, id=4, v="d"), _state(cursor="p2")))
-    assert result.returncode == 0, result.stderr.decode()
-    assert [(r["id"], r["v"]) for r in _rows(root)] == [(4, "d")]
-
-
 def test_a_change_commit_touches_only_the_files_holding_its_keys(tmp_path):
     """Position deletes, not copy-on-write: untouched data files stay, one delete file per commit."""
     catalog = parse_catalog({"streams": [_stream({"id": "int64", "v": "string"})]})
     destination = IcebergDestination({"type": "iceberg", "path": str(tmp_path / "lake")}, lambda m: None)
-    destination.open(catalog)
+    writer = BufferedWriter(destination, catalog)
     key = ("ns", "t")
     chunks = [Chunk("pending", str(i * 1000), str((i + 1) * 1000)) for i in range(4)]
     opened = StreamState("full-load", "t", "ns", "p0", chunks, {"load_id": "L1"})
-    destination.commit(State("stream", streams=[opened]))
+    writer.commit(State("stream", streams=[opened]))
     for index in range(4):  # four chunks: four data files with disjoint key ranges
-        for i in range(index * 1000, (index + 1) * 1000):
-            destination.add(key, {"id": i, "v": "load"})
+        writer.add(key, [{"id": i, "v": "load"} for i in range(index * 1000, (index + 1) * 1000)])
         done = opened.copy()
         for chunk in done.chunks[: index + 1]:
             chunk.status = "succeed"
-        destination.commit(State("stream", streams=[done]))
-    table = destination.buffers[key].table
+        writer.commit(State("stream", streams=[done]))
+    table = destination.streams[key].table
     data_before, _ = live_files(table)
-    for seq, i in enumerate([5, 17, 900, 2500], 1):  # keys in chunks 0 and 2 only
-        destination.add(key, {"id": i, "v": "changed", "_olake_op": "u", "_olake_op_id": [9, seq]})
-    destination.commit(State("stream", streams=[StreamState("cdc", "t", "ns", "p1", None, {"load_id": "L1"})]))
-    table = destination.buffers[key].table
+    writer.add(key, [{"id": i, "v": "changed", "_olake_op": "u", "_olake_op_id": [9, seq]}
+                     for seq, i in enumerate([5, 17, 900, 2500], 1)])  # keys in chunks 0 and 2 only
+    writer.commit(State("stream", streams=[StreamState("cdc", "t", "ns", "p1", None, {"load_id": "L1"})]))
+    table = destination.streams[key].table
     data_after, deletes = live_files(table)
     assert {f.file_path for f in data_before} <= {f.file_path for f in data_after}, "no data file was rewritten"
     assert len(data_after) == len(data_before) + 1 and len(deletes) == 1
@@ -273,27 +264,28 @@ def test_many_change_commits_are_compacted(tmp_path, monkeypatch):
     monkeypatch.setattr(maintenance, "MAX_DELETE_FILES", 4)
     catalog = parse_catalog({"streams": [_stream({"id": "int64", "v": "string"})]})
     destination = IcebergDestination({"type": "iceberg", "path": str(tmp_path / "lake")}, lambda m: None)
-    destination.open(catalog)
+    writer = BufferedWriter(destination, catalog)
     key, expected = ("ns", "t"), {}
     opened = StreamState("full-load", "t", "ns", "p0", [Chunk("pending", None, None)], {"load_id": "L1"})
-    destination.commit(State("stream", streams=[opened]))
-    for i in range(300):
-        destination.add(key, {"id": i, "v": "load"})
-        expected[i] = "load"
-    destination.commit(State("stream", streams=[StreamState("cdc", "t", "ns", "p0", None, {"load_id": "L1"})]))
+    writer.commit(State("stream", streams=[opened]))
+    writer.add(key, [{"id": i, "v": "load"} for i in range(300)])
+    expected.update((i, "load") for i in range(300))
+    writer.commit(State("stream", streams=[StreamState("cdc", "t", "ns", "p0", None, {"load_id": "L1"})]))
     seq = 0
     for commit in range(12):
+        changes = []
         for i in range(commit * 7, commit * 7 + 40, 3):
             seq += 1
             if i % 5 == 0:
-                destination.add(key, {"id": i, "_olake_op": "d", "_olake_op_id": [9, seq]})
+                changes.append({"id": i, "_olake_op": "d", "_olake_op_id": [9, seq]})
                 expected.pop(i, None)
             else:
-                destination.add(key, {"id": i, "v": f"c{commit}", "_olake_op": "u", "_olake_op_id": [9, seq]})
+                changes.append({"id": i, "v": f"c{commit}", "_olake_op": "u", "_olake_op_id": [9, seq]})
                 expected[i] = f"c{commit}"
-        destination.commit(State("stream", streams=[
+        writer.add(key, changes)
+        writer.commit(State("stream", streams=[
             StreamState("cdc", "t", "ns", f"p{commit + 1}", None, {"load_id": "L1"})]))
-    table = destination.buffers[key].table
+    table = destination.streams[key].table
     data, deletes = live_files(table)
     assert len(deletes) <= 4 and len(data) <= 6, (len(data), len(deletes))
     rows = table.scan().to_arrow()

@@ -136,8 +136,9 @@ def test_changes_carry_their_metadata_as_the_line_path_does():
             {"c": 2, "_olake_op": "d", "_olake_op_id": [0x45ADDF0, 0]},
             {"c": 3}]
     lines = b"".join(record_prefix("n", "s") + b"1,\"data\":" + orjson.dumps(r) + b"}}\n" for r in rows)
-    block = BlockDecoder(schema_of(c="int64"), "n").decode(lines, [])
-    expected = row_metadata.of_rows(rows, "SNAP")
+    decoder = BlockDecoder(schema_of(c="int64"), "n")
+    block = decoder.decode(lines, [])
+    expected = row_metadata.of_block(decoder.decode_rows(rows, []), "SNAP")
     got = row_metadata.of_block(block, "SNAP")
     for name in ("ops", "op_ids", "commit_ts", "unchanged"):
         assert getattr(got, name).equals(getattr(expected, name)), name

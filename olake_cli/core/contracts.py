@@ -4,20 +4,30 @@ Data moves one way: a :class:`Source` opens a :class:`ReadSession` (one consiste
 source for the run) on the driver, which plans full loads into chunks; each chunk becomes a picklable
 :class:`ChunkReader` that runs inside a Spark task and yields Arrow record batches; change capture is
 a :class:`ChangeCapture` yielding :class:`ChangeBatch` values in log order. A :class:`Destination`
-buffers records and commits them together with a state. Positions are opaque outside their source:
-the capture serialises them into a stream state and reads back the operation id they cover.
+commits each stream's rows together with its state: the pipeline's stream buffer (``pipeline/stream_buffer``)
+gathers the rows and hands them over as one :class:`CommitBatch` per stream and STATE. Positions are
+opaque outside their source: the capture serialises them into a stream state and reads back the
+operation id they cover.
+
+Optional abilities are small ``runtime_checkable`` Protocols (the *capabilities*: :class:`WireColumnsReader`,
+:class:`ResumableReader`, :class:`BinaryCopyReader`, :class:`BinaryCopySink`, :class:`SpillingTarget`,
+:class:`ChangeAppender`,
+:class:`BackgroundCommits`, :class:`RunSummary`, :class:`SlotOwner`), which the pipelines test with
+``isinstance``; tests/test_capabilities.py lists which connector offers which.
 """
 
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Generator, Iterable, Iterator, Protocol, runtime_checkable
 
 from olake_cli.core.change_runs import ChangeRun
 from olake_cli.core.opid import OpId
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     import pyarrow as pa
 
     from olake_cli.core.catalog import Catalog, CatalogStream
@@ -35,17 +45,34 @@ class ChunkReader(Protocol):
     def read_batches(self) -> Iterator["pa.RecordBatch"]:
         """The chunk's rows as Arrow batches whose columns are the stream's ``json_schema`` properties.
 
-        Errors are raised as :class:`~olake_cli.core.errors.OlakeError` with secrets removed. A reader
-        may also offer ``wire_columns(batch) -> dict[column, wire values] | None`` for columns it scans
-        in its own text form (PostgreSQL's multi-dimensional arrays); those values are used as they are.
-
-        A reader that may stop before its chunk ends (so that a long chunk commits its progress: a
-        DynamoDB scan segment) also offers ``resume_point() -> Any`` (after its batches: None when it read
-        the whole chunk, else where the rest begins) and ``rest_of_chunk(resume_point, number) ->
-        (min, max)``: the bounds of chunk ``number`` holding that rest. The pipeline then records the
-        chunk as done and appends the new chunk to the load, so chunk numbers keep the order they were
-        added in (bounds must sort the same way: the state's merge sorts chunks by bounds).
+        Errors are raised as :class:`~olake_cli.core.errors.OlakeError` with secrets removed.
         """
+        ...
+
+
+@runtime_checkable
+class WireColumnsReader(Protocol):
+    """A chunk reader that scans some columns in their own text form (PostgreSQL's multi-dimensional
+    arrays): those values are used as they are."""
+
+    def wire_columns(self, batch: "pa.RecordBatch") -> dict[str, list] | None:
+        """Column -> wire values for the rows of ``batch`` (None: no such column in it)."""
+        ...
+
+
+@runtime_checkable
+class ResumableReader(Protocol):
+    """A chunk reader that may stop before its chunk ends, so that a long chunk commits its progress (a
+    DynamoDB scan segment). The pipeline then records the chunk as done and appends a new chunk holding
+    the rest to the load, so chunk numbers keep the order they were added in (bounds must sort the same
+    way: the state's merge sorts chunks by bounds)."""
+
+    def resume_point(self) -> Any:
+        """After its batches: None when it read the whole chunk, else where the rest begins."""
+        ...
+
+    def rest_of_chunk(self, resume_point: Any, number: int) -> tuple[Any, Any]:
+        """The bounds ``(min, max)`` of chunk ``number``, holding the rest from ``resume_point``."""
         ...
 
 
@@ -174,11 +201,9 @@ class SlotOwner(Protocol):
 
 
 class ChunkSink(Protocol):
-    """Picklable: writes one full-load chunk from inside a task (``olake sync``).
+    """Picklable: writes one full-load chunk from inside a task (``olake sync``)."""
 
-    A sink whose tasks write over the network rather than into local files sets ``writes_local_files``
-    to False, so any Spark master may run them.
-    """
+    writes_local_files: bool  # False: its tasks write over the network, so any Spark master may run them
 
     def write(self, namespace: str | None, stream: str, load_id: str | None, chunk_index: int,
               load_op_key: str | None, json_schema: dict, batches: Iterable[tuple["pa.RecordBatch", dict | None]],
@@ -214,45 +239,88 @@ class BinaryCopySink(Protocol):
         ...
 
 
-class Destination(Protocol):
-    """A system olake writes to; rows become visible only together with the state that covers them.
+@dataclass
+class CommitBatch:
+    """One stream's share of a commit, as the pipeline's stream buffer hands it to the destination.
 
-    A destination may also offer ``summary() -> str``: what the run did beyond counting records (the
-    PostgreSQL destination's applied changes and conflicts), logged when ``write`` ends; and
-    ``begin_commit(state, on_commit) -> concurrent.futures.Future``: ``commit`` made on a thread of its
-    own while the input goes on, which calls ``on_commit(committed_state)`` once the commit is made (in
-    the order begun; none after a failure), the Future done after it returns.
+    Rows are Arrow tables of the stream's destination types followed by the ``_olake_*`` columns of
+    ``core.row_metadata.STORED_NAMES`` (full-load rows rank at ``op_key``). The destination makes them
+    durable and visible together with ``merged`` as the stream's committed state, and records
+    ``watermark`` (the highest operation id applied) where it keeps one: the buffer drops changes at or
+    below it as replays.
     """
 
+    state: "StreamState"  # the STATE's own stream state, or a re-sync marker (``core.resync``)
+    marker: bool  # ``state`` is a re-sync marker: it names no load, the stream's contents stay
+    merged: dict  # the stream state the destination holds after this commit
+    load_id: str  # the load the rows belong to
+    new_load: bool  # that load is not the one the destination committed last
+    newly_done: list[int]  # chunks of the load this commit marks done that the destination did not hold
+    load: "pa.Table | None"  # full-load rows not handed over yet (``SpillingTarget.put_load``)
+    load_replayed: bool  # the full-load rows were of chunks the destination holds: those put are dropped
+    changes: "pa.Table | None"  # changes (and incremental rows) in arrival order, replays dropped
+    truncated: bool  # the source emptied the stream before these changes: its contents go first
+    op_key: str | None  # the operation id the load's rows rank at (``load_op_key``)
+    base_watermark: str | None  # the highest operation id applied before the changes (after the load)
+    watermark: str | None  # ... and after them
+
+
+class StreamTarget(Protocol):
+    """One stream of an opened destination, as the pipeline's stream buffer sees it between commits."""
+
+    committed: dict | None  # when opened: the stream state the destination holds (None: nothing)
+    watermark: str | None  # when opened: the highest operation id applied (None: none, or none kept)
+    holder: str  # what holds the rows, in log lines: "... of a chunk the table already holds"
+
+
+@runtime_checkable
+class SpillingTarget(Protocol):
+    """A stream target that takes full-load rows ahead of their commit (invisible files until it), so a
+    long load never waits in memory."""
+
+    spill_rows: int  # rows handed to ``put_load`` at a time
+
+    def put_load(self, table: "pa.Table", load_id: str) -> None:
+        """Take full-load rows of load ``load_id`` ahead of their commit."""
+        ...
+
+    def discard(self, load_id: str, truncated: bool) -> None:
+        """Forget what was put since the last commit: rows of a load the destination lost, or rows before
+        a source TRUNCATE (``truncated``: the rows of ``load_id`` that follow replace the stream's contents)."""
+        ...
+
+
+@runtime_checkable
+class ChangeAppender(Protocol):
+    """A spilling target that stores changes as rows appended in order (Parquet): it takes them ahead of
+    their commit as well, and the rows gathered before a widening in the schema they came in."""
+
+    def put_changes(self, table: "pa.Table", load_id: str) -> None:
+        """Take changes ahead of their commit (invisible until it)."""
+        ...
+
+
+class Destination(Protocol):
+    """A system olake writes to; rows become visible only together with the state that covers them."""
+
+    def check(self) -> str:
+        """Verify what writing needs; a success text, or an OlakeError saying what to fix."""
+        ...
+
     def open(self, catalog: "Catalog") -> None:
-        """Prepare the streams (and finish or undo a commit a killed run left halfway)."""
+        """Prepare the streams (and finish or undo a commit a killed run left halfway); idempotent."""
         ...
 
-    def add(self, key: StreamKey, data: dict[str, Any]) -> None:
-        """Buffer one record's data."""
-        ...
-
-    def add_table(self, key: StreamKey, table: "pa.Table", warnings: list[str]) -> None:
-        """Buffer full-load rows already decoded to the stream's destination types, after any
-        record added before (``warnings``: the decoder's, to report once per stream)."""
+    def stream_target(self, key: StreamKey) -> StreamTarget | None:
+        """An opened stream's target (None: the stream was not opened)."""
         ...
 
     def widen(self, stream: "CatalogStream") -> None:
-        """Later records of ``stream`` follow its new, wider schema."""
+        """Later rows of ``stream`` follow its new, wider schema (rows gathered before are converted)."""
         ...
 
-    def observe_state(self, state: "State") -> None:
-        """Learn which load the records that follow belong to."""
-        ...
-
-    def commit(self, state: "State") -> "State":
-        """Make every buffered record of the streams ``state`` names durable and visible, with it;
-        returns ``state`` itself, or (when the destination no longer holds the data of a load ``state``
-        continues) a copy in which that stream is a re-sync marker (``core.resync``), its records dropped."""
-        ...
-
-    def has_uncommitted(self) -> bool:
-        """Whether records arrived that no state covers."""
+    def commit(self, batches: list[CommitBatch]) -> None:
+        """Make each batch durable and visible with its stream state, one stream at a time, in order."""
         ...
 
     def committed_state(self, stream: "CatalogStream") -> dict | None:
@@ -260,9 +328,46 @@ class Destination(Protocol):
         ...
 
     def chunk_sink(self) -> ChunkSink | None:
-        """A sink for tasks that write full-load chunks themselves, or None (rows go through ``add``)."""
+        """A sink for tasks that write full-load chunks themselves, or None (rows go through the pipe)."""
         ...
 
     def lock_path(self) -> str:
         """The lock file runs writing into this destination take (``core.locks``): one writer at a time."""
+        ...
+
+
+@runtime_checkable
+class BackgroundCommits(Protocol):
+    """A destination that makes its commits on a thread of its own while the input goes on."""
+
+    def begin_commit(self, batches: list[CommitBatch], on_commit: Callable[[], None]) -> "Future":
+        """``commit`` made on the destination's thread, which then calls ``on_commit``; commits are made
+        in the order begun, none after a failure; the Future is done after ``on_commit`` returns."""
+        ...
+
+
+@runtime_checkable
+class RunSummary(Protocol):
+    """A destination that reports what a run did beyond counting records (applied changes, conflicts)."""
+
+    def summary(self) -> str:
+        """One line, logged when ``write`` ends."""
+        ...
+
+
+class ChunkRunner(Protocol):
+    """Runs chunk jobs as parallel tasks (``engine``), yielding results as they finish."""
+
+    spool: Any  # where tasks spool their lines (``shared.spool.Spool``)
+
+    def run(self, func: Callable[[Any], Any], tasks: Iterable[Any]) -> Generator[Any, None, None]:
+        """``func(task)`` for every task, in completion order (closing it cancels the tasks in flight)."""
+        ...
+
+    def prestart(self) -> None:
+        """Start the engine in the background (a full load follows)."""
+        ...
+
+    def close(self) -> None:
+        """Stop the engine and remove what the run left."""
         ...

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from olake_cli.core.state import State, StreamState, merge_state
 
+UNKNOWN_LOAD = "0"  # the load of rows that arrive before any state names one
+
 
 def load_id_of(state: dict | None) -> str | None:
     """The ``load_id`` a stream state dict belongs to (None: none recorded)."""

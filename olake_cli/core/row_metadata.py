@@ -6,15 +6,16 @@ order is operation order), ``_olake_commit_ts`` (microseconds) and ``_olake_toas
 PostgreSQL-only list of unchanged TOASTed columns: a stream whose json_schema says every update of its
 source carries every value, ``"x-olake-updates-complete": true`` as MongoDB discovery writes, has none).
 Rows without an operation id rank at ``default_op_id`` (a full load of a ``cdc`` stream: the position
-its snapshot was taken at). The three builders give the same columns from record dicts, from a
-block-decoded table's wire columns, or for a plain full-load batch.
+its snapshot was taken at). The builders give the same columns from a decoded table's wire columns
+(``of_block``; ``stored``: the columns every destination is handed, ``STORED_NAMES``) or for a plain
+full-load batch (``of_load``).
 """
 
 from __future__ import annotations
 
 import binascii
+import time
 from dataclasses import dataclass
-from typing import Any
 
 import numpy
 import pyarrow as pa
@@ -25,6 +26,7 @@ OP, OP_ID, COMMIT_TS, SYNCED_AT, TOAST = ("_olake_op", "_olake_op_id", "_olake_c
 WIRE_FIELDS = [pa.field(OP, pa.string()), pa.field(OP_ID, pa.list_(pa.uint64())),
                pa.field(COMMIT_TS, pa.int64()), pa.field(TOAST, pa.list_(pa.string()))]
 WIRE_NAMES = tuple(f.name for f in WIRE_FIELDS)
+STORED_NAMES = (OP, OP_ID, COMMIT_TS, SYNCED_AT, TOAST)  # in the order ``RowMetadata.columns`` gives them
 UPDATES_COMPLETE = "x-olake-updates-complete"
 _TS = pa.timestamp("us", tz="UTC")
 
@@ -50,21 +52,6 @@ def carries_unchanged(json_schema: dict) -> bool:
     return json_schema.get(UPDATES_COMPLETE) is not True
 
 
-def format_op_id(op_id: Any) -> str:
-    """32 hex digits (text order = operation order) of a ``[commit, seq]`` pair, or a key string."""
-    if type(op_id) is list and len(op_id) == 2:
-        return f"{op_id[0]:016X}{op_id[1]:016X}"
-    return str(op_id)
-
-
-def of_rows(rows: list[dict], default_op_id: str | None) -> RowMetadata:
-    """The metadata of record dicts."""
-    op_ids = [default_op_id if r.get(OP_ID) is None else format_op_id(r[OP_ID]) for r in rows]
-    return RowMetadata(pa.array([r.get(OP, "r") for r in rows], pa.string()), pa.array(op_ids, pa.string()),
-                       pa.array([r.get(COMMIT_TS) for r in rows], pa.int64()).cast(_TS),
-                       pa.array([r.get(TOAST) for r in rows], pa.list_(pa.string())))
-
-
 def of_load(rows: int, default_op_id: str | None) -> RowMetadata:
     """The metadata of ``rows`` plain full-load rows."""
     op_ids = pa.nulls(rows, pa.string()) if default_op_id is None else pa.array([default_op_id] * rows, pa.string())
@@ -80,6 +67,16 @@ def of_block(table: pa.Table, default_op_id: str | None) -> RowMetadata:
     return RowMetadata(pc.fill_null(table.column(OP).combine_chunks(), "r"), op_ids,
                        table.column(COMMIT_TS).combine_chunks().cast(_TS),
                        table.column(TOAST).combine_chunks())
+
+
+def stored(table: pa.Table, default_op_id: str | None) -> pa.Table:
+    """A decoded table with its wire ``_olake_*`` columns replaced by the stored ones (``STORED_NAMES``:
+    the write time added, rows without an operation id ranking at ``default_op_id``)."""
+    metadata = of_block(table, default_op_id).columns(int(time.time() * 1_000_000))
+    table = table.drop_columns(list(WIRE_NAMES))
+    for name, column in zip(STORED_NAMES, metadata):
+        table = table.append_column(name, column)
+    return table
 
 
 def hex_op_ids(pairs: pa.Array) -> pa.Array:

@@ -16,7 +16,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
@@ -183,7 +183,7 @@ class SparkChunkRunner:
             self._submitter = _FrameJobs(self.spark, self._tag)
         return self._submitter
 
-    def run(self, func: Callable[[Any], Any], tasks: Iterable[Any]) -> Iterator[Any]:
+    def run(self, func: Callable[[Any], Any], tasks: Iterable[Any]) -> Generator[Any, None, None]:
         """Apply ``func`` to every task on the cluster; yield each result as soon as it is ready."""
         tasks = list(tasks)
         if not tasks:

@@ -13,7 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from olake_cli.core.contracts import BinaryCopyReader, BinaryCopySink, ChunkReader, ChunkSink
+from olake_cli.core.contracts import (BinaryCopyReader, BinaryCopySink, ChunkReader, ChunkSink, ResumableReader,
+                                     WireColumnsReader)
 from olake_cli.core.errors import OlakeError, SourceError, TransientError
 from olake_cli.shared.spool import Spool
 
@@ -104,15 +105,15 @@ def _attempt(job: ChunkJob) -> ScanResult:
         if result.error is not None:
             result.spool.remove(result.spool_path)
             result.spool_path = None
-    if result.error is None:
-        result.resume_point = getattr(job.reader, "resume_point", lambda: None)()
+    if result.error is None and isinstance(job.reader, ResumableReader):
+        result.resume_point = job.reader.resume_point()
     return result
 
 
 def _encode_chunk(job: ChunkJob, result: ScanResult, spool) -> None:
     from olake_cli.core.record_lines import encode_records
 
-    wire_columns = getattr(job.reader, "wire_columns", None)
+    wire_columns = job.reader.wire_columns if isinstance(job.reader, WireColumnsReader) else None
     for batch in job.reader.read_batches():
         if batch.num_rows == 0:
             continue
@@ -131,7 +132,7 @@ def _sink_chunk(job: ChunkJob, result: ScanResult) -> None:
             result.rows, result.warnings = job.sink.write_copy(job.namespace, job.stream, job.load_id,
                                                                job.chunk_index, job.reader.copy_rows(casts))
             return
-    wire_columns = getattr(job.reader, "wire_columns", None)
+    wire_columns = job.reader.wire_columns if isinstance(job.reader, WireColumnsReader) else None
     batches = ((b, wire_columns(b) if wire_columns else None) for b in job.reader.read_batches() if b.num_rows)
     result.rows, result.warnings = job.sink.write(job.namespace, job.stream, job.load_id, job.chunk_index,
                                                   job.load_op_key, job.json_schema, batches, job.key_columns)

@@ -9,6 +9,7 @@ from typing import Any, BinaryIO, Callable
 
 from olake_cli.core.catalog import load_catalog
 from olake_cli.core.config import load_config
+from olake_cli.core.contracts import ChunkSink
 from olake_cli.core.errors import ConfigError
 from olake_cli.core.locks import acquire, lock_state
 from olake_cli.core.messages import MessageWriter
@@ -154,9 +155,9 @@ def check_state_folder(state_path: str | None) -> None:
         raise ConfigError(f"--state {state_path}: the folder '{folder}' does not exist (create it, or fix the path)")
 
 
-def _check_shared_path(sink, target, dest_path: str, dest_config: dict[str, Any]) -> None:
+def _check_shared_path(sink: ChunkSink | None, target, dest_path: str, dest_config: dict[str, Any]) -> None:
     """Tasks on a cluster write the destination's files: refuse unless every executor sees the path."""
-    if sink is not None and getattr(sink, "writes_local_files", True) and not target.local \
+    if sink is not None and sink.writes_local_files and not target.local \
             and not dest_config.get("shared_path"):
         raise ConfigError(f"{dest_path}: with the Spark master '{target.label}' the tasks write the destination's "
                           f"files on the executors' own disks; set \"shared_path\": true if every executor "

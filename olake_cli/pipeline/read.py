@@ -17,7 +17,7 @@ from olake_cli.core import messages
 from olake_cli.core.catalog import Catalog, CatalogStream
 from olake_cli.core.errors import OlakeError, SchemaDrift, SnapshotLostError, SourceChangedError
 from olake_cli.core.pipeline_identity import PipelineIdentity
-from olake_cli.core.contracts import ChangeCapture, ReadSession, Source
+from olake_cli.core.contracts import ChangeCapture, ChunkRunner, ChunkSink, ReadSession, Source
 from olake_cli.core.resync import is_resync_marker
 from olake_cli.core.schema_change import INCOMPATIBLE, olake_type_of, type_change
 from olake_cli.core.schema_drift import (apply_to_catalog, changed_columns, column_type, needs_reload,
@@ -107,7 +107,8 @@ class ReadPipeline:
     """Runs ``olake read`` for one source, catalog and state, writing protocol messages to ``out``."""
 
     def __init__(self, source: Source, catalog: Catalog, state: State, out: messages.MessageWriter,
-                 runner, log: Callable[[str], None], sink: Any = None, view: ProgressView | None = None,
+                 runner: ChunkRunner, log: Callable[[str], None], sink: ChunkSink | None = None,
+                 view: ProgressView | None = None,
                  clock: Callable[[], int] = messages.now_ms, on_source_open: Callable[[], None] = lambda: None,
                  tables: Callable[[Any], None] | None = None, pipeline: PipelineIdentity | None = None) -> None:
         self.source, self.catalog, self.state, self.out = source, catalog, state, out
@@ -153,7 +154,7 @@ class ReadPipeline:
             self.progress.run_finished({s.label: (self.state.find(s.namespace, s.name) or _NO_STATE).position_text()
                                         for s in streams})
 
-    def _run_streams(self, streams: list[CatalogStream], session) -> None:
+    def _run_streams(self, streams: list[CatalogStream], session: ReadSession) -> None:
         """Full loads and incremental passes, then change capture; a final STATE; raise the first error."""
         from olake_cli.pipeline.changes import capturing, run_change_phase
 
@@ -162,7 +163,7 @@ class ReadPipeline:
                for s in streams):
             # a full load follows and every input has been checked: the JVM starts while the driver
             # exports the snapshot and plans the chunks
-            getattr(self.runner, "prestart", lambda: None)()
+            self.runner.prestart()
         with session:
             runs = [self._prepare(stream, session) for stream in streams]
             self._scan_all(runs, session)
@@ -300,7 +301,7 @@ class ReadPipeline:
              extra_data: dict[str, Any] | None = None) -> ChunkJob:
         return ChunkJob(stream=stream.name, namespace=stream.namespace, chunk_index=index, reader=reader,
                         json_schema=stream.json_schema, key_columns=session.key_columns(stream),
-                        extra_data=extra_data, spool=getattr(self.runner, "spool", None))
+                        extra_data=extra_data, spool=self.runner.spool)
 
     def _scan_all(self, runs: list[StreamRun], session: ReadSession) -> None:
         """Scan every run's jobs; streams whose schema drifted are announced wider and read again."""
@@ -336,7 +337,7 @@ class ReadPipeline:
                 if not pending[run.stream.key] and run.stream.key not in drifted:
                     self._stream_done(run)
                 if isinstance(result.error, (SourceChangedError, SnapshotLostError)):  # later chunks would fail too
-                    getattr(scans, "close", lambda: None)()  # no further chunk starts; those in flight are cancelled
+                    scans.close()  # no further chunk starts; those in flight are cancelled
                     return drifted
         return drifted
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import copy
 import threading
-from typing import Any, Callable
+from typing import Callable
 
 from olake_cli.core.catalog import Catalog
+from olake_cli.core.contracts import ChunkRunner, ChunkSink, Destination, Source
 from olake_cli.core.messages import MessageWriter, now_ms
 from olake_cli.core.pipeline_identity import PipelineIdentity
 from olake_cli.core.state import FileStateStore, State
@@ -23,9 +24,9 @@ from olake_cli.pipeline.read import ReadPipeline
 from olake_cli.pipeline.write import WritePipeline
 
 
-def run_in_process(source, destination, catalog: Catalog, state: State, store: FileStateStore | None,
-                   sink: Any, runner, out: MessageWriter, log: Callable[[str], None],
-                   view: ProgressView | None = None, clock: Callable[[], int] = now_ms,
+def run_in_process(source: Source, destination: Destination, catalog: Catalog, state: State,
+                   store: FileStateStore | None, sink: ChunkSink | None, runner: ChunkRunner, out: MessageWriter,
+                   log: Callable[[str], None], view: ProgressView | None = None, clock: Callable[[], int] = now_ms,
                    on_source_open: Callable[[], None] = lambda: None, pipeline: PipelineIdentity | None = None) -> None:
     """Run ReadPipeline into a pipe drained by WritePipeline in a thread; re-raise the first failure.
 

@@ -17,21 +17,24 @@ import orjson
 from olake_cli.core import messages
 from olake_cli.core.catalog import Catalog, parse_catalog
 from olake_cli.core.codec_decode import decode_rows
+from olake_cli.core.contracts import BackgroundCommits, Destination, RunSummary
 from olake_cli.core.errors import (CatalogError, DestinationError, OlakeError, ProtocolError, TransientError,
                                    UpstreamError)
 from olake_cli.core.faults import crash_point
 from olake_cli.core.input_end import InputEnd, committed_text
 from olake_cli.core.interrupts import signals_held
+from olake_cli.core.opid import OpId
 from olake_cli.core.record_block import BlockDecoder
 from olake_cli.core.record_lines import record_prefix
 from olake_cli.core.row_hooks import RowHooks, catalog_hooks
-from olake_cli.core.row_metadata import OP
+from olake_cli.core.row_metadata import OP, OP_ID
 from olake_cli.core.schema_change import SchemaDiff, compare_columns, olake_type_of
 from olake_cli.core.schema_drift import apply_to_catalog, changed_columns, column_type, explained
 from olake_cli.core.state import FileStateStore, State, parse_state
 from olake_cli.core.validation import validate_message
 from olake_cli.pipeline.in_process import ChangeTable
 from olake_cli.pipeline.stdin_runs import RunReader, blocks_of
+from olake_cli.pipeline.stream_buffer import StreamBuffers
 
 BATCH_ROWS = 20_000  # line-path records decoded (and so checked) together
 COMMITS_AHEAD = 2  # commits a destination may have under way while the input goes on
@@ -40,11 +43,12 @@ COMMITS_AHEAD = 2  # commits a destination may have under way while the input go
 class WritePipeline:
     """Drives a destination from a stream of protocol messages (``olake write``)."""
 
-    def __init__(self, destination, catalog: Catalog | None, state_store: FileStateStore | None,
+    def __init__(self, destination: Destination, catalog: Catalog | None, state_store: FileStateStore | None,
                  out: messages.MessageWriter, log: Callable[[str], None], rows_by_tasks: Callable[[], int] = int,
                  pass_traces: bool = False, before_open: Callable[[], None] = lambda: None) -> None:
         self.destination, self.catalog, self.store = destination, catalog, state_store
         self.out, self.log = out, log
+        self.buffers = StreamBuffers(destination, log)  # each stream's rows until a STATE commits them
         self.keys: set[tuple] = set()
         self.prefixes: dict[bytes, tuple[tuple, BlockDecoder]] = {}  # record_prefix -> stream, decoder
         self.decoders: dict[tuple, BlockDecoder] = {}
@@ -85,13 +89,13 @@ class WritePipeline:
         except BaseException:
             self._settle_after_failure()
             raise
-        uncommitted = self.opened and self.destination.has_uncommitted()  # never made live: the errors say so
+        uncommitted = self.opened and self.buffers.has_uncommitted()  # never made live: the errors say so
         by_tasks = self.rows_by_tasks()
         tasks = f" (plus {by_tasks} row(s) written by the Spark tasks)" if by_tasks else ""
         if self.records or self.states or by_tasks:
             self.log(f"wrote {self.records} record(s){tasks}, committed {self.states} state(s) "
                      f"from {runs.lineno} line(s)")
-        if self.opened and hasattr(self.destination, "summary"):
+        if self.opened and isinstance(self.destination, RunSummary):
             self.log(self.destination.summary())
         if self.upstream_error:  # the reader printed its error: this line points to it, once
             message, failure_type = self.upstream_error
@@ -163,9 +167,17 @@ class WritePipeline:
             if end > start:
                 self._add_rows(key, rows[start:end], linenos[start:end])
             if end < len(rows):
-                self.destination.add(key, rows[end])  # a truncate drops what came before it
-                self.records += 1
+                self._truncate(key, rows[end], linenos[end])  # a truncate drops what came before it
             start = end + 1
+
+    def _truncate(self, key: tuple, row: dict, lineno: int) -> None:
+        """A truncate record: the stream's rows before it are dropped, and the stream emptied at the commit."""
+        try:
+            op_key = None if row.get(OP_ID) is None else OpId.from_json(row[OP_ID]).to_key()
+        except OlakeError as exc:
+            raise ProtocolError(f"stdin line {lineno}: {exc.message}") from None
+        self.buffers.truncate(key, op_key)
+        self.records += 1
 
     def _add_rows(self, key: tuple, rows: list[dict], linenos: list[int]) -> None:
         decoder, warnings = self.decoders[key], []
@@ -176,12 +188,12 @@ class WritePipeline:
         self._add_table(key, table, warnings)
 
     def _add_table(self, key: tuple, table, warnings: list[str]) -> None:
-        """Decoded records to the destination, through the stream's row filter and transform if any."""
+        """Decoded records to their stream's buffer, through the stream's row filter and transform if any."""
         self.records += table.num_rows
         if key in self.hooks:
             table = self.hooks[key].apply(table)
         if table.num_rows:
-            self.destination.add_table(key, table, warnings)
+            self.buffers.add(key, table, warnings)
 
     def _bad_row(self, key: tuple, rows: list[dict], linenos: list[int]) -> OlakeError:
         """The error of the first row of a batch that failed to decode, naming its line, stream and column."""
@@ -245,24 +257,27 @@ class WritePipeline:
         """Commit the rows before a STATE with it, merge it into --state, echo it: as one step that an
         interrupt waits for, so a commit is made, saved and acknowledged, or not begun.
 
-        A destination that offers ``begin_commit`` commits on a thread of its own while the input goes
-        on, at most :data:`COMMITS_AHEAD` commits ahead; that thread saves and echoes each STATE once
-        its commit is made, in order, and the first failure stops the run here."""
-        state = parse_state(msg["state"], what="STATE message")
+        A destination that commits in the background (``BackgroundCommits``) does so while the input goes
+        on, at most :data:`COMMITS_AHEAD` commits ahead; its thread saves and echoes each STATE once its
+        commit is made, in order, and the first failure stops the run here."""
+        given = parse_state(msg["state"], what="STATE message")
         self._open()
-        begin = getattr(self.destination, "begin_commit", None)
-        if begin is None:
+        if not isinstance(self.destination, BackgroundCommits):
             with signals_held():
-                self._acknowledge(state, msg, self.destination.commit(state))
+                state, batches = self.buffers.take(given)
+                self.destination.commit(batches)
+                self._acknowledge(state, msg, given)
             return
-        self.pending.append(begin(state, lambda committed: self._acknowledge(state, msg, committed)))
+        state, batches = self.buffers.take(given)
+        self.pending.append(self.destination.begin_commit(batches, lambda: self._acknowledge(state, msg, given)))
         while self.pending and (len(self.pending) > COMMITS_AHEAD or self.pending[0].done()):
             self._settle_one()
 
-    def _acknowledge(self, state: State, msg: dict[str, Any], committed: State) -> None:
-        """A commit the destination made: merged into --state and echoed."""
-        if committed is not state:  # a stream whose data the destination lost is marked to load anew
-            state, msg = committed, messages.state_message(committed)
+    def _acknowledge(self, state: State, msg: dict[str, Any], given: State) -> None:
+        """A commit the destination made of ``state`` (for the STATE ``msg`` gave as ``given``): merged
+        into --state and echoed."""
+        if state is not given:  # a stream whose data the destination lost is marked to load anew
+            msg = messages.state_message(state)
         if self.store is not None:
             self.store.merge_and_save(state)
             crash_point("state-saved")
@@ -319,7 +334,7 @@ class WritePipeline:
             changed = list(diff.widened) + [c for c in changed_columns(mine, stream) if c in drift
                                             and c not in diff.widened]
             if changed:
-                self.destination.widen(stream)
+                self.buffers.widen(stream)
                 self.catalog.streams[self.catalog.streams.index(mine)] = stream
                 self._add_decoder(stream)
                 self.hooks.update(catalog_hooks(Catalog([stream])))
@@ -346,9 +361,9 @@ class WritePipeline:
         if self.opened or self.catalog is None:
             return
         self.before_open()
-        self.destination.open(self.catalog)
+        self.buffers.open(self.catalog)
         if self.known_state is not None:
-            self.destination.observe_state(self.known_state)  # which load the first records belong to
+            self.buffers.observe(self.known_state)  # which load the first records belong to
         self.opened = True
 
 

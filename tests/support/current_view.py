@@ -24,7 +24,7 @@ def current_view_sql(folder: str, columns: list[str], key: list[str], unchanged:
         return f"arg_max_null({q(c)}, _olake_op_id){kept} AS {q(c)}"
 
     values = ",\n  ".join(value(c) for c in columns if c not in key)
-    return (f"SELECT {keys},\n  {values}\nFROM read_parquet({lit(folder + '/*.parquet')}, union_by_name = true)\n"
+    return (f"SELECT {keys},\n  {values}\nFROM read_parquet({lit(folder + '/part-*.parquet')}, union_by_name = true)\n"
             f"GROUP BY {keys}\nHAVING arg_max_null(_olake_op, _olake_op_id) <> 'd'")
 
 

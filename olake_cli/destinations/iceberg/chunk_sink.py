@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from olake_cli.core import codec_decode, row_metadata
 from olake_cli.core.errors import DestinationError
-from olake_cli.destinations.iceberg.buffer import UNKNOWN_LOAD
+from olake_cli.core.load_progress import UNKNOWN_LOAD
 from olake_cli.destinations.iceberg.files import write_parquet
 from olake_cli.destinations.iceberg.schema import METADATA_FIELDS, conform
 

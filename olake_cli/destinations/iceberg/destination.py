@@ -14,32 +14,28 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
-import pyarrow as pa
-
 from olake_cli.core.catalog import Catalog, CatalogStream
+from olake_cli.core.contracts import CommitBatch
 from olake_cli.core.errors import ConfigError, DestinationError, OlakeError
-from olake_cli.core.state import State, StreamState
-from olake_cli.destinations.iceberg.buffer import DECODE_EVERY, StreamBuffer
 from olake_cli.destinations.iceberg.chunk_sink import IcebergChunkSink, SinkTable
 from olake_cli.destinations.iceberg.commit import CommitOptions, commit_stream
 from olake_cli.destinations.iceberg.config import (lock_path, open_catalog, parse_config, prepare_embedded,
                                                     probe_warehouse, redact)
-from olake_cli.destinations.iceberg.files import write_rows
-from olake_cli.destinations.iceberg.merge import TOAST
 from olake_cli.destinations.iceberg.retype import replace_now, replaced_columns, replacement
 from olake_cli.destinations.iceberg.rewrite import converts
+from olake_cli.destinations.iceberg.stream import IcebergStream
 from olake_cli.destinations.iceberg.tables import (check_table, create_table, evolve_table, has_rows, load_table,
                                                    olake_properties)
 
 
 class IcebergDestination:
-    """Buffers records per stream; each STATE commits the rows before it with that state."""
+    """Each STATE commits the rows before it with that state, one table transaction per stream."""
 
     def __init__(self, config: dict[str, Any], log: Callable[[str], None]) -> None:
         self.cfg = parse_config(config)
         self.log = log
         self._catalog: Any = None
-        self.buffers: dict[tuple, StreamBuffer] = {}
+        self.streams: dict[tuple, IcebergStream] = {}
         self.sink: IcebergChunkSink | None = None
         self.options = CommitOptions(self.cfg.soft_delete, self.cfg.compression, log)
 
@@ -81,7 +77,7 @@ class IcebergDestination:
 
     def open(self, catalog: Catalog) -> None:
         """Create or check every selected stream's table (all are checked before any is changed)."""
-        streams = [s for s in catalog.selected_streams() if s.key not in self.buffers]
+        streams = [s for s in catalog.selected_streams() if s.key not in self.streams]
         found = {}
         for stream in streams:
             identifier = self.cfg.table_identifier(stream.namespace, stream.name)
@@ -97,9 +93,13 @@ class IcebergDestination:
                 table = evolve_table(table, stream, replaced)
                 self.log(f"{stream.label}: table {'.'.join(identifier)} gained or widened columns")
             self._adopt_table(stream, identifier, table)
-            self._replace_columns(self.buffers[stream.key], replaced)
+            self._replace_columns(self.streams[stream.key], replaced)
 
-    def _replace_columns(self, buf: StreamBuffer, replaced: list[str]) -> None:
+    def stream_target(self, key: tuple) -> IcebergStream | None:
+        """An opened stream."""
+        return self.streams.get(key)
+
+    def _replace_columns(self, buf: IcebergStream, replaced: list[str]) -> None:
         """Columns whose type Iceberg cannot promote take the stream's type: in the next commit, which
         converts the table's rows, when their values convert (see rewrite.py); else at once in an empty
         table, or in the commit that swaps the stream's new load in (see retype.py)."""
@@ -121,15 +121,12 @@ class IcebergDestination:
 
     def _adopt_table(self, stream: CatalogStream, identifier: tuple[str, str], table: Any) -> None:
         committed, watermark, staged = olake_properties(table)
-        buf = StreamBuffer(stream, identifier, table, list(stream.primary_key_columns), committed,
-                           watermark, staged)
-        inner = (committed or {}).get("stream_state") or {}
-        buf.load_id = inner.get("load_id") or buf.load_id
-        buf.load_op_key = inner.get("load_op_key")
-        self.buffers[stream.key] = buf
+        buf = IcebergStream(stream, identifier, table, list(stream.primary_key_columns), self.cfg.rows_per_file,
+                            self.cfg.compression, committed, watermark, staged)
+        self.streams[stream.key] = buf
         self._register_sink(buf)
 
-    def _register_sink(self, buf: StreamBuffer) -> None:
+    def _register_sink(self, buf: IcebergStream) -> None:
         if self.sink is not None:
             table, schema = buf.table, buf.write_metadata.schema()
             self.sink.tables[buf.stream.key] = SinkTable(table.location(), schema.model_dump_json(),
@@ -144,36 +141,9 @@ class IcebergDestination:
         table = load_table(self.catalog, self.cfg.table_identifier(stream.namespace, stream.name))
         return None if table is None else olake_properties(table)[0]
 
-    def add(self, key: tuple, data: dict) -> None:
-        """Buffer one record's data (full-load rows are written to files as they accumulate)."""
-        buf = self.buffers[key]
-        buf.add(data)
-        if len(buf.load_rows) >= DECODE_EVERY:
-            buf.decode_load(self.log)
-            if buf.load_table_rows >= self.cfg.rows_per_file:
-                self._spill(buf)
-        elif len(buf.change_rows) >= DECODE_EVERY:
-            buf.decode_changes(self.log)
-
-    def add_table(self, key: tuple, table: pa.Table, warnings: list[str]) -> None:
-        """Buffer rows already decoded to the stream's destination types, with their _olake_* columns."""
-        buf = self.buffers[key]
-        buf.add_table(table, warnings, self.log)
-        if buf.load_table_rows >= self.cfg.rows_per_file:
-            self._spill(buf)
-
-    def _spill(self, buf: StreamBuffer) -> None:
-        """Write the decoded full-load rows as data files (referenced at the next commit)."""
-        table = buf.take_load(self.log)
-        if table is not None:
-            buf.written += write_rows(buf.write_metadata, buf.table.io, table.drop_columns([TOAST]),
-                                      self.cfg.compression)
-
     def widen(self, stream: CatalogStream) -> None:
         """Later records of ``stream`` use its new, wider schema: the table gains or widens columns."""
-        buf = self.buffers[stream.key]
-        buf.decode_load(self.log)
-        buf.decode_changes(self.log)
+        buf = self.streams[stream.key]
         replaced = replaced_columns(buf.table, stream)
         if check_table(buf.table, stream, replaced):
             buf.table = evolve_table(buf.table, stream, replaced)
@@ -181,33 +151,15 @@ class IcebergDestination:
         buf.stream = stream
         self._replace_columns(buf, replaced)
 
-    def observe_state(self, state: State) -> None:
-        """Learn which load the records that follow belong to (and the rank of its rows)."""
-        for ss in state.streams:
-            buf = self.buffers.get(ss.key)
-            extra = ss.extra or {}
-            if buf is not None and extra.get("load_id") and extra["load_id"] != buf.load_id:
-                buf.decode_load(self.log)
-                buf.load_id = extra["load_id"]
-            if buf is not None and extra.get("load_op_key"):
-                buf.load_op_key = extra["load_op_key"]
+    def commit(self, batches: list[CommitBatch]) -> None:
+        """Commit each batch's rows with its stream state, one table at a time."""
+        for batch in batches:
+            self._commit_stream(self.streams[batch.state.key], batch)
 
-    def commit(self, state: State) -> State:
-        """Commit every buffered record of the streams ``state`` names, with it, one table at a time;
-        returns ``state``, or a copy in which a stream whose table lost its load is a re-sync marker."""
-        streams = []
-        for ss in state.streams:
-            buf = self.buffers.get(ss.key)
-            streams.append(ss if buf is None else self._commit_stream(buf, ss))
-        if any(new is not old for new, old in zip(streams, state.streams)):
-            state = State(state.level, state.version, streams)
-        self.observe_state(state)
-        return state
-
-    def _commit_stream(self, buf: StreamBuffer, ss: StreamState) -> StreamState:
+    def _commit_stream(self, buf: IcebergStream, batch: CommitBatch) -> None:
         """One table's commit (``commit.commit_stream``), its errors as one DestinationError line."""
         try:
-            return commit_stream(buf, ss, self.options)
+            commit_stream(buf, batch, self.options)
         except OlakeError:
             raise
         except OSError as exc:
@@ -215,7 +167,3 @@ class IcebergDestination:
         except Exception as exc:  # pyiceberg and catalog errors come in many types
             raise DestinationError(f"iceberg: {buf.stream.label}: commit failed: {type(exc).__name__}: "
                                    f"{redact(str(exc), self.cfg)}") from None
-
-    def has_uncommitted(self) -> bool:
-        """Whether records arrived that no STATE has covered yet (they are never committed)."""
-        return any(buf.has_rows() for buf in self.buffers.values())

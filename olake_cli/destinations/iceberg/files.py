@@ -135,3 +135,12 @@ def with_spec(data_file: DataFile, spec_id: int) -> DataFile:
     """``data_file`` with its partition spec id set (``DataFile.from_args`` does not keep it)."""
     data_file.spec_id = spec_id
     return data_file
+
+
+def delete_quietly(io: FileIO, files: list) -> None:
+    """Delete data files (or paths) no commit references (best effort: a leftover is harmless)."""
+    for item in files:
+        try:
+            io.delete(item if isinstance(item, str) else item.file_path)
+        except OSError:
+            pass

@@ -23,6 +23,7 @@ from pyiceberg.table.update import (AddSchemaUpdate, AssertCurrentSchemaId, SetC
 from pyiceberg.types import NestedField
 
 from olake_cli.core.catalog import CatalogStream
+from olake_cli.core.contracts import CommitBatch
 from olake_cli.core.errors import DestinationError
 from olake_cli.destinations.iceberg.schema import check_evolution, stream_iceberg_schema
 
@@ -66,16 +67,18 @@ def replacement(table: Table, stream: CatalogStream, replaced: list[str]) -> Tab
     return update_table_metadata(metadata, _updates(schema))
 
 
-def check_pending_rows(buf: Any, new_load: bool) -> None:
+def check_pending_rows(target: Any, batch: CommitBatch) -> None:
     """A DestinationError, before anything is committed, when rows other than a new load's arrive while
-    columns wait to change type (``buf``: a StreamBuffer with a pending ``replacement``)."""
-    if not (buf.change_rows or buf.change_tables or (not new_load and buf.has_rows())):
+    columns wait to change type (``target``: an IcebergStream with a pending ``replacement``)."""
+    new_load = batch.new_load or (target.staged or {}).get("load_id") == batch.load_id
+    rows = batch.load is not None or bool(target.written) or batch.truncated
+    if batch.changes is None and (new_load or not rows):
         return
-    before = {f.name: f for f in buf.table.schema().fields}
+    before = {f.name: f for f in target.table.schema().fields}
     changes = ", ".join(f"'{f.name}' {before[f.name].field_type} -> {f.field_type}"
-                        for f in buf.replacement.schema().fields
+                        for f in target.replacement.schema().fields
                         if f.name in before and before[f.name].field_id != f.field_id)
-    raise DestinationError(f"iceberg: {buf.stream.label}: column type change(s) Iceberg cannot make in place: "
+    raise DestinationError(f"iceberg: {target.stream.label}: column type change(s) Iceberg cannot make in place: "
                            f"{changes}; only a new load of the stream can bring rows of the new type (a "
                            f"catalog whose column type changed loads the stream anew); nothing was committed")
 

@@ -39,7 +39,7 @@ def converts(table: Table, stream: CatalogStream, replaced: list[str]) -> bool:
 
 def rewrite(txn: Transaction, buf: Any, compression: str) -> None:
     """In ``txn``: make ``buf.replacement`` current, with the table's live rows and ``buf``'s uncommitted
-    files (``written``, ``staged``) converted to it (``buf``: the stream's StreamBuffer)."""
+    files (``written``, ``staged``) converted to it (``buf``: the stream's IcebergStream)."""
     target: TableMetadata = buf.replacement
     committed, io = txn.table_metadata, buf.table.io
     make_current(txn, target)

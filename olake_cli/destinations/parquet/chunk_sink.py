@@ -22,11 +22,12 @@ from typing import Any, Iterable
 import pyarrow as pa
 
 from olake_cli.core import codec_decode, row_metadata
+from olake_cli.core.load_progress import UNKNOWN_LOAD
 from olake_cli.destinations.parquet.commit_plan import chunk_listed
 from olake_cli.destinations.parquet.paths import StreamPaths, chunk_file_name
 from olake_cli.shared.object_store import S3Options
 from olake_cli.destinations.parquet.storage import Store
-from olake_cli.destinations.parquet.writer import UNKNOWN_LOAD, append_metadata, conform, file_schema
+from olake_cli.destinations.parquet.file_schema import append_metadata, conform, file_schema
 
 ROW_GROUP_ROWS = 100_000  # converted rows a task gathers before writing them as one row group
 

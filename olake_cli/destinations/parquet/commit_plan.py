@@ -31,15 +31,16 @@ def commit_key(ss: StreamState) -> str:
     return hashlib.sha1(orjson.dumps(ss.to_dict(), option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
 
 
-def next_manifest(current: Manifest, ss: StreamState, load_id: str,
+def next_manifest(current: Manifest, ss: StreamState, merged: dict, load_id: str,
                   files: dict[tuple[str, str], list[str]], truncated_into: str | None) -> Manifest:
-    """The manifest after committing ``ss`` with new ``files`` ((dir id, its load id) -> final names).
+    """The manifest after committing ``ss`` with new ``files`` ((dir id, its load id) -> final names);
+    ``merged``: the stream state it records (``ss`` merged over the one committed before).
 
     ``truncated_into``: a TRUNCATE was seen; rows after it went to this new directory, which replaces
     the load's directory (the files before the truncate stop being live).
     """
     new = copy.deepcopy(current)
-    new.commit, new.retired, new.state = current.commit + 1, [], ss.to_dict()
+    new.commit, new.retired, new.state = current.commit + 1, [], merged
     if truncated_into is not None:
         old_dir = new.dir_of(load_id)
         new.loads[truncated_into] = {"load_id": load_id, "files": []}

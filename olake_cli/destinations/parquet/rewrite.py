@@ -44,7 +44,7 @@ def rewrite_load(store: Any, buf: Any, schema: pa.Schema, compression: str | Non
                  conform: Any) -> None:
     """Convert ``buf``'s current load (committed files and spills) to ``schema`` into the directory that
     replaces the load's at the next commit (``buf.truncated_into``); ``conform(table, schema, label)``
-    casts a table (``buf``: the stream's StreamBuffer)."""
+    casts a table (``buf``: the stream's ParquetStream)."""
     label = buf.stream.label
     carried = buf.truncated_into is None  # (after a truncate, the committed files are not carried)
     old_dir = buf.manifest.dir_of(buf.load_id)
@@ -57,6 +57,9 @@ def rewrite_load(store: Any, buf: Any, schema: pa.Schema, compression: str | Non
             os.remove(path)
             if path in buf.spill_names:
                 buf.spill_names[moved] = buf.spill_names.pop(path)
+            if path in buf.load_spills:  # (full-load rows: dropped if the commit finds them a replay)
+                buf.load_spills.discard(path)
+                buf.load_spills.add(moved)
             dir_id, path = buf.truncated_into, moved
         kept.append((dir_id, file_load, path))
     buf.spills = kept

@@ -138,6 +138,16 @@ def _keys(alias: str, table) -> sql.Composable:
     return sql.SQL(", ").join(sql.SQL("{}.{}").format(sql.Identifier(alias), sql.Identifier(k)) for k in table.key)
 
 
+def keep_versions(conn, table, rule: ConflictRule) -> None:
+    """Before a change of column types that rewrites the table (inside that transaction, which then
+    commits under the origin): every row's version is written to ``_olake.row_versions`` by this
+    transaction. The rewrite gives every row this transaction's ``xmin``, which would make each row
+    look like a write of its own at the rewrite's time (changes committed at the source before it would
+    lose); the entries written here are the rows' versions again once it commits."""
+    conn.execute(sql.SQL(_KEEP_VERSIONS_SQL).format(target=table.qualified, tkeys=_keys("t", table)),
+                 {"schema": table.ident[0], "table": table.ident[1], "local": rule.local_origin})
+
+
 def prepare_table(conn, table, horizon_hours: float) -> None:
     """Make a keyed table ready for two-way applies (inside the caller's transaction): local deletes
     leave tombstones, and versions older than the horizon are forgotten."""
@@ -154,6 +164,22 @@ def prepare_table(conn, table, horizon_hours: float) -> None:
 
 _ORIGIN_NAME = "CASE {c}.roident WHEN 0 THEN %(local)s ELSE (SELECT o.roname FROM pg_replication_origin o " \
                "WHERE o.roident = {c}.roident) END"
+_KEEP_VERSIONS_SQL = f"""
+INSERT INTO _olake.row_versions AS v (table_schema, table_name, key, commit_ts, origin, deleted)
+SELECT * FROM (
+    SELECT %(schema)s, %(table)s, ROW({{tkeys}})::text,
+           CASE WHEN o.xmin = t.xmin THEN coalesce(o.commit_ts, oc.timestamp) ELSE tc.timestamp END AS commit_ts,
+           CASE WHEN o.xmin = t.xmin THEN coalesce(o.origin, {_ORIGIN_NAME.format(c="oc")})
+                ELSE {_ORIGIN_NAME.format(c="tc")} END, false
+    FROM {{target}} t
+    LEFT JOIN _olake.row_versions o
+           ON o.table_schema = %(schema)s AND o.table_name = %(table)s AND o.key = ROW({{tkeys}})::text
+    LEFT JOIN LATERAL pg_xact_commit_timestamp_origin(t.xmin) tc ON true
+    LEFT JOIN LATERAL pg_xact_commit_timestamp_origin(o.xmin) oc ON true
+) known WHERE known.commit_ts IS NOT NULL
+ON CONFLICT (table_schema, table_name, key) DO UPDATE SET
+    commit_ts = EXCLUDED.commit_ts, origin = EXCLUDED.origin, deleted = false
+"""
 _VERSION_OF_ROW = "(v.xmin = s._olake_xmin OR (s._olake_xmin IS NULL AND v.deleted))"
 _DECIDE_SQL = f"""
 WITH d AS (

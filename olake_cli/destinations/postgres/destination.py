@@ -14,37 +14,36 @@ from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any, Callable
 
-import pyarrow as pa
-
 from olake_cli.core.catalog import Catalog, CatalogStream
+from olake_cli.core.contracts import CommitBatch
 from olake_cli.core.errors import ConfigError
 from olake_cli.core.locks import host_lock_path
-from olake_cli.core.state import State
 from olake_cli.destinations.postgres import bookkeeping
 from olake_cli.destinations.postgres.apply import Applied, ChangeApplier
-from olake_cli.destinations.postgres.buffer import StreamBuffer
 from olake_cli.destinations.postgres.chunk_sink import PostgresChunkSink
 from olake_cli.destinations.postgres.commit import CommitContext, StreamCommit, prepare_commit, send_commit
 from olake_cli.destinations.postgres.commit_queue import CommitQueue
 from olake_cli.destinations.postgres.config import TargetSettings
-from olake_cli.destinations.postgres.conflicts import ConflictRule, prepare_table
+from olake_cli.destinations.postgres.conflicts import ConflictRule, keep_versions, prepare_table
 from olake_cli.destinations.postgres.load_copy import passthrough_casts
-from olake_cli.destinations.postgres.session import classify, ensure_origin, open_connection
+from olake_cli.destinations.postgres.session import classify, commit_under_origin, ensure_origin, open_connection
+from olake_cli.destinations.postgres.stream import PostgresStream
 from olake_cli.destinations.postgres.tables import (TargetTable, check_table, create_table, evolve,
-                                                    existing_columns, plan_table, unique_keys)
+                                                    existing_columns, plan_table, retyped_columns, unique_keys)
 
 _MIN_CONFLICT_VERSION = 140000  # pg_xact_commit_timestamp_origin
 
 
 class PostgresDestination:
-    """Buffers records per stream; each STATE commits the rows before it with that state."""
+    """Each STATE commits the rows before it with that state, one transaction per stream, on a commit
+    thread of its own."""
 
     def __init__(self, config: dict[str, Any], log: Callable[[str], None]) -> None:
         self.settings = TargetSettings.from_config(config)
         self.log = log
         self._conn: Any = None
         self._context: CommitContext | None = None
-        self.buffers: dict[tuple, StreamBuffer] = {}
+        self.streams: dict[tuple, PostgresStream] = {}
         self.sink: PostgresChunkSink | None = None
         self.totals = Applied()
         self._commits: CommitQueue | None = None
@@ -98,7 +97,7 @@ class PostgresDestination:
         """Spark tasks of ``sync`` COPY their full-load chunks into the target themselves."""
         if self.sink is None:
             self.sink = PostgresChunkSink(self.settings)
-            for buf in self.buffers.values():
+            for buf in self.streams.values():
                 self.sink.tables[buf.stream.key] = buf.table
         return self.sink
 
@@ -106,7 +105,7 @@ class PostgresDestination:
 
     def open(self, catalog: Catalog) -> None:
         """Create or check every selected stream's table (all are checked before any is created)."""
-        streams = [s for s in catalog.selected_streams() if s.key not in self.buffers]
+        streams = [s for s in catalog.selected_streams() if s.key not in self.streams]
         self._settle()
         conn = self.context.conn
         try:
@@ -123,7 +122,7 @@ class PostgresDestination:
             raise ConfigError(f"postgres destination: stream {stream.label} has no primary key; its changes "
                               f"cannot be applied to a table by key (copy it with full_refresh instead)")
         ident = self.settings.table_of(stream.namespace, stream.name)
-        taken = [b.stream.label for b in self.buffers.values() if b.table.ident == ident]
+        taken = [b.stream.label for b in self.streams.values() if b.table.ident == ident]
         if taken:
             raise ConfigError(f"postgres destination: streams {taken[0]} and {stream.label} would both write "
                               f"table {ident[0]}.{ident[1]}; set 'schema' and 'table_prefix' apart")
@@ -134,12 +133,13 @@ class PostgresDestination:
         return plan, existing
 
     def _prepare(self, conn, stream: CatalogStream, plan: TargetTable, existing: dict | None) -> None:
+        kept = False
         if existing is None:
             create_table(conn, plan)
             bookkeeping.forget_table(conn, plan.ident)  # what a table dropped outside olake had committed
             self.log(f"{stream.label}: created table {plan.describe()}")
         else:
-            changed = evolve(conn, plan, existing)
+            changed, kept = self._evolve(conn, plan, existing)
             if changed:
                 self.log(f"{stream.label}: added or widened column(s) {', '.join(changed)} of table "
                          f"{plan.describe()}")
@@ -147,30 +147,48 @@ class PostgresDestination:
         if self.context.applier.rule is not None and plan.key:
             prepare_table(conn, plan, self.settings.tombstone_hours)
         committed = bookkeeping.committed_state(conn, plan.ident, self.settings.origin)
-        conn.commit()
-        buf = StreamBuffer(stream, plan, committed.state, committed.max_op_id, committed.at)
+        self._commit_ddl(conn, kept)
+        target = PostgresStream(stream, plan, committed.state, committed.max_op_id, committed.at)
         inner = (committed.state or {}).get("stream_state") or {}
-        buf.load_id = inner.get("load_id") or buf.load_id
-        buf.load_op_key = inner.get("load_op_key")
         if any(c.get("status") == "succeed" for c in inner.get("chunks") or []):
-            buf.resumed_load = inner.get("load_id")
-        self.buffers[stream.key] = buf
+            target.resumed_load = inner.get("load_id")
+        self.streams[stream.key] = target
         if self.sink is not None:
             self.sink.tables[stream.key] = plan
 
+    def _evolve(self, conn, plan: TargetTable, existing: dict) -> tuple[list[str], bool]:
+        """``tables.evolve``; where conflicts are decided, the rows' versions are kept first when a column
+        changes type (``conflicts.keep_versions``). The columns changed, and whether versions were kept."""
+        rule = self.context.applier.rule
+        kept = rule is not None and bool(plan.key) and bool(retyped_columns(plan, existing))
+        if kept:
+            keep_versions(conn, plan, rule)
+        return evolve(conn, plan, existing), kept
+
+    def _commit_ddl(self, conn, kept: bool) -> None:
+        """Commit a table's preparation; after rows' versions were kept, under the origin, so that a row
+        the rewrite touched and whose version was unknown counts as this destination's write."""
+        if kept:
+            commit_under_origin(conn, self.settings.origin, step="postgres-ddl")
+        else:
+            conn.commit()
+
+    def stream_target(self, key: tuple) -> PostgresStream | None:
+        """An opened stream."""
+        return self.streams.get(key)
+
     def widen(self, stream: CatalogStream) -> None:
         """Later records of ``stream`` follow its wider schema: columns are added or widened in place."""
-        buf = self.buffers[stream.key]
-        buf.decode(self.log)
+        buf = self.streams[stream.key]
         self._settle()
         conn = self.context.conn
         try:
             plan = plan_table(conn, stream, buf.table.ident, self.settings.metadata_columns, self.log)
             keys, existing = unique_keys(conn, plan.ident), existing_columns(conn, plan.ident) or {}
-            changed = evolve(conn, check_table(plan, existing, keys, widen=True), existing)
+            changed, kept = self._evolve(conn, check_table(plan, existing, keys, widen=True), existing)
             plan = check_table(plan, existing_columns(conn, plan.ident) or {}, keys)
             self.context.applier.forget(plan.ident)
-            conn.commit()
+            self._commit_ddl(conn, kept)
         except Exception as exc:
             _rollback_quietly(conn)
             raise classify(exc, self.settings, f"widening table {buf.table.describe()}") from None
@@ -180,59 +198,29 @@ class PostgresDestination:
         if self.sink is not None:
             self.sink.tables[stream.key] = plan
 
-    # -- records and commits --------------------------------------------------------------------
+    # -- commits --------------------------------------------------------------------------------
 
-    def add(self, key: tuple, data: dict) -> None:
-        """Buffer one record's data."""
-        self.buffers[key].add(data, self.log)
+    def commit(self, batches: list[CommitBatch]) -> None:
+        """Commit each batch's rows with its stream state, one transaction each."""
+        self.begin_commit(batches, lambda: None).result()
 
-    def add_table(self, key: tuple, table: pa.Table, warnings: list[str]) -> None:
-        """Buffer rows already decoded to the stream's destination types, with their _olake_* columns."""
-        self.buffers[key].add_table(table, warnings, self.log)
-
-    def observe_state(self, state: State) -> None:
-        """Learn which load the records that follow belong to."""
-        for ss in state.streams:
-            buf = self.buffers.get(ss.key)
-            extra = ss.extra or {}
-            if buf is not None and extra.get("load_id") and extra["load_id"] != buf.load_id:
-                buf.decode(self.log)
-                buf.load_id = extra["load_id"]
-            if buf is not None and extra.get("load_op_key"):
-                buf.load_op_key = extra["load_op_key"]
-
-    def commit(self, state: State) -> State:
-        """Commit every buffered record of the streams ``state`` names, with it, one transaction each;
-        returns ``state``, or a copy in which a stream whose table lost its load is a re-sync marker."""
-        return self.begin_commit(state, lambda committed: None).result()
-
-    def begin_commit(self, state: State, on_commit: Callable[[State], None]) -> Future:
-        """Prepare the commit of ``state`` here and send it on the commit thread, which then calls
-        ``on_commit`` with the state committed; a Future of that state, done after ``on_commit``
-        returns. Commits are made in the order begun; none after one that fails (or whose
-        ``on_commit`` fails)."""
-        context, works, streams = self.context, [], []
-        for ss in state.streams:
-            buf = self.buffers.get(ss.key)
-            if buf is None:
-                streams.append(ss)
-                continue
+    def begin_commit(self, batches: list[CommitBatch], on_commit: Callable[[], None]) -> Future:
+        """Prepare the commit of ``batches`` here and send it on the commit thread, which then calls
+        ``on_commit``; a Future done after ``on_commit`` returns. Commits are made in the order begun;
+        none after one that fails (or whose ``on_commit`` fails)."""
+        context, works = self.context, []
+        for batch in batches:
+            buf = self.streams[batch.state.key]
             try:
-                work = prepare_commit(buf, ss, context)
+                works.append(prepare_commit(buf, batch, context))
             except Exception as exc:
                 raise classify(exc, self.settings, f"preparing the commit of {buf.stream.label}") from None
-            works.append(work)
-            streams.append(work.state)
-        if any(new is not old for new, old in zip(streams, state.streams)):
-            state = State(state.level, state.version, streams)
-        self.observe_state(state)
         if self._commits is None:
             self._commits = CommitQueue("olake-postgres-commit")
-        return self._commits.submit(lambda: self._send(works, state, on_commit))
+        return self._commits.submit(lambda: self._send(works, on_commit))
 
-    def _send(self, works: list[StreamCommit], state: State, on_commit: Callable[[State], None]) -> State:
-        """On the commit thread: each stream's prepared commit, its errors as one line; then
-        ``on_commit``; ``state``."""
+    def _send(self, works: list[StreamCommit], on_commit: Callable[[], None]) -> None:
+        """On the commit thread: each stream's prepared commit, its errors as one line; then ``on_commit``."""
         context = self.context
         for work in works:
             try:
@@ -243,8 +231,7 @@ class PostgresDestination:
                                                    f"{work.buf.table.describe()}") from None
             if applied is not None:
                 self._count(applied)
-        on_commit(state)
-        return state
+        on_commit()
 
     def _settle(self) -> None:
         """Wait for the commits under way (the connection is free for other statements after)."""
@@ -262,10 +249,6 @@ class PostgresDestination:
         totals.deleted += applied.deleted
         totals.conflicts += applied.conflicts
         totals.kept_target += applied.kept_target
-
-    def has_uncommitted(self) -> bool:
-        """Whether records arrived that no STATE has covered yet (they are never committed)."""
-        return any(buf.has_rows() for buf in self.buffers.values())
 
     def summary(self) -> str:
         """The run's changes and conflicts, for the closing log line."""

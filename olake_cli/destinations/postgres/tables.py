@@ -198,15 +198,19 @@ def evolve(conn, plan: TargetTable, existing: dict[str, tuple[str, bool, bool]])
     planned type (into jsonb by ``to_jsonb``); the names of the columns changed."""
     changed = [name for name, _ in missing_columns(plan, existing)]
     add_columns(conn, plan, missing_columns(plan, existing))
-    for column in plan.columns:
-        found = existing.get(column_identifier(column.name))
-        if found is not None and found[0] != column.sql_type:
-            name = sql.Identifier(column.name)
-            using = sql.SQL(" USING to_jsonb({})").format(name) if column.sql_type == "jsonb" else sql.SQL("")
-            conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE {}{}").format(
-                plan.qualified, name, sql.SQL(column.sql_type), using))
-            changed.append(column.name)
+    for column in retyped_columns(plan, existing):
+        name = sql.Identifier(column.name)
+        using = sql.SQL(" USING to_jsonb({})").format(name) if column.sql_type == "jsonb" else sql.SQL("")
+        conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE {}{}").format(
+            plan.qualified, name, sql.SQL(column.sql_type), using))
+        changed.append(column.name)
     return changed
+
+
+def retyped_columns(plan: TargetTable, existing: dict[str, tuple[str, bool, bool]]) -> list[TargetColumn]:
+    """The columns ``evolve`` gives another type (``ALTER ... TYPE``, which may rewrite every row)."""
+    found = {c.name: existing.get(column_identifier(c.name)) for c in plan.columns}
+    return [c for c in plan.columns if found[c.name] is not None and found[c.name][0] != c.sql_type]
 
 
 def missing_columns(plan: TargetTable, existing: dict) -> list[tuple[str, str]]:

@@ -1,0 +1,60 @@
+"""The shape of a Parquet stream's files: its columns, then the ``_olake_*`` columns, and the rows cut
+into files of at most ``rows_per_file`` rows (shared by the destination and the tasks of ``sync``)."""
+
+from __future__ import annotations
+
+import time
+
+import pyarrow as pa
+
+from olake_cli.core import codec, row_metadata
+from olake_cli.core.catalog import CatalogStream
+from olake_cli.core.errors import DestinationError
+
+METADATA_FIELDS = [
+    pa.field("_olake_op", pa.string(), nullable=False),          # r (full load), c, u, d
+    pa.field("_olake_op_id", pa.string()),                        # 32 hex digits: commit LSN, sequence
+    pa.field("_olake_commit_ts", pa.timestamp("us", tz="UTC")),   # source commit time (changes only)
+    pa.field("_olake_synced_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    pa.field("_olake_toast_unchanged", pa.list_(pa.string())),   # columns whose value did not change
+]
+
+
+def destination_schema(stream: CatalogStream) -> pa.Schema:
+    """The Arrow schema of a stream's files: its columns (NOT NULL kept, see ``codec.stored_schema``),
+    then the _olake_* columns."""
+    return file_schema(stream.json_schema, stream.primary_key_columns, stream.sync_mode == "cdc")
+
+
+def file_schema(json_schema: dict, key_columns: tuple | list, with_changes: bool) -> pa.Schema:
+    """The Arrow schema of the files of a stream with this schema and key (``destination_schema``)."""
+    columns = codec.stored_schema(json_schema, key_columns, with_changes)
+    return pa.schema(list(columns) + metadata_fields(json_schema))
+
+
+def metadata_fields(json_schema: dict) -> list[pa.Field]:
+    """The _olake_* columns of a stream's files (``_olake_toast_unchanged`` only where updates can
+    leave values out, see ``row_metadata.carries_unchanged``)."""
+    return METADATA_FIELDS if row_metadata.carries_unchanged(json_schema) else METADATA_FIELDS[:-1]
+
+
+def conform(table: pa.Table, schema: pa.Schema, label: str) -> pa.Table:
+    """``table`` in a stream's file ``schema``; a null in a NOT NULL column names the column."""
+    for column in schema:
+        if not column.nullable and table.column(column.name).null_count:
+            raise DestinationError(f"stream {label!r}, column {column.name!r}: a null value, but the catalog "
+                                   f"says the column is NOT NULL (run discover again if it changed)")
+    return table.cast(schema)
+
+
+def file_parts(table: pa.Table, rows_per_file: int) -> list[pa.Table]:
+    """``table`` cut into consecutive pieces of at most ``rows_per_file`` rows (one file each)."""
+    return [table.slice(start, rows_per_file) for start in range(0, table.num_rows, rows_per_file)]
+
+
+def append_metadata(table: pa.Table, metadata: row_metadata.RowMetadata, json_schema: dict) -> pa.Table:
+    """``table`` with the stream's _olake_* columns appended (full-load rows rank at their snapshot's
+    position)."""
+    for meta, column in zip(metadata_fields(json_schema), metadata.columns(int(time.time() * 1_000_000))):
+        table = table.append_column(meta, column)
+    return table
