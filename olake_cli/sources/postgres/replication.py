@@ -43,7 +43,7 @@ from psycopg import pq, sql
 
 from olake_cli.sources.postgres.lsn import format_lsn
 
-STATUS_EVERY_S = 10.0  # standby status updates while the feed is busy (wal_sender_timeout: 60 s default)
+STATUS_EVERY_S = 10.0  # standby status updates while the feed is busy (wal_sender_timeout: 60 s by default)
 REPLY_POLL_S = 0.1  # at most this often, ask the server where it is when it sends nothing
 CLOSE_WAIT_S = 5.0  # a clean end of COPY may take this long before the connection is dropped
 _WAKE_S = 0.2  # the thread checks for a stop this often
@@ -96,6 +96,7 @@ class ReplicationConnection:
         self.server_end = 0  # the highest walEnd a keepalive carried
         self.asked = False  # a status update asked for a reply that has not come yet
         self._asked_at = self._status_at = float("-inf")
+        self.status_every = _status_every(self.pg)
 
     @property
     def pid(self) -> int:
@@ -146,13 +147,13 @@ class ReplicationConnection:
         select.select([self.pg.socket], [], [], timeout)
 
     def keep_alive(self, ask: bool = False) -> None:
-        """A status update when one is due (every STATUS_EVERY_S s), or asking for a reply when ``ask``
+        """A status update when one is due (every :attr:`status_every` s), or asking for a reply when ``ask``
         (none outstanding, at most every REPLY_POLL_S s)."""
         now = time.monotonic()
         if ask and not self.asked and now - self._asked_at >= REPLY_POLL_S:
             self._asked_at, self.asked = now, True
             self.send_status(reply=True)
-        elif now - self._status_at >= STATUS_EVERY_S:
+        elif now - self._status_at >= self.status_every:
             self.send_status()
 
     def send_status(self, reply: bool = False) -> None:
@@ -289,6 +290,15 @@ def _identifier(name: str) -> str:
 
 def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
+
+
+def _status_every(pg: pq.PGconn) -> float:
+    """Seconds between status updates: STATUS_EVERY_S, or a quarter of this walsender's
+    ``wal_sender_timeout`` when that is shorter (it may be set per connection)."""
+    result = pg.exec_(b"SELECT setting::int FROM pg_settings WHERE name = 'wal_sender_timeout'")
+    _check(result, pq.ExecStatus.TUPLES_OK)
+    timeout_ms = int(result.get_value(0, 0) or 0)
+    return STATUS_EVERY_S if timeout_ms <= 0 else min(STATUS_EVERY_S, timeout_ms / 4000)
 
 
 def _check(result: pq.PGresult | None, expected: pq.ExecStatus) -> None:
