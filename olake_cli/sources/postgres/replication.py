@@ -95,6 +95,7 @@ class ReplicationConnection:
         self.received = 0  # the highest LSN a message carried
         self.server_end = 0  # the highest walEnd a keepalive carried
         self.asked = False  # a status update asked for a reply that has not come yet
+        self.sending = False  # the range ended at a Begin: the server is sending that transaction
         self._asked_at = self._status_at = float("-inf")
         self.status_every = _status_every(self.pg)
 
@@ -126,6 +127,7 @@ class ReplicationConnection:
             if size > 0:
                 if buf[0] == _XLOG_DATA:
                     if buf[25] == _BEGIN and _Q(buf, 26)[0] >= upto:
+                        self.sending = True
                         return (lsns, datas), True
                     lsns.append(_Q(buf, 1)[0])
                     datas.append(bytes(buf[25:]))
@@ -165,11 +167,13 @@ class ReplicationConnection:
         if self.pg.flush() != 0:
             raise psycopg.OperationalError(self.pg.get_error_message())
 
-    def close(self) -> None:
+    def close(self, clean: bool = True) -> None:
         """Report :attr:`flush` once more, end COPY cleanly (the walsender then releases the slot), and
-        close; past CLOSE_WAIT_S seconds, or on any error, the connection is simply dropped."""
+        close. Not ``clean`` (a read stopped early, while the server may still be sending a large
+        transaction), past CLOSE_WAIT_S seconds, or on any error, the connection is simply dropped: the
+        walsender exits when it next reads or writes its socket."""
         try:
-            if self.pg.status == pq.ConnStatus.OK:
+            if clean and self.pg.status == pq.ConnStatus.OK:
                 self.send_status()
                 self.pg.put_copy_end()
                 self.pg.flush()
@@ -249,7 +253,7 @@ class StreamReader:
                 self._waiting(time.monotonic() - since)
 
     def _work(self) -> None:
-        conn = self.connection
+        conn, complete = self.connection, False
         try:
             conn.send_status()
             while not self._stop.is_set():
@@ -265,7 +269,7 @@ class StreamReader:
         except BaseException as exc:  # handed to the consumer, raised there
             self._put(exc)
         finally:
-            conn.close()
+            conn.close(clean=complete and not conn.sending)
 
     def _put(self, item: Batch | BaseException | None) -> bool:
         """Hand an item to the consumer, keeping the walsender alive while it is busy; False if the
