@@ -290,6 +290,12 @@ def classify_error(exc: psycopg.Error, slot: str) -> OlakeError:
     if isinstance(exc, psycopg.errors.ObjectNotInPrerequisiteState) and (
             "no longer" in text or "invalidated" in text):
         return PositionLostError(f"postgres: replication slot '{slot}' lost its WAL position ({text})")
+    if "replication role" in text:
+        return ConfigError(f"postgres: reading slot '{slot}' needs a replication connection, which this role may "
+                           f"not open: ALTER ROLE ... REPLICATION ({text})")
+    if "max_wal_senders" in text:
+        return TransientError(f"postgres: the server has no free walsender to read slot '{slot}'; wait for other "
+                              f"replication connections to end, or raise max_wal_senders ({text})")
     if isinstance(exc, psycopg.errors.ObjectInUse):
         return TransientError(f"postgres: replication slot '{slot}' is in use by another process ({text})")
     if isinstance(exc, (psycopg.errors.UndefinedObject, psycopg.errors.InsufficientPrivilege)):
