@@ -14,9 +14,9 @@ client used 1.5 s of CPU of the 4.1 s), first change after 0.01 s either way. ps
 second driver (and its own libpq) for no speed; psycopg's binding keeps one driver, one connection
 setup (TLS, errors) and lets this module decide when to drain, reply and stop.
 
-A thread owns the connection and reads it one batch ahead of the feed: each batch is every message
-available without blocking (up to a limit), as (lsns, payloads) lists that the feed decodes a
-stretch at a time. The thread also keeps the walsender alive while the feed's consumer is busy
+A thread owns the connection and reads it one batch ahead of the feed: each batch holds the messages
+the server sent without a pause of a few milliseconds (up to a limit), as (lsns, payloads) lists that
+the feed decodes a stretch at a time, so that the Python work per message stays small. The thread also keeps the walsender alive while the feed's consumer is busy
 (a standby status update every :data:`STATUS_EVERY_S` seconds, answers to keepalives that ask for
 one; ``wal_sender_timeout`` is 60 s by default). Status updates report ``write`` = the last position
 received and ``flush`` = ``apply`` = the position the caller says the destination committed: the
@@ -47,6 +47,7 @@ STATUS_EVERY_S = 10.0  # standby status updates while the feed is busy (wal_send
 REPLY_POLL_S = 0.1  # at most this often, ask the server where it is when it sends nothing
 CLOSE_WAIT_S = 5.0  # a clean end of COPY may take this long before the connection is dropped
 _WAKE_S = 0.2  # the thread checks for a stop this often
+_GATHER_S = 0.005  # a batch is handed on once the server has sent nothing more for this long (or it is full)
 _Q = struct.Struct(">Q").unpack_from
 _KEEPALIVE = struct.Struct(">QqB").unpack_from  # walEnd, server clock, reply requested
 _STATUS = struct.Struct(">cQQQqB").pack  # 'r', write, flush, apply, client clock, reply requested
@@ -117,11 +118,12 @@ class ReplicationConnection:
         _check(self.pg.get_result(), pq.ExecStatus.COPY_BOTH)
 
     def drain(self, limit: int, upto: int) -> tuple[Batch, bool]:
-        """The messages available now without waiting (at most ``limit``), and whether the range up to
-        ``upto`` is complete: a Begin at or past it (not returned), or a keepalive past it."""
+        """The messages the server sends without a pause of _GATHER_S (at most ``limit``; none if it has
+        nothing to send now), and whether the range up to ``upto`` is complete: a Begin at or past it
+        (not returned), or a keepalive past it."""
         lsns: list[int] = []
         datas: list[bytes] = []
-        get, read = self.pg.get_copy_data, False
+        get = self.pg.get_copy_data
         while len(datas) < limit:
             size, buf = get(1)
             if size > 0:
@@ -133,11 +135,10 @@ class ReplicationConnection:
                     datas.append(bytes(buf[25:]))
                 elif buf[0] == _KEEPALIVE_MSG and self._keepalive(buf) >= upto:
                     return (lsns, datas), True
-            elif size == 0 and not read:
-                self.pg.consume_input()
-                read = True
             elif size == 0:
-                break
+                if not self._readable(_GATHER_S if datas else 0.0):
+                    break
+                self.pg.consume_input()
             else:
                 raise self._copy_ended()
         if lsns:
@@ -146,7 +147,10 @@ class ReplicationConnection:
 
     def wait(self, timeout: float) -> None:
         """Wait until the server sends something or ``timeout`` seconds pass."""
-        select.select([self.pg.socket], [], [], timeout)
+        self._readable(timeout)
+
+    def _readable(self, timeout: float) -> bool:
+        return bool(select.select([self.pg.socket], [], [], timeout)[0])
 
     def keep_alive(self, ask: bool = False) -> None:
         """A status update when one is due (every :attr:`status_every` s), or asking for a reply when ``ask``
