@@ -94,7 +94,6 @@ class ReplicationConnection:
             raise psycopg.OperationalError(message)
         self.flush = 0  # the position reported as flushed (and applied): what the destination committed
         self.received = 0  # the highest LSN a message carried
-        self.server_end = 0  # the highest walEnd a keepalive carried
         self.asked = False  # a status update asked for a reply that has not come yet
         self.sending = False  # the range ended at a Begin: the server is sending that transaction
         self._asked_at = self._status_at = float("-inf")
@@ -130,20 +129,23 @@ class ReplicationConnection:
                 if buf[0] == _XLOG_DATA:
                     if buf[25] == _BEGIN and _Q(buf, 26)[0] >= upto:
                         self.sending = True
-                        return (lsns, datas), True
+                        return self._received(lsns, datas), True
                     lsns.append(_Q(buf, 1)[0])
                     datas.append(bytes(buf[25:]))
                 elif buf[0] == _KEEPALIVE_MSG and self._keepalive(buf) >= upto:
-                    return (lsns, datas), True
+                    return self._received(lsns, datas), True
             elif size == 0:
                 if not self._readable(_GATHER_S if datas else 0.0):
                     break
                 self.pg.consume_input()
             else:
                 raise self._copy_ended()
+        return self._received(lsns, datas), False
+
+    def _received(self, lsns: list[int], datas: list[bytes]) -> Batch:
         if lsns:
             self.received = max(self.received, lsns[-1])
-        return (lsns, datas), False
+        return lsns, datas
 
     def wait(self, timeout: float) -> None:
         """Wait until the server sends something or ``timeout`` seconds pass."""
@@ -204,7 +206,7 @@ class ReplicationConnection:
     def _keepalive(self, buf: Any) -> int:
         """Note a keepalive; answer it at once when the server asks. Returns its walEnd."""
         wal_end, _, reply = _KEEPALIVE(buf, 1)
-        self.server_end, self.asked = max(self.server_end, wal_end), False
+        self.asked = False
         if reply:
             self.send_status()
         return wal_end
