@@ -45,6 +45,7 @@ _IS_ROW_CHANGE = np.zeros(256, bool)  # by a message's first byte: Insert, Updat
 _IS_ROW_CHANGE[list(b"IUD")] = True
 _FIRST = operator.itemgetter(0)
 _U32 = struct.Struct(">I").unpack_from
+SLOT_BUSY_WAIT_S = 5.0  # a slot another process holds is awaited this long, then the run fails (transient)
 RUN_ROWS = 5000  # a run is cut at the first commit after this many rows, and anywhere at twice as many
 _PY_ENCODINGS = {"UTF8": "utf-8", "SQL_ASCII": "utf-8", "LATIN1": "latin-1", "WIN1252": "cp1252",
                  "EUC_JP": "euc_jp", "SJIS": "shift_jis", "GBK": "gbk", "BIG5": "big5"}
@@ -189,6 +190,7 @@ class ChangeStream:
         try:
             for statement in session_statements(conn):
                 replication.execute(statement)
+            wait_released(conn, self.slot, timeout_s=SLOT_BUSY_WAIT_S)  # a killed run's walsender may linger
             replication.start(self.slot, self.publication, start)
         except BaseException:
             replication.close()

@@ -16,9 +16,10 @@ setup (TLS, errors) and lets this module decide when to drain, reply and stop.
 
 A thread owns the connection and reads it one batch ahead of the feed: each batch holds the messages
 the server sent without a pause of a few milliseconds (up to a limit), as (lsns, payloads) lists that
-the feed decodes a stretch at a time, so that the Python work per message stays small. The thread also keeps the walsender alive while the feed's consumer is busy
-(a standby status update every :data:`STATUS_EVERY_S` seconds, answers to keepalives that ask for
-one; ``wal_sender_timeout`` is 60 s by default). Status updates report ``write`` = the last position
+the feed decodes a stretch at a time, so that the Python work per message stays small. The thread
+also keeps the walsender alive while the feed's consumer is busy (a standby status update every
+:data:`STATUS_EVERY_S` seconds, or a quarter of ``wal_sender_timeout`` when that is shorter, and
+answers to keepalives that ask for one). Status updates report ``write`` = the last position
 received and ``flush`` = ``apply`` = the position the caller says the destination committed: the
 slot's confirmed position moves there, never further.
 
@@ -319,12 +320,14 @@ def _check(result: pq.PGresult | None, expected: pq.ExecStatus) -> None:
                                        f"{None if result is None else result.status.name}")
 
 
-def wait_released(conn: psycopg.Connection, slot: str, pid: int, timeout_s: float = 30.0) -> None:
-    """Wait until walsender ``pid`` no longer holds ``slot`` (it exits a moment after its connection
-    is dropped), so that the next run can take the slot."""
+def wait_released(conn: psycopg.Connection, slot: str, pid: int | None = None,
+                  timeout_s: float = 30.0) -> None:
+    """Wait until walsender ``pid`` (any process, when None) no longer holds ``slot``, at most
+    ``timeout_s`` seconds: a walsender exits a moment after its client is gone or its connection
+    dropped, and the next run can take the slot only then."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         row = conn.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
-        if row is None or row[0] != pid:
+        if row is None or row[0] is None or (pid is not None and row[0] != pid):
             return
         time.sleep(0.02)
