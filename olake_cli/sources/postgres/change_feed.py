@@ -186,7 +186,7 @@ class ChangeStream:
         """Replicate from ``start`` (also reported as flushed) up to the range's end; the walsender has
         released the slot when this returns."""
         replication = ReplicationConnection(replication_conninfo(conn))
-        replication.flush = start
+        replication.flush, walsender = start, replication.pid
         try:
             for statement in session_statements(conn):
                 replication.execute(statement)
@@ -200,7 +200,7 @@ class ChangeStream:
                 yield from self._decode_rows(batches, encoding)
         finally:
             try:
-                wait_released(conn, self.slot, replication.pid)
+                wait_released(conn, self.slot, walsender)
             except psycopg.Error:
                 pass  # the error that ended the read is the one to report
 

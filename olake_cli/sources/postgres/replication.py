@@ -102,7 +102,7 @@ class ReplicationConnection:
 
     @property
     def pid(self) -> int:
-        """The walsender's process id."""
+        """The walsender's process id (0 once closed)."""
         return self.pg.backend_pid
 
     def execute(self, statement: bytes) -> None:
