@@ -6,9 +6,11 @@ Starts a throwaway PostgreSQL, full-loads a table of ``--rows`` rows in cdc mode
 created by olake), applies ``--changes`` changes (inserts, updates and deletes spread over the rows, in
 transactions of 1,000), then times, in one run:
   1. the raw slot read: ``SELECT count(*) FROM pg_logical_slot_peek_binary_changes(...)`` (server-side
-     decoding, nothing leaves the server but a count), and
-  2. ``olake read | olake write`` to Parquet (decode pgoutput, convert, JSON lines, Parquet, state).
-Prints both rates and their ratio. Nothing here is a test: it measures.
+     decoding, nothing leaves the server but a count),
+  2. the raw replication stream, the protocol olake reads the slot with: ``pg_recvlogical --start
+     --endpos ... -f /dev/null`` on a second slot created beside olake's (it confirms what it read), and
+  3. ``olake read | olake write`` to Parquet (decode pgoutput, convert, JSON lines, Parquet, state).
+Prints the rates and olake's ratio to each raw read. Nothing here is a test: it measures.
 """
 
 from __future__ import annotations
@@ -27,9 +29,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import timed  # noqa: E402
-from tests.support.pgcluster import create_database, start_cluster  # noqa: E402
+from tests.support.pgcluster import create_database, find_pg_bin, start_cluster  # noqa: E402
 
-SLOT, PUB = "bench_slot", "bench_pub"
+SLOT, PUB, STREAM_SLOT = "bench_slot", "bench_pub", "bench_stream_slot"
 
 CHANGES_SQL = """
 DO $$
@@ -87,6 +89,7 @@ def main() -> None:
         timed(pipe, work, env)  # full load; leaves the stream in cdc at the slot's position
         print(f"applying {args.changes:,} changes ...", file=sys.stderr)
         with psycopg.connect(cluster.dsn("bench"), autocommit=True) as conn:
+            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (STREAM_SLOT,))
             conn.execute(CHANGES_SQL % {"changes": args.changes, "rows": args.rows})
             conn.execute("CHECKPOINT")  # the raw read decodes only flushed WAL
             raw_started = time.perf_counter()
@@ -95,13 +98,19 @@ def main() -> None:
                 "pg_logical_slot_peek_binary_changes(%s, NULL, NULL, 'proto_version', '1', "
                 "'publication_names', %s)", (SLOT, PUB)).fetchone()[0]
             raw_s = time.perf_counter() - raw_started
+            endpos = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()[0]
+        stream_s = timed(f"{find_pg_bin()}/pg_recvlogical -d '{cluster.dsn('bench')}' --slot {STREAM_SLOT} --start "
+                         f"--endpos {endpos} --no-loop -o proto_version=1 -o publication_names={PUB} -f /dev/null",
+                         work, env)
         olake_s = timed(pipe, work, env)
         log = (work / "read.log").read_text().strip().splitlines()
         phase = [line for line in log if "change capture:" in line]
         print(f"changes: {count:,} row changes over {args.rows:,} rows ({os.cpu_count()} cores)")
         print(f"raw pg_logical_slot_peek_binary_changes : {raw_s:7.2f} s  {count / raw_s:10,.0f} changes/s")
+        print(f"raw replication stream (pg_recvlogical) : {stream_s:7.2f} s  {count / stream_s:10,.0f} changes/s")
         print(f"olake read | olake write parquet        : {olake_s:7.2f} s  {count / olake_s:10,.0f} changes/s")
-        print(f"ratio olake rate / raw rate             : {raw_s / olake_s:7.2f}")
+        print(f"ratio olake rate / raw rate             : {raw_s / olake_s:7.2f} (peek), "
+              f"{stream_s / olake_s:.2f} (stream)")
         if phase:
             print(f"(read's own report: {phase[-1].removeprefix('olake: ')})")
     finally:

@@ -23,7 +23,7 @@ from tests.support.cli import messages, olake_cmd, olake_env, write_json
 
 UNRELATED_ROWS = 60_000  # about 10 MB in the server's reorder buffer: spilled at 1MB, not at 64MB
 DECODES = re.compile(r"^change capture: reading slot '(\w+)' up to [0-9A-F]+/[0-9A-F]+; the server decodes "
-                     r"([\d.]+) MB of WAL from the slot's restart_lsn [0-9A-F]+/[0-9A-F]+ before the first change"
+                     r"([\d.]+) MB of WAL from the slot's restart_lsn [0-9A-F]+/[0-9A-F]+"
                      r".*, with logical_decoding_work_mem (\w+)$")
 PROGRESS = re.compile(r"^change capture: the server is still decoding slot '(\w+)' \([\d.]+ s( so far: .*)?\)$")
 
@@ -51,6 +51,13 @@ def unrelated_change(pg_cluster, pg_db):
     yield config, str(position), stream
     with psycopg.connect(pg_cluster.dsn(pg_db), autocommit=True) as conn:
         conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+
+
+def decodes_line(lines: list[str]) -> re.Match:
+    """The one line saying what the server decodes (the slot's retained WAL is told before it)."""
+    found = [m for m in map(DECODES.match, lines) if m]
+    assert len(found) == 1, lines
+    return found[0]
 
 
 def spilled_bytes(dsn: str, slot: str) -> int:

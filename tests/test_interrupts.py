@@ -269,13 +269,13 @@ def test_an_interrupt_during_a_commit_lets_it_finish_and_be_acknowledged(tmp_pat
 
 # ------------------------------------------------------------------ read: a slot read in progress
 
-RUNNING_FETCH = ("SELECT pid FROM pg_stat_activity WHERE state = 'active' AND datname = current_database() "
-                 "AND query LIKE 'FETCH FORWARD %% FROM \"olake_cdc_%%' AND pid <> pg_backend_pid()")
+ACTIVE_HOLDER = "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s AND active"
 
 
-def test_an_interrupt_during_a_slot_read_cancels_the_fetch_in_flight(pg_cluster, pg_db):
-    """The server decodes a peek's whole range before its first row (a minute for a large backlog):
-    Ctrl-C then cancels that query instead of waiting for it."""
+def test_an_interrupt_during_a_slot_read_drops_the_walsender_at_once(pg_cluster, pg_db):
+    """The server decodes a 1M-row transaction before it sends its first row (seconds): Ctrl-C meanwhile
+    ends the replication session at once (its connection dropped, not drained), and the slot is free
+    again when the interrupt surfaces."""
     from olake_cli.core.interrupts import Interrupted, catch_signals
     from olake_cli.sources.postgres.change_feed import current_wal_lsn, read_changes
 
@@ -287,12 +287,12 @@ def test_an_interrupt_during_a_slot_read_cancels_the_fetch_in_flight(pg_cluster,
         conn.execute("INSERT INTO c SELECT g, 'x' FROM generate_series(1, 1000000) g")  # seconds to decode
         upto = current_wal_lsn(conn)
     sent: list[float] = []
-    fetching: list[tuple] = []
+    holders: list[tuple] = []
 
-    def interrupt_once_the_peek_runs() -> None:  # the first FETCH of the peek's cursor decodes the range
+    def interrupt_once_the_walsender_runs() -> None:
         with psycopg.connect(dsn, autocommit=True) as watcher:
-            while not fetching:
-                fetching.extend(watcher.execute(RUNNING_FETCH).fetchall())
+            while not holders:
+                holders.extend(watcher.execute(ACTIVE_HOLDER, (slot,)).fetchall())
                 time.sleep(0.02)
         sent.append(time.monotonic())
         os.kill(os.getpid(), signal.SIGINT)
@@ -301,20 +301,17 @@ def test_an_interrupt_during_a_slot_read_cancels_the_fetch_in_flight(pg_cluster,
     catch_signals()
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
-            threading.Thread(target=interrupt_once_the_peek_runs, daemon=True).start()
+            threading.Thread(target=interrupt_once_the_walsender_runs, daemon=True).start()
             with pytest.raises(Interrupted):
                 for _ in read_changes(conn, slot, "p", upto):
                     pass
             stopped_s = time.monotonic() - sent[0]
-            idle = conn.execute(RUNNING_FETCH).fetchall() == []
+            free = conn.execute(ACTIVE_HOLDER, (slot,)).fetchall() == []
             conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
     finally:
         signal.signal(signal.SIGINT, handlers[0])
         signal.signal(signal.SIGTERM, handlers[1])
-    assert idle and stopped_s < BOUND_S, f"the slot read took {stopped_s:.2f}s to stop"
-    with open(os.path.join(os.path.dirname(pg_cluster.datadir), "log"), errors="replace") as server_log:
-        assert f"[{fetching[0][0]}] ERROR:  canceling statement due to user request" in server_log.read(), \
-            "the fetch in flight was awaited, not cancelled"
+    assert free and stopped_s < BOUND_S, f"the slot read took {stopped_s:.2f}s to stop"
 
 
 # ------------------------------------------------------------------ read: an incremental pass in progress

@@ -207,9 +207,9 @@ class PostgresChangeCapture:
     # -- reading -----------------------------------------------------------------------------
 
     def read(self, streams: list[CatalogStream], state: State, typed: bool = False) -> Iterator[ChangeBatch]:
-        """Confirm committed positions to the slot, then read its changes up to the WAL position now
-        (as typed runs when ``typed``)."""
-        from olake_cli.sources.postgres.change_feed import RUN_ROWS, advance_slot, current_wal_lsn, read_changes
+        """Read the slot's changes up to the WAL position now (as typed runs when ``typed``), confirming
+        the committed positions to the slot on the way (the walsender's flush position)."""
+        from olake_cli.sources.postgres.change_feed import RUN_ROWS, current_wal_lsn, read_changes
         from olake_cli.sources.postgres.decoding import DecodingProgress, measure
         from olake_cli.sources.postgres.moved_rows import MovedRowValues
         from olake_cli.sources.postgres.relation_watch import RelationWatch
@@ -219,7 +219,6 @@ class PostgresChangeCapture:
         active = {s.key: s for s in streams}
         slot = self.settings.replication_slot
         with connect(self.settings) as conn:
-            advance_slot(conn, slot, confirm)
             upto = current_wal_lsn(conn)
             lost = self._publication_gaps(conn, streams, state)  # seen after upto: covers what is read
             routing = self._routing(conn, active)
@@ -239,7 +238,7 @@ class PostgresChangeCapture:
         progress = DecodingProgress(decoding, lambda: connect(self.settings), self.log)
         try:
             with read_changes(self._feed_connection, slot, self.settings.publication, upto, routing=routing,
-                              run_rows=min(RUN_ROWS, CHECKPOINT_EVERY), waiting=progress) as feed:
+                              run_rows=min(RUN_ROWS, CHECKPOINT_EVERY), waiting=progress, confirm_lsn=confirm) as feed:
                 yield from _ChangeReader(self, active, state, watch, moved, typed).batches(feed)
             if feed.skipped_transactions:
                 self.log(f"change capture: left out {feed.skipped_transactions} transaction(s) applied under "

@@ -1,16 +1,17 @@
-"""PostgreSQL change feed: read a pgoutput logical slot over plain SQL and yield committed changes.
+"""PostgreSQL change feed: read a pgoutput logical slot and yield committed changes, in commit order.
 
-psycopg 3 has no replication protocol, so the slot is read with
-``pg_logical_slot_peek_binary_changes`` through ONE named (server-side) cursor: the server decodes
-the bounded LSN range once, from the slot's ``restart_lsn``, into the function's result set (all of it
-before the first row is returned), which is then fetched ``batch_size`` rows at a time. Never page
-with repeated peek calls: each call decodes again from the slot's restart position (quadratic).
+The slot is read over the streaming replication protocol (``replication.py``: a logical walsender,
+``START_REPLICATION``): the server sends each transaction as soon as it has decoded it, so rows flow
+while the rest of the range is decoded. A bounded read stops at ``upto`` (a WAL position captured
+by the caller): it delivers exactly the transactions whose commit lies before it, like
+``pg_logical_slot_peek_binary_changes(slot, upto, ...)`` did, then ends its replication session cleanly.
 
-Peeking does not consume; the slot only moves when the pipeline calls :func:`advance_slot` with a
-position its destination has committed. Positions, as PostgreSQL defines them:
+Reading does not consume: the slot's confirmed position moves only to what the caller says the
+destination committed (``confirm_lsn``, reported as the walsender's flush position, never further),
+or by :func:`advance_slot`. Positions, as PostgreSQL defines them:
 
-* advancing to a transaction's ``end_lsn`` (:attr:`ChangeStream.last_end_lsn`) skips it;
-* advancing to its ``commit_lsn`` (``OpId.commit``) delivers it again on the next read, which is
+* confirming a transaction's ``end_lsn`` (:attr:`ChangeStream.last_end_lsn`) skips it;
+* confirming its ``commit_lsn`` (``OpId.commit``) delivers it again on the next read, which is
   what a resume from a destination's max OpId needs: the pipeline then drops events ``<=`` that
   OpId (seeds/000), so a transaction cut in the middle is completed, never lost.
 
@@ -21,12 +22,9 @@ origin) names an origin in ``FeedRouting.skip_origins`` is left out; the positio
 from __future__ import annotations
 
 import operator
-import queue
 import struct
-import threading
-import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Protocol, Union
+from typing import Any, Callable, Iterator, Union
 
 import numpy as np
 import psycopg
@@ -38,16 +36,16 @@ from olake_cli.sources.postgres.lsn import format_lsn
 from olake_cli.sources.postgres.feed_runs import (ChangeEvent, ColumnInfo, FeedRun, PendingRun, add_stretch, seq_after,
                                                   truncate_run)
 from olake_cli.sources.postgres.pgoutput import Begin, Commit, Origin, Relation, Truncate, decode
+from olake_cli.sources.postgres.replication import (Batch, ReplicationConnection, StreamReader, Waiting,
+                                                    replication_conninfo, session_statements, wait_released)
 
 ConnectionSource = Union[psycopg.Connection, Callable[[], psycopg.Connection]]
 
-# lsn as int8 (a C-level binary loader; pg_lsn would need a Python one). Overflows only past 2**63.
-_PEEK_SQL = ("SELECT (lsn - '0/0'::pg_lsn)::int8, data FROM pg_logical_slot_peek_binary_changes("
-             "%s, %s::pg_lsn, NULL, 'proto_version', '1', 'publication_names', %s)")
 _IS_ROW_CHANGE = np.zeros(256, bool)  # by a message's first byte: Insert, Update, Delete
 _IS_ROW_CHANGE[list(b"IUD")] = True
-_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
+_FIRST = operator.itemgetter(0)
 _U32 = struct.Struct(">I").unpack_from
+SLOT_BUSY_WAIT_S = 5.0  # a slot another process holds is awaited this long, then the run fails (transient)
 RUN_ROWS = 5000  # a run is cut at the first commit after this many rows, and anywhere at twice as many
 _PY_ENCODINGS = {"UTF8": "utf-8", "SQL_ASCII": "utf-8", "LATIN1": "latin-1", "WIN1252": "cp1252",
                  "EUC_JP": "euc_jp", "SJIS": "shift_jis", "GBK": "gbk", "BIG5": "big5"}
@@ -111,24 +109,27 @@ def advance_slot(conn: psycopg.Connection, slot: str, lsn: int) -> None:
 
 def read_changes(source: ConnectionSource, slot: str, publication: str, upto_lsn: int,
                  batch_size: int = 10000, routing: FeedRouting | None = None, run_rows: int = RUN_ROWS,
-                 waiting: Waiting | None = None) -> ChangeStream:
+                 waiting: Waiting | None = None, confirm_lsn: int | None = None) -> ChangeStream:
     """Stream committed changes of ``slot`` (pgoutput, ``publication``) up to ``upto_lsn``, in commit order.
 
-    ``source`` is an open connection (left open) or a factory (its connection is closed at the end).
-    The returned :class:`ChangeStream` gives :class:`FeedRun`s (``runs()``) or, iterated, one
-    :class:`ChangeEvent` per change; it also reports the last commit seen and, once exhausted, the
-    position the whole range was read to. ``waiting`` is told how long a fetch has been awaited, every
-    ``waiting.every_s`` seconds, while the server decodes.
+    ``source`` is an open connection (left open) or a factory (its connection is closed at the end):
+    it checks the slot, and its session's text formats and decoding memory are given to the
+    replication connection opened beside it. ``confirm_lsn``: what the destination committed; the
+    read starts there and the slot's confirmed position moves there (never backwards). The returned
+    :class:`ChangeStream` gives :class:`FeedRun`s (``runs()``) or, iterated, one :class:`ChangeEvent`
+    per change; it also reports the last commit seen and, once exhausted, the position the whole
+    range was read to. ``waiting`` is told how long the feed has waited for the server, every
+    ``waiting.every_s`` seconds. ``batch_size``: at most this many messages are decoded at once.
     """
     return ChangeStream(source, slot, publication, upto_lsn, batch_size, routing or FeedRouting(),
-                        max(1, run_rows), waiting)
+                        max(1, run_rows), waiting, confirm_lsn)
 
 
 class ChangeStream:
-    """Runs of changes (or ChangeEvents) from one bounded peek; its attributes tell how far it got."""
+    """Runs of changes (or ChangeEvents) from one bounded read; its attributes tell how far it got."""
 
-    def __init__(self, source: ConnectionSource, slot: str, publication: str, upto_lsn: int,
-                 batch_size: int, routing: FeedRouting, run_rows: int, waiting: Waiting | None) -> None:
+    def __init__(self, source: ConnectionSource, slot: str, publication: str, upto_lsn: int, batch_size: int,
+                 routing: FeedRouting, run_rows: int, waiting: Waiting | None, confirm_lsn: int | None) -> None:
         self.slot, self.publication, self.upto_lsn = slot, publication, upto_lsn
         self.read_upto_lsn: int | None = None  # upto_lsn clamped to the flushed WAL
         self.last_commit_lsn: int | None = None
@@ -138,7 +139,7 @@ class ChangeStream:
         self.skipped_transactions = 0  # applied under an origin the routing skips
         self.finished = False
         self._source, self._batch_size, self._waiting = source, batch_size, waiting
-        self._routing, self._run_rows = routing, run_rows
+        self._routing, self._run_rows, self._confirm = routing, run_rows, confirm_lsn or 0
         self._runs = self._generate()
 
     def runs(self) -> Iterator[FeedRun]:
@@ -155,7 +156,7 @@ class ChangeStream:
         self.close()
 
     def close(self) -> None:
-        """Stop early: close the server-side cursor (and the connection if this stream opened it)."""
+        """Stop early: end the replication session (and close the connection if this stream opened it)."""
         self._runs.close()
 
     @property
@@ -172,18 +173,8 @@ class ChangeStream:
         conn = self._source() if owned else self._source
         try:
             self.read_upto_lsn = _flush_wal(conn, self.upto_lsn)
-            encoding = _check_ready(conn, self.slot, self.publication)
-            with conn.transaction():
-                cur = conn.cursor(name=f"olake_cdc_{id(self):x}", binary=True)
-                cur.itersize = self._batch_size
-                try:
-                    cur.execute(_PEEK_SQL, (self.slot, format_lsn(self.read_upto_lsn),
-                                            quote_publication(self.publication)))
-                    with _Prefetch(lambda: cur.fetchmany(self._batch_size), conn.cancel_safe,
-                                   self._waiting) as fetches:
-                        yield from self._decode_rows(fetches, encoding)
-                finally:
-                    cur.close()
+            encoding, confirmed = _check_ready(conn, self.slot, self.publication)
+            yield from self._stream(conn, max(confirmed, self._confirm), encoding)
             self.finished = True
         except psycopg.Error as exc:
             raise classify_error(exc, self.slot) from None
@@ -191,22 +182,43 @@ class ChangeStream:
             if owned:
                 conn.close()
 
-    def _decode_rows(self, fetches: Iterator[list[tuple[int, bytes]]], encoding: str) -> Iterator[FeedRun]:
-        """Turn fetches of (lsn, pgoutput message) rows into runs of changes stamped with (commit_lsn, seq)."""
+    def _stream(self, conn: psycopg.Connection, start: int, encoding: str) -> Iterator[FeedRun]:
+        """Replicate from ``start`` (also reported as flushed) up to the range's end; the walsender has
+        released the slot when this returns."""
+        replication = ReplicationConnection(replication_conninfo(conn))
+        replication.flush, walsender = start, replication.pid
         try:
-            yield from self._stamp_runs(fetches, encoding)
+            for statement in session_statements(conn):
+                replication.execute(statement)
+            wait_released(conn, self.slot, timeout_s=SLOT_BUSY_WAIT_S)  # a killed run's walsender may linger
+            replication.start(self.slot, self.publication, start)
+        except BaseException:
+            replication.close()
+            raise
+        try:
+            with StreamReader(replication, self.read_upto_lsn, self._batch_size, self._waiting) as batches:
+                yield from self._decode_rows(batches, encoding)
+        finally:
+            try:
+                wait_released(conn, self.slot, walsender)
+            except psycopg.Error:
+                pass  # the error that ended the read is the one to report
+
+    def _decode_rows(self, batches: Iterator[Batch], encoding: str) -> Iterator[FeedRun]:
+        """Turn batches of pgoutput messages into runs of changes stamped with (commit_lsn, seq)."""
+        try:
+            yield from self._stamp_runs(batches, encoding)
         except KeyError as exc:
             raise SourceError(f"pgoutput: change for relation {exc.args[0]} before its Relation message") from None
         except (IndexError, ValueError, struct.error) as exc:
             raise SourceError(f"pgoutput: malformed message: {exc}") from None
 
-    def _stamp_runs(self, fetches: Iterator[list[tuple[int, bytes]]], encoding: str) -> Iterator[FeedRun]:
+    def _stamp_runs(self, batches: Iterator[Batch], encoding: str) -> Iterator[FeedRun]:
         relations: dict[int, _RelationView] = {}
         pending: PendingRun | None = None
         commit_lsn = seq = ts = xid = 0
         skipping = False  # the transaction came from an origin the routing skips
-        for fetch in fetches:  # the row changes between two other messages are taken a stretch at a time
-            lsns, datas = list(map(_FIRST, fetch)), list(map(_SECOND, fetch))
+        for lsns, datas in batches:  # the row changes between two other messages are taken a stretch at a time
             others = np.flatnonzero(~_IS_ROW_CHANGE[np.frombuffer(bytes(map(_FIRST, datas)), np.uint8)]).tolist()
             start = 0
             for at in others + [len(datas)]:
@@ -257,69 +269,6 @@ class ChangeStream:
         self.transactions += 1
 
 
-class Waiting(Protocol):
-    """Told, every ``every_s`` seconds that a fetch keeps the feed waiting, how long it has waited."""
-
-    every_s: float
-
-    def __call__(self, waited_s: float) -> None: ...
-
-
-class _Prefetch:
-    """Fetches made by a thread one step ahead of their use, so that the server decodes the next
-    stretch of the slot while this process converts the last one (iterate inside ``with``);
-    ``waiting`` hears of long waits.
-
-    Left early (an error, an interrupt, the consumer gone), the fetch in flight is cancelled with
-    ``cancel`` rather than awaited: the server may need a minute to decode the rest of the range."""
-
-    def __init__(self, fetch: Callable[[], list], cancel: Callable[[], None], waiting: Waiting | None) -> None:
-        self._fetch, self._cancel, self._waiting = fetch, cancel, waiting
-        self._queue, self._stop = queue.Queue(maxsize=1), threading.Event()
-        self._thread = threading.Thread(target=self._work, name="olake-slot-fetch", daemon=True)
-
-    def __enter__(self) -> Iterator[list]:
-        self._thread.start()
-        return self._fetches()
-
-    def __exit__(self, exc_type: type | None, *exc: object) -> None:
-        self._stop.set()
-        if exc_type is not None and self._thread.is_alive():
-            self._cancel()
-        while self._thread.is_alive():  # unblock a pending put; a fetch in flight completes first
-            try:
-                self._queue.get(timeout=0.05)
-            except queue.Empty:
-                pass
-
-    def _fetches(self) -> Iterator[list]:
-        while (item := self._next()) is not None:
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-
-    def _next(self) -> list | BaseException | None:
-        """The next fetch, telling ``waiting`` every ``every_s`` seconds while it is awaited."""
-        if self._waiting is None:
-            return self._queue.get()
-        since = time.monotonic()
-        while True:
-            try:
-                return self._queue.get(timeout=self._waiting.every_s)
-            except queue.Empty:
-                self._waiting(time.monotonic() - since)
-
-    def _work(self) -> None:
-        try:
-            while not self._stop.is_set():
-                rows = self._fetch()
-                self._queue.put(rows or None)
-                if not rows:
-                    return
-        except BaseException as exc:  # handed to the consumer, raised there
-            self._queue.put(exc)
-
-
 class _RelationView:
     """What events need from a Relation message, computed once per relation version."""
 
@@ -335,11 +284,6 @@ class _RelationView:
         self.stream_key = routing.keys.get((self.namespace, self.name), ())
 
 
-def quote_publication(name: str) -> str:
-    """Quote a publication name for pgoutput's ``publication_names`` list (it folds unquoted names)."""
-    return '"' + name.replace('"', '""') + '"'
-
-
 def classify_error(exc: psycopg.Error, slot: str) -> OlakeError:
     """Map a server error from slot functions to the olake error tree."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -348,6 +292,12 @@ def classify_error(exc: psycopg.Error, slot: str) -> OlakeError:
     if isinstance(exc, psycopg.errors.ObjectNotInPrerequisiteState) and (
             "no longer" in text or "invalidated" in text):
         return PositionLostError(f"postgres: replication slot '{slot}' lost its WAL position ({text})")
+    if "replication role" in text:
+        return ConfigError(f"postgres: reading slot '{slot}' needs a replication connection, which this role may "
+                           f"not open: ALTER ROLE ... REPLICATION ({text})")
+    if "max_wal_senders" in text:
+        return TransientError(f"postgres: the server has no free walsender to read slot '{slot}'; wait for other "
+                              f"replication connections to end, or raise max_wal_senders ({text})")
     if isinstance(exc, psycopg.errors.ObjectInUse):
         return TransientError(f"postgres: replication slot '{slot}' is in use by another process ({text})")
     if isinstance(exc, (psycopg.errors.UndefinedObject, psycopg.errors.InsufficientPrivilege)):
@@ -357,8 +307,9 @@ def classify_error(exc: psycopg.Error, slot: str) -> OlakeError:
     return SourceError(f"postgres: reading slot '{slot}' failed ({text})")
 
 
-def _check_ready(conn: psycopg.Connection, slot: str, publication: str) -> str:
-    """Fail clearly before peeking; return the Python codec for the server encoding."""
+def _check_ready(conn: psycopg.Connection, slot: str, publication: str) -> tuple[str, int]:
+    """Fail clearly before replicating; return the Python codec for the server encoding and the slot's
+    confirmed position."""
     info = _require_slot(conn, slot)
     if info["slot_type"] != "logical" or info["plugin"] != "pgoutput":
         raise ConfigError(f"postgres: replication slot '{slot}' uses plugin {info['plugin']!r}, not 'pgoutput'")
@@ -368,7 +319,7 @@ def _check_ready(conn: psycopg.Connection, slot: str, publication: str) -> str:
     if conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,)).fetchone() is None:
         raise ConfigError(f"postgres: publication '{publication}' does not exist")
     server_encoding = conn.execute("SHOW server_encoding").fetchone()[0]
-    return _PY_ENCODINGS.get(server_encoding.upper(), server_encoding)
+    return _PY_ENCODINGS.get(server_encoding.upper(), server_encoding), info["confirmed_flush_lsn"] or 0
 
 
 def _require_slot(conn: psycopg.Connection, slot: str) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """What reading the slot costs the server, and what the user is told while it pays.
 
 The server decodes every WAL record from the slot's ``restart_lsn`` up to the run's bound, whatever
-the publication holds, and returns the first change only once all of it is decoded. A transaction
+the publication holds; a transaction's changes are sent once its commit is decoded. A transaction
 larger than ``logical_decoding_work_mem`` is spilled to disk on the way, published or not; the feed's
 session raises that setting to ``logical_decoding_work_mem_mb``. Before the read, the log says how
 much WAL the server decodes; during it, every few seconds, how long it has waited and what the
@@ -49,7 +49,7 @@ class SlotDecoding:
         if self.restart_lsn is None:
             return line
         line += (f"; the server decodes {_mb(self.upto - self.restart_lsn)} of WAL from the slot's restart_lsn "
-                 f"{format_lsn(self.restart_lsn)} before the first change")
+                 f"{format_lsn(self.restart_lsn)}")
         if self.confirmed_lsn is not None and self.confirmed_lsn > self.restart_lsn:
             line += f" ({_mb(max(0, self.upto - self.confirmed_lsn))} of it written since the confirmed position)"
         if self.work_mem_kb is not None:
