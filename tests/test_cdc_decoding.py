@@ -79,13 +79,6 @@ def read_in_process(config: dict, position: str, stream: dict) -> tuple[list[str
     return lines, changes
 
 
-def decodes_line(lines: list[str]) -> re.Match:
-    """The one line saying how much WAL the server decodes (other lines, such as the WAL the slot
-    retains, come before it)."""
-    [match] = [m for m in map(DECODES.match, lines) if m]
-    return match
-
-
 def test_the_feed_session_spills_at_the_small_setting_and_not_at_the_configured_one(pg_cluster, pg_db,
                                                                                     unrelated_change):
     """The same WAL, read twice: at the database's 1MB the big unrelated transaction is spilled to disk, at
