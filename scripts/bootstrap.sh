@@ -175,8 +175,8 @@ _olake_bootstrap() {
     export OLAKE_PG_BIN
     _olake_setup_venv "$root" || return 1
     # Spark's driver starts about 2 s faster from a class-data-sharing archive (built once, ~15 s;
-    # olake_cli/engine/class_archive.py). Without one, runs work the same, only slower to start.
-    "$root/.venv/bin/python" -m olake_cli.engine.class_archive </dev/null 2>/dev/null \
+    # olake_cli/engine/archive_build.py). Without one, runs work the same, only slower to start.
+    "$root/.venv/bin/python" -m olake_cli.engine.archive_build </dev/null 2>/dev/null \
         || _olake_log "no Spark class archive (runs start about 2 s slower)"
     _olake_log "ready: $root/.venv, PostgreSQL binaries in $OLAKE_PG_BIN"
 }
