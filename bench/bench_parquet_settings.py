@@ -4,7 +4,7 @@
 
 Starts a throwaway PostgreSQL with bench_full_load.py's table, discovers it with olake, reads it once
 through ADBC in the scan's 10,000-row batches and converts them to the destination types as a ``sync``
-task does (``codec_decode.to_destination``). Then, for each setting, writes those batches into one
+task does (``codec.scanned.to_destination``). Then, for each setting, writes those batches into one
 Parquet file the way a task writes (one ``write_table`` per group of batches) and prints the write time
 (wall and CPU), the file size and the time to read the file back whole. The converted rows are the same
 for every setting, so the values that land are too; only the file's encoding differs. Nothing here is a
@@ -46,7 +46,7 @@ def main() -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from olake_cli.core.codec_decode import to_destination
+    from olake_cli.core.codec.scanned import to_destination
 
     cluster = start_cluster()
     work = Path(tempfile.mkdtemp(prefix="olake-bench-parquet-"))

@@ -22,8 +22,9 @@ from bson.dbref import DBRef
 from bson.raw_bson import RawBSONDocument
 from pymongo.errors import OperationFailure
 
-from olake_cli.core.codec import INT32_MAX, INT32_MIN, arrow_schema, arrow_type, field_arrow_type
-from olake_cli.core.codec_decode import _already_exact, decode_rows, to_destination
+from olake_cli.core.codec.decode import decode_rows
+from olake_cli.core.codec.scanned import _already_exact, to_destination
+from olake_cli.core.codec.types import INT32_MAX, INT32_MIN, arrow_schema, arrow_type, field_arrow_type
 from olake_cli.core.record_lines import encode_records
 from olake_cli.core.errors import CatalogError, ProtocolError, SourceError
 from olake_cli.sources.mongodb.bson_types import (

@@ -9,12 +9,14 @@ import orjson
 import pyarrow as pa
 import pytest
 
-from olake_cli.core.codec import INT32_MAX, INT64_MAX, INT64_MIN, arrow_schema, arrow_type
-from olake_cli.core.codec_encode import wire_values
-from olake_cli.core.codec_decode import decode_rows, to_destination
+from olake_cli.core.codec.decode import decode_rows
+from olake_cli.core.codec.encode import wire_values
+from olake_cli.core.codec.scanned import to_destination
+from olake_cli.core.codec.types import INT32_MAX, INT64_MAX, INT64_MIN, arrow_schema, arrow_type
 from olake_cli.core.record_lines import encode_records
 from olake_cli.core.errors import CatalogError, DestinationError, ProtocolError, SourceError
 from olake_cli.sources.postgres.scan import PostgresChunkReader
+from olake_cli.sources.postgres.wrapped_instants import instant_wire_columns, read_instant
 
 U1 = uuid.UUID("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11")
 INTERVAL = pa.struct([("months", pa.int32()), ("days", pa.int32()), ("microseconds", pa.int64())])
@@ -103,10 +105,10 @@ def test_destination_types_round_trip_exactly():
 
 def test_adbc_wrapped_infinities_and_interval_shapes_are_understood():
     wrapped_ts = pa.array([-9222425352054775809, -9222425352054775808, 0], pa.int64())
-    assert wire_values(wrapped_ts.cast(pa.timestamp("us", "UTC")), "timestamptz", "c") == [
+    assert wire_values(wrapped_ts.cast(pa.timestamp("us", "UTC")), "timestamptz", "c", None, read_instant) == [
         "infinity", "-infinity", "1970-01-01T00:00:00.000000+00:00"]
     wrapped_dates = pa.array([-2147472692, -2147472691, 1], pa.int32()).cast(pa.date32())
-    assert wire_values(wrapped_dates, "date", "c") == ["infinity", "-infinity", "1970-01-02"]
+    assert wire_values(wrapped_dates, "date", "c", None, read_instant) == ["infinity", "-infinity", "1970-01-02"]
     triples = pa.array([[14, -3, 14706789000], None], pa.list_(pa.int64()))
     assert wire_values(triples, "interval", "c") == [
         {"months": 14, "days": -3, "microseconds": 14706789000}, None]
@@ -127,17 +129,18 @@ def test_every_postgresql_date_and_timestamp_is_carried_exactly():
     """ADBC's shifted values (wrapped infinities, wrapped last 30 years) -> PostgreSQL's text -> Arrow."""
     dates = pa.array([-2440588, -735160, -719163, 2932897, 2145042905, -2147472692, -2147472691, None],
                      pa.int32()).cast(pa.date32())
-    assert wire_values(dates, "date", "d") == [
+    assert wire_values(dates, "date", "d", None, read_instant) == [
         "4714-11-24 BC", "0044-03-15 BC", "0001-12-31 BC", "10000-01-01", "5874897-12-31",
         "infinity", "-infinity", None]
     pg_max = 9223371331199999999  # 294276-12-31 23:59:59.999999 in PostgreSQL's microseconds
     wrapped_max = pg_max + PG_EPOCH_US - 2**64
     stamps = pa.array([-210866803200000000, INT64_MAX - 1, INT64_MAX, wrapped_max, 1], pa.int64())
-    texts = wire_values(stamps.cast(pa.timestamp("us", "UTC")), "timestamptz", "t")
+    texts = wire_values(stamps.cast(pa.timestamp("us", "UTC")), "timestamptz", "t", None, read_instant)
     assert texts == ["4714-11-24T00:00:00.000000+00:00 BC", "294247-01-10T04:00:54.775806+00:00",
                      "294247-01-10T04:00:54.775807+00:00", "294276-12-31T23:59:59.999999+00:00",
                      "1970-01-01T00:00:00.000001+00:00"]
-    decoded, _ = decode_rows([{"d": v} for v in wire_values(dates, "date", "d")], schema_of(d="date"))
+    decoded, _ = decode_rows([{"d": v} for v in wire_values(dates, "date", "d", None, read_instant)],
+                          schema_of(d="date"))
     assert decoded.column("d").combine_chunks().view(pa.int32()).to_pylist() == [
         -2440588, -735160, -719163, 2932897, 2145042905, INT32_MAX, -(2**31), None]
     fits = [{"t": t} for t in texts[:2] + texts[4:] + ["infinity", "-infinity"]]
@@ -159,7 +162,7 @@ def test_timestamps_arrow_cannot_hold_fail_naming_stream_column_and_key():
     batch = pa.record_batch({"id": pa.array([3, 9], pa.int32()), "t": pa.array(
         [0, 9223371331199999999 + PG_EPOCH_US - 2**64], pa.int64()).cast(pa.timestamp("us"))})
     with pytest.raises(DestinationError, match="stream 'x', column 't', row with key id=9"):
-        to_destination(batch, schema, "x", ("id",))
+        to_destination(batch, schema, "x", ("id",), instant_wire_columns(batch, [("t", "timestamp")]))
 
 
 def test_nested_arrays_round_trip_and_bad_depth_names_the_row():

@@ -8,7 +8,7 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from olake_cli.core.codec_decode import to_destination
+from olake_cli.core.codec.scanned import to_destination
 from olake_cli.core.errors import SourceError, StateError
 from olake_cli.core.opid import OpId
 from olake_cli.core.state import State, StreamState, merge_state

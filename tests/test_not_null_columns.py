@@ -11,7 +11,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from olake_cli.core.codec import stored_schema
+from olake_cli.core.codec.types import stored_schema
 from olake_cli.destinations.parquet.chunk_sink import ParquetChunkSink
 from tests.support.cli import run_olake, write_json
 

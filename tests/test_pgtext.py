@@ -18,11 +18,12 @@ import pyarrow as pa
 import pytest
 from psycopg import sql
 
-from olake_cli.core.codec_decode import decode_rows
+from olake_cli.core.codec.decode import decode_rows
 from olake_cli.core.record_lines import encode_records
 from olake_cli.core.errors import CatalogError, DestinationError, ProtocolError, SourceError
 from olake_cli.sources.postgres.array_shapes import with_data_shapes
 from olake_cli.sources.postgres.scan import PostgresChunkReader
+from olake_cli.sources.postgres.wrapped_instants import instant_columns
 from olake_cli.sources.postgres.pgtext import converter_for, parse_array_literal, text_to_wire
 from olake_cli.sources.postgres.change_feed import current_wal_lsn, read_changes
 from olake_cli.sources.postgres.pgoutput import UNCHANGED_TOAST
@@ -138,7 +139,8 @@ def full_load_rows(pg_cluster, db: str, table: str = "every", shaped: bool = Fal
         sql.SQL(", ").join(select_expression(c) for c in columns), sql.Identifier(table))
     with psycopg.connect(dsn) as conn:
         query = select.as_string(conn)
-    reader = PostgresChunkReader(table, 0, query, pg_cluster.uri(db), None, text_arrays=text_arrays(columns))
+    reader = PostgresChunkReader(table, 0, query, pg_cluster.uri(db), None, text_arrays=text_arrays(columns),
+                                 instant_columns=instant_columns(columns))
     lines = b"".join(encode_records(batch, json_schema, table, "public", 1, wire_columns=reader.wire_columns(batch))
                      for batch in reader.read_batches())
     return [orjson.loads(line)["record"]["data"] for line in lines.splitlines()]

@@ -15,8 +15,8 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 
-from olake_cli.core.codec import INT64_MAX, INT64_MIN
-from olake_cli.core.codec_decode import decode_rows
+from olake_cli.core.codec.decode import decode_rows
+from olake_cli.core.codec.types import INT64_MAX, INT64_MIN
 from olake_cli.core.record_lines import encode_records
 from olake_cli.core import row_metadata
 from olake_cli.core.record_block import BlockDecoder

@@ -23,11 +23,12 @@ from psycopg.types.datetime import DateLoader, TimeLoader, TimestampLoader, Time
 from psycopg.types.numeric import IntLoader
 from psycopg.types.string import TextLoader
 
-from olake_cli.core.codec import arrow_schema
-from olake_cli.core.codec_decode import decode_rows
+from olake_cli.core.codec.decode import decode_rows
+from olake_cli.core.codec.types import arrow_schema
 from olake_cli.core.record_lines import encode_records
 from olake_cli.core.errors import SourceError
 from olake_cli.sources.postgres.scan import PostgresChunkReader
+from olake_cli.sources.postgres.wrapped_instants import instant_columns, instant_wire_columns
 from olake_cli.sources.postgres.types import (
     SCAN_SESSION_SETTINGS, fetch_columns, json_schema_property, select_expression, shape_checks,
 )
@@ -278,8 +279,9 @@ def test_every_type_round_trips_through_json_lines_and_parquet(pg_cluster, every
     scanned = scan_with_adbc(pg_cluster.uri(everything_db), select_all(columns), dsn)
     assert scanned.num_rows == len(ROWS)
 
-    lines = b"".join(encode_records(batch, json_schema, "everything", "public", 1700000000000,
-                                    {"_olake_op": "r"}) for batch in scanned.to_batches())
+    lines = b"".join(encode_records(batch, json_schema, "everything", "public", 1700000000000, {"_olake_op": "r"},
+                                    wire_columns=instant_wire_columns(batch, instant_columns(columns)))
+                     for batch in scanned.to_batches())
     messages = [orjson.loads(line) for line in lines.splitlines()]
     assert len(messages) == len(ROWS)
     assert messages[0]["record"]["stream"] == "everything"
@@ -308,7 +310,9 @@ def test_wire_values_are_the_documented_ones(pg_cluster, everything_db):
         columns = fetch_columns(conn, "public", "everything")
     json_schema = {"properties": {c.name: json_schema_property(c) for c in columns}}
     scanned = scan_with_adbc(pg_cluster.uri(everything_db), select_all(columns), dsn)
-    lines = encode_records(scanned.to_batches()[0], json_schema, "everything", None, 1)
+    batch = scanned.to_batches()[0]
+    lines = encode_records(batch, json_schema, "everything", None, 1,
+                           wire_columns=instant_wire_columns(batch, instant_columns(columns)))
     rows = [orjson.loads(line)["record"] for line in lines.splitlines()]
     assert "namespace" not in rows[0]
     row2, row3, row4, row5 = (r["data"] for r in rows[1:5])
@@ -365,7 +369,9 @@ def test_dates_and_timestamps_of_every_year_round_trip_exactly(pg_cluster, pg_db
     select = sql.SQL("SELECT {} FROM old ORDER BY id").format(
         sql.SQL(", ").join(select_expression(c) for c in columns))
     scanned = scan_with_adbc(pg_cluster.uri(pg_db), select, dsn)
-    lines = encode_records(scanned.to_batches()[0], json_schema, "old", "public", 1)
+    batch = scanned.to_batches()[0]
+    lines = encode_records(batch, json_schema, "old", "public", 1,
+                           wire_columns=instant_wire_columns(batch, instant_columns(columns)))
     data = [orjson.loads(line)["record"]["data"] for line in lines.splitlines()]
     assert data[0]["d"] == "4714-11-24 BC" and data[2]["ts"] == "12345-06-07T08:09:10.500000"
     table, _ = decode_rows(data, json_schema)

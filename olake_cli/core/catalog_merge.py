@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from olake_cli.core.catalog import Catalog, CatalogStream
-from olake_cli.core.codec import NDARRAY, array_shape
+from olake_cli.core.codec.types import NDARRAY, array_shape
 
 _EDITS = ("selected", "sync_mode", "cursor_field", "cursor_lookback", "primary_key", "skip_initial_load",
           "row_filter", "transform")

@@ -22,7 +22,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from olake_cli.core.codec import arrow_schema
+from olake_cli.core.codec.types import arrow_schema
 from olake_cli.core.opid import OpId
 from olake_cli.core.row_metadata import COMMIT_TS, OP, OP_ID, TOAST, WIRE_FIELDS, hex_op_id_pairs
 

@@ -52,8 +52,9 @@ class ChunkReader(Protocol):
 
 @runtime_checkable
 class WireColumnsReader(Protocol):
-    """A chunk reader that scans some columns in their own text form (PostgreSQL's multi-dimensional
-    arrays): those values are used as they are."""
+    """A chunk reader that gives some columns' wire values itself: columns it scans in their own text
+    form (PostgreSQL's multi-dimensional arrays), or whose driver encodes some values its own way
+    (dates and timestamps outside years 1..9999); those values are used as they are."""
 
     def wire_columns(self, batch: "pa.RecordBatch") -> dict[str, list] | None:
         """Column -> wire values for the rows of ``batch`` (None: no such column in it)."""

@@ -19,8 +19,8 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from olake_cli.core.change_runs import decoded_schema
-from olake_cli.core.codec import olake_type_of
-from olake_cli.core.codec_decode import decode_column, decode_rows
+from olake_cli.core.codec.decode import decode_column, decode_rows
+from olake_cli.core.codec.types import olake_type_of
 from olake_cli.core.errors import OlakeError, ProtocolError
 from olake_cli.core.opid import OpId
 from olake_cli.core.row_metadata import OP, OP_ID, WIRE_FIELDS, WIRE_NAMES, hex_op_ids

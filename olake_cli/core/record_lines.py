@@ -15,8 +15,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from olake_cli.core.change_runs import ChangeRun
-from olake_cli.core.codec import BadValue, olake_type_of, value_error
-from olake_cli.core.codec_encode import wire_array
+from olake_cli.core.codec.bad_value import BadValue, value_error
+from olake_cli.core.codec.encode import wire_array
+from olake_cli.core.codec.types import olake_type_of
 from olake_cli.core.errors import CatalogError, SourceError
 
 _FLOAT_WORDS = {"nan": '"NaN"', "inf": '"Infinity"', "-inf": '"-Infinity"'}

@@ -3,7 +3,7 @@
 A catalog stream may name ``"row_filter": "module:function"`` (takes a ``pyarrow.RecordBatch``, returns
 a boolean array of its length: rows where it is not true are dropped) and ``"transform":
 "module:function"`` (takes a ``RecordBatch``, returns one with the same rows and columns, values
-changed). Both see the stream's columns in the destination's Arrow types (``codec.arrow_schema``, what
+changed). Both see the stream's columns in the destination's Arrow types (``codec.types.arrow_schema``, what
 Parquet stores), full-load rows and changes alike; ``olake write`` and ``olake sync`` apply them before
 any destination sees the rows, so every destination gets the same rows. Deletes are never filtered
 (they carry only the key), and the STATEs that follow dropped rows still commit, so the stream's

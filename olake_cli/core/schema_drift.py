@@ -17,7 +17,7 @@ import re
 from typing import Any
 
 from olake_cli.core.catalog import Catalog, CatalogStream
-from olake_cli.core.codec import element_property
+from olake_cli.core.codec.types import element_property
 from olake_cli.core.schema_change import INCOMPATIBLE, olake_type_of, type_change
 from olake_cli.core.state import State, StreamState
 

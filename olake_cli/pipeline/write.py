@@ -16,7 +16,7 @@ import orjson
 
 from olake_cli.core import messages
 from olake_cli.core.catalog import Catalog, parse_catalog
-from olake_cli.core.codec_decode import decode_rows
+from olake_cli.core.codec.decode import decode_rows
 from olake_cli.core.contracts import BackgroundCommits, Destination, RunSummary
 from olake_cli.core.errors import (CatalogError, DestinationError, OlakeError, ProtocolError, TransientError,
                                    UpstreamError)

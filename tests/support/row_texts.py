@@ -11,7 +11,7 @@ from typing import Callable
 import orjson
 import pyarrow as pa
 
-from olake_cli.core.codec import BadValue, value_error
+from olake_cli.core.codec.bad_value import BadValue, value_error
 from olake_cli.core.errors import SourceError
 from olake_cli.core.values import UNCHANGED_TOAST
 from olake_cli.sources.postgres.pgtext import column_json_texts, column_types

@@ -1,6 +1,6 @@
 """The fast path of ``olake sync``: a Spark task writes its full-load chunk as Iceberg data files.
 
-The task converts its Arrow batches to the destination types (``codec_decode.to_destination``), adds the
+The task converts its Arrow batches to the destination types (``codec.scanned.to_destination``), adds the
 _olake_* columns, casts to the table's schema (with Iceberg field ids), splits by partition and
 writes ``<table>/data/olake-load/<load>/c<chunk>-<attempt>-<n>.parquet`` through the catalog's
 FileIO, then the chunk's index ``c<chunk>.json`` listing them (written last: a retried task's index
@@ -19,7 +19,8 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-from olake_cli.core import codec_decode, row_metadata
+from olake_cli.core import row_metadata
+from olake_cli.core.codec.scanned import to_destination
 from olake_cli.core.errors import DestinationError
 from olake_cli.core.load_progress import UNKNOWN_LOAD
 from olake_cli.destinations.iceberg.files import write_parquet
@@ -92,7 +93,7 @@ class IcebergChunkSink:
                  load_op_key: str | None) -> tuple[pa.Table | None, list[str]]:
         tables, warnings = [], []
         for batch, wire_columns in batches:
-            table, batch_warnings = codec_decode.to_destination(batch, json_schema, label, key_columns, wire_columns)
+            table, batch_warnings = to_destination(batch, json_schema, label, key_columns, wire_columns)
             tables.append(table)
             warnings += [w for w in batch_warnings if w not in warnings]
         if not tables:

@@ -1,6 +1,6 @@
 """Iceberg schemas of streams: exact types, the ``_olake_*`` columns, partition specs, evolution.
 
-A stream's columns take the Arrow types of ``core.codec`` and map to Iceberg types one to one:
+A stream's columns take the Arrow types of ``core.codec.types`` and map to Iceberg types one to one:
 int16/int32 -> int, int64 -> long, float32 -> float, float64 -> double, decimal(p,s), date, time,
 timestamp and timestamptz (microseconds; BSON ``datetime_ms`` becomes timestamptz), uuid, binary,
 string (also ``json``/``bson`` text, ``numeric`` text, ObjectId and Decimal128 text), structs
@@ -27,7 +27,7 @@ from pyiceberg.transforms import (BucketTransform, DayTransform, HourTransform, 
 from pyiceberg.types import (DecimalType, DoubleType, FloatType, IcebergType, IntegerType, ListType,
                              LongType, StringType, StructType)
 
-from olake_cli.core import codec
+from olake_cli.core.codec.types import arrow_schema
 from olake_cli.core.catalog import CatalogStream
 from olake_cli.core.errors import DestinationError
 from olake_cli.destinations.iceberg.config import PartitionField
@@ -56,7 +56,7 @@ def plain_type(arrow_type: pa.DataType) -> pa.DataType:
 
 def stream_arrow_schema(stream: CatalogStream) -> pa.Schema:
     """The Arrow schema a stream's table is created from: its columns (optional), then _olake_*."""
-    fields = [pa.field(f.name, plain_type(f.type)) for f in codec.arrow_schema(stream.json_schema)]
+    fields = [pa.field(f.name, plain_type(f.type)) for f in arrow_schema(stream.json_schema)]
     return pa.schema(fields + METADATA_FIELDS)
 
 

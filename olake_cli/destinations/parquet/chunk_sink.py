@@ -1,7 +1,7 @@
 """The fast path of ``olake sync``: a Spark task writes its chunk's Parquet file itself.
 
 The rows never become JSON lines: the scanned Arrow batches are converted to the destination types
-in the task (``codec_decode.to_destination``) batch by batch as the scan yields them, gathered into row
+in the task (``codec.scanned.to_destination``) batch by batch as the scan yields them, gathered into row
 groups of ``ROW_GROUP_ROWS`` rows (bench/bench_parquet_settings.py: a row group per 10,000-row scan
 batch made writing 27% slower and reading the file 3-4 times slower than 100,000-row groups), and written
 under the chunk's deterministic names in the load's directory (parts of at most ``rows_per_file`` rows), so a retried
@@ -21,7 +21,8 @@ from typing import Any, Iterable
 
 import pyarrow as pa
 
-from olake_cli.core import codec_decode, row_metadata
+from olake_cli.core import row_metadata
+from olake_cli.core.codec.scanned import to_destination
 from olake_cli.core.load_progress import UNKNOWN_LOAD
 from olake_cli.destinations.parquet.commit_plan import chunk_listed
 from olake_cli.destinations.parquet.paths import StreamPaths, chunk_file_name
@@ -78,7 +79,7 @@ class ParquetChunkSink:
         dir_id = dir_id if dir_load == load_id else load_id
         try:
             for batch, wire_columns in batches:
-                table, batch_warnings = codec_decode.to_destination(batch, json_schema, label, key_columns, wire_columns)
+                table, batch_warnings = to_destination(batch, json_schema, label, key_columns, wire_columns)
                 warnings += [w for w in batch_warnings if w not in warnings]
                 table = append_metadata(table, row_metadata.of_load(table.num_rows, load_op_key), json_schema)
                 table = conform(table, schema, label)

@@ -7,8 +7,9 @@ import time
 
 import pyarrow as pa
 
-from olake_cli.core import codec, row_metadata
+from olake_cli.core import row_metadata
 from olake_cli.core.catalog import CatalogStream
+from olake_cli.core.codec.types import stored_schema
 from olake_cli.core.errors import DestinationError
 
 METADATA_FIELDS = [
@@ -21,14 +22,14 @@ METADATA_FIELDS = [
 
 
 def destination_schema(stream: CatalogStream) -> pa.Schema:
-    """The Arrow schema of a stream's files: its columns (NOT NULL kept, see ``codec.stored_schema``),
+    """The Arrow schema of a stream's files: its columns (NOT NULL kept, see ``codec.types.stored_schema``),
     then the _olake_* columns."""
     return file_schema(stream.json_schema, stream.primary_key_columns, stream.sync_mode == "cdc")
 
 
 def file_schema(json_schema: dict, key_columns: tuple | list, with_changes: bool) -> pa.Schema:
     """The Arrow schema of the files of a stream with this schema and key (``destination_schema``)."""
-    columns = codec.stored_schema(json_schema, key_columns, with_changes)
+    columns = stored_schema(json_schema, key_columns, with_changes)
     return pa.schema(list(columns) + metadata_fields(json_schema))
 
 

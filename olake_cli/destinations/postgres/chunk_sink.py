@@ -2,7 +2,7 @@
 
 From a PostgreSQL source into a table of built-in types, the task passes the source's binary COPY data
 through untouched (``write_copy``). Otherwise it converts its Arrow batches to the destination types
-(``codec_decode.to_destination``) and streams them as COPY data. Either way the rows go into the table
+(``codec.scanned.to_destination``) and streams them as COPY data. Either way the rows go into the table
 (or into the staging table of a load that replaces the table's rows, see ``bookkeeping.register_load``),
 then the task records the chunk in ``_olake.chunks``, all in one transaction committed under the
 replication origin. A chunk the target already holds (a task run again
@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable
 
 from psycopg import sql
 
-from olake_cli.core.codec_decode import to_destination
+from olake_cli.core.codec.scanned import to_destination
 from olake_cli.core.errors import DestinationError
 from olake_cli.destinations.postgres import bookkeeping
 from olake_cli.destinations.postgres.load_copy import copy_load, copy_passthrough, replacing_keys

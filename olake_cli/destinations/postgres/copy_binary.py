@@ -18,7 +18,7 @@ import numpy
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from olake_cli.core.codec import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
+from olake_cli.core.codec.types import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 
 HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
 TRAILER = struct.pack(">h", -1)

@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from olake_cli.core.calendar_text import date_text, timestamp_text
-from olake_cli.core.codec import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, NDARRAY
-from olake_cli.core.codec_encode import wire_array, wire_values
+from olake_cli.core.codec.encode import wire_array, wire_values
+from olake_cli.core.codec.types import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, NDARRAY
 from olake_cli.core.errors import DestinationError
 
 NULL = "\\N"

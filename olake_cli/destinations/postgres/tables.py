@@ -16,7 +16,7 @@ from typing import Callable
 from psycopg import sql
 
 from olake_cli.core.catalog import CatalogStream
-from olake_cli.core.codec import olake_type_of
+from olake_cli.core.codec.types import olake_type_of
 from olake_cli.core.errors import ConfigError
 from olake_cli.destinations.postgres.config import MAX_IDENTIFIER_BYTES
 from olake_cli.destinations.postgres.types import holds, olake_sql_type, replaces, rescales, wanted_type

@@ -19,9 +19,8 @@ from bisect import bisect_right
 
 import pyarrow as pa
 
-from olake_cli.core.codec import (
-    BadValue, arrow_schema, element_property, field_arrow_type, olake_type_of, sub_properties, value_error,
-)
+from olake_cli.core.codec.bad_value import BadValue, value_error
+from olake_cli.core.codec.types import arrow_schema, element_property, field_arrow_type, olake_type_of, sub_properties
 from olake_cli.core.errors import SourceError
 from olake_cli.core.schema_drift import decimal_digits
 from olake_cli.sources.dynamodb.attributes import SET_TAGS, json_text, tag_of

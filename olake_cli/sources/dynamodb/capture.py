@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 
 from olake_cli.core.catalog import CatalogStream
 from olake_cli.core.change_runs import ChangeRun
-from olake_cli.core.codec import olake_type_of
+from olake_cli.core.codec.types import olake_type_of
 from olake_cli.core.contracts import ChangeBatch
 from olake_cli.core.errors import ConfigError, PositionLostError, SourceError
 from olake_cli.core.schema_drift import changed_columns, column_type, record_in_state, widened

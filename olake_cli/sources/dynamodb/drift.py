@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from olake_cli.core.codec import element_property
+from olake_cli.core.codec.types import element_property
 from olake_cli.core.schema_drift import INTEGER_DIGITS, decimal_digits
 from olake_cli.sources.dynamodb.attributes import number_shape, tag_of
 from olake_cli.sources.dynamodb.schema import DECIMAL_DIGITS

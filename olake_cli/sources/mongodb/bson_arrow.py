@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from olake_cli.core.codec import element_property, field_arrow_type, olake_type_of, sub_properties
+from olake_cli.core.codec.types import element_property, field_arrow_type, olake_type_of, sub_properties
 from olake_cli.sources.mongodb.bson_types import FieldMisfit, _ejson, _number_text
 
 _PAD = bytes(64)  # gathers past a document's end land here, never outside the buffer
@@ -57,7 +57,7 @@ class _Slots(NamedTuple):
 def raw_batch(data: bytes, json_schema: dict) -> pa.RecordBatch | None:
     """The documents of ``data`` as a record batch of ``arrow_schema(json_schema)``; None when a
     document leaves the regular layout (then ``bson_types.documents_to_batch`` decides)."""
-    from olake_cli.core.codec import arrow_schema
+    from olake_cli.core.codec.types import arrow_schema
 
     schema = arrow_schema(json_schema)
     try:

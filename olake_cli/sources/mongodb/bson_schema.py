@@ -49,7 +49,7 @@ from bson.codec_options import CodecOptions, DatetimeConversion
 from bson.dbref import DBRef
 from bson.raw_bson import RawBSONDocument
 
-from olake_cli.core.codec import INT32_MAX, INT32_MIN
+from olake_cli.core.codec.types import INT32_MAX, INT32_MIN
 from olake_cli.core.row_metadata import UPDATES_COMPLETE
 
 BSON_CODEC_OPTIONS: CodecOptions = CodecOptions(

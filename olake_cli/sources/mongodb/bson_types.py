@@ -41,9 +41,10 @@ from bson.binary import UuidRepresentation
 from bson.codec_options import DatetimeConversion
 from bson.json_util import CANONICAL_JSON_OPTIONS, JSONOptions
 
-from olake_cli.core.codec import (
-    INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, BadValue, arrow_schema, element_property,
-    field_arrow_type, olake_type_of, sub_properties, value_error,
+from olake_cli.core.codec.bad_value import BadValue, value_error
+from olake_cli.core.codec.types import (
+    INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, arrow_schema, element_property, field_arrow_type, olake_type_of,
+    sub_properties,
 )
 from olake_cli.core.errors import CatalogError, SourceError
 from olake_cli.sources.mongodb.bson_schema import (

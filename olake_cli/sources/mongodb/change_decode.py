@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from olake_cli.core.catalog import CatalogStream
 from olake_cli.core.change_runs import ChangeRun
-from olake_cli.core.codec import olake_type_of
+from olake_cli.core.codec.types import olake_type_of
 from olake_cli.core.opid import OpId
 from olake_cli.core.record_lines import json_texts
 from olake_cli.sources.mongodb.bson_arrow import raw_batch

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from olake_cli.core.codec import element_property
+from olake_cli.core.codec.types import element_property
 from olake_cli.sources.mongodb.bson_schema import (
     NUMBER_BSON_TYPES, NUMBER_OLAKE_TYPES, as_bson_document, bson_type_name, field_property, is_exact_double,
     json_type, number_type,

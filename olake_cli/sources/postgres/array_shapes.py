@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 from psycopg import sql
 
-from olake_cli.core.codec import NDARRAY, array_shape, shaped_array
+from olake_cli.core.codec.types import NDARRAY, array_shape, shaped_array
 
 # array_dims prints [lower:upper] per dimension; a value whose every lower bound is 1 matches this
 _DEFAULT_BOUNDS = r"^(\[1:[0-9]+\])+$"

@@ -4,7 +4,7 @@ Change capture gets every column as the type's TEXT output, produced by the sess
 slot (TimeZone=UTC, DateStyle=ISO, IntervalStyle=iso_8601, extra_float_digits=3), or None (NULL), or
 ``UNCHANGED_TOAST``.  ``text_to_wire`` turns one such text into exactly the wire value that
 ``record_lines.encode_records`` produces for the same database value in a full-load scan, so that
-``codec_decode.decode_rows`` gives identical Arrow values on both paths.  Change capture converts a column
+``codec.decode.decode_rows`` gives identical Arrow values on both paths.  Change capture converts a column
 of a run at a time (``column_json_texts``: the JSON texts of the wire values, Arrow compute for the
 common types).
 
@@ -27,8 +27,9 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from olake_cli.core.codec import NDARRAY, BadValue, array_shape, olake_type_of
-from olake_cli.core.codec_encode import parse_iso_interval
+from olake_cli.core.codec.bad_value import BadValue
+from olake_cli.core.codec.encode import parse_iso_interval
+from olake_cli.core.codec.types import NDARRAY, array_shape, olake_type_of
 from olake_cli.core.record_lines import json_texts, quoted_texts
 from olake_cli.core.errors import CatalogError, SourceError
 from olake_cli.sources.postgres.pgarray import (BadText, element_delimiter, parse_any_literal, parse_array_literal,

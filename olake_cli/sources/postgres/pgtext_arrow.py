@@ -4,7 +4,7 @@ The same values as ``pgtext.column_json_texts`` followed by the writer's decodin
 without the JSON in between: integers, booleans and floats are parsed by Arrow, and so are timestamps
 when all of a column's have four-digit years; the types whose wire value is a string (text, json,
 numeric, uuid, and dates, times and the other columns' timestamps of four-digit years) become their
-wire strings by Arrow compute and go through ``codec_decode.decode_column``, as a block of RECORD
+wire strings by Arrow compute and go through ``codec.decode.decode_column``, as a block of RECORD
 lines does; every other value is converted one by one (``pgtext.convert_or_bad``) and the column
 decoded from those wire values, as the line-by-line path does.
 """
@@ -14,8 +14,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from olake_cli.core.codec import arrow_type
-from olake_cli.core.codec_decode import decode_column
+from olake_cli.core.codec.decode import decode_column
+from olake_cli.core.codec.types import arrow_type
 from olake_cli.sources.postgres.pgtext import FAST_WIRE_TEXTS, convert_or_bad
 
 _PARSED = frozenset({"int16", "int32", "int64", "float32", "float64"})

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from olake_cli.core.catalog import CatalogStream
 from olake_cli.core.change_runs import ChangeRun
-from olake_cli.core.codec import BadValue, value_error
+from olake_cli.core.codec.bad_value import BadValue, value_error
 from olake_cli.core.errors import SourceError
 from olake_cli.core.row_metadata import TOAST
 from olake_cli.sources.postgres.feed_runs import FeedRun

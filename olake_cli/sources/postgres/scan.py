@@ -1,7 +1,8 @@
 """Chunk scans: inside a Spark task, read one chunk under the exported snapshot into Arrow batches.
 
 Array columns read as PostgreSQL's array text (multi-dimensional and ``ndarray`` columns) are parsed
-into wire values by ``wire_columns``; a one-dimensional array column read natively comes with a shape
+into wire values by ``wire_columns``, and so are date and timestamp columns holding a value the driver
+may have wrapped (``wrapped_instants``); a one-dimensional array column read natively comes with a shape
 check (``types.shape_check``) as one of the query's last columns, which the reader inspects and drops:
 a value of another shape fails the chunk naming the column, the row's key and what to do.
 
@@ -34,6 +35,7 @@ class PostgresChunkReader:
     key_columns: tuple[str, ...] = ()
     text_arrays: tuple[tuple[str, str, str], ...] = ()  # (column, x-olake-type, delimiter) read as array text
     shape_checks: tuple[tuple[str, str], ...] = ()  # (column, x-olake-type) checked by the last columns
+    instant_columns: tuple[tuple[str, str], ...] = ()  # (column, x-olake-type) of dates and timestamps
     rewrite_check: str | None = None  # counts the table's leaves rewritten since the snapshot
     lock_timeout_s: int = 5  # how long the scan waits for its table lock (DDL queued on the table)
     copy_from: str = ""  # "FROM <table> WHERE <chunk>" of the query, for copy_rows
@@ -137,7 +139,7 @@ class PostgresChunkReader:
         """``batch`` without its shape-check columns; a SourceError for the first value they flag."""
         if not self.shape_checks:
             return batch
-        from olake_cli.core.codec import value_error
+        from olake_cli.core.codec.bad_value import value_error
         from olake_cli.sources.postgres.pgarray import SHAPE_CHANGED
 
         width = batch.num_columns - len(self.shape_checks)
@@ -154,13 +156,15 @@ class PostgresChunkReader:
         return data
 
     def wire_columns(self, batch) -> dict[str, list] | None:
-        """Wire values of the array columns that arrive as PostgreSQL's array text."""
-        from olake_cli.core.codec import BadValue, value_error
+        """Wire values of the array columns that arrive as PostgreSQL's array text, and of the date and
+        timestamp columns holding a value outside years 1..9999 (see ``wrapped_instants``)."""
+        from olake_cli.core.codec.bad_value import BadValue, value_error
         from olake_cli.sources.postgres.pgtext import convert_or_bad
+        from olake_cli.sources.postgres.wrapped_instants import instant_wire_columns
 
-        if not self.text_arrays:
+        if not self.text_arrays and not self.instant_columns:
             return None
-        parsed = {}
+        parsed = instant_wire_columns(batch, self.instant_columns)
         for name, olake_type, delimiter in self.text_arrays:
             texts = batch.column(name).to_pylist()
             try:
@@ -169,7 +173,7 @@ class PostgresChunkReader:
             except BadValue as bad:
                 key = {k: batch.column(k)[bad.index].as_py() for k in self.key_columns if k in batch.schema.names}
                 raise value_error(SourceError, self.label, name, key, bad.index, bad.detail) from None
-        return parsed
+        return parsed or None
 
 def _checked_type(type_name: str) -> str:
     """A SQL type name as ``format_type`` writes it, refused if it could be anything else."""

@@ -19,6 +19,7 @@ from olake_cli.sources.postgres import types as pgtypes
 from olake_cli.sources.postgres.connection import PostgresSettings, connect
 from olake_cli.sources.postgres.scan import PostgresChunkReader
 from olake_cli.sources.postgres.snapshot import ExportedSnapshot, rewritten_query
+from olake_cli.sources.postgres.wrapped_instants import instant_columns
 
 
 @dataclass
@@ -187,7 +188,7 @@ class PostgresReadSession:
                                    batch_rows=self.settings.batch_rows, key_columns=key,
                                    rewrite_check=rewritten_query(table.as_string(conn)).as_string(conn),
                                    lock_timeout_s=self.settings.lock_timeout,
-                                   text_arrays=pgtypes.text_arrays(present),
+                                   text_arrays=pgtypes.text_arrays(present), instant_columns=instant_columns(present),
                                    shape_checks=tuple((c.name, c.olake_type) for c, _ in checks))
 
 

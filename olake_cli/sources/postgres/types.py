@@ -1,6 +1,6 @@
 """PostgreSQL column discovery and the mapping of PostgreSQL types onto olake types.
 
-Every column gets an ``olake_type`` (see ``olake_cli.core.codec``) that fixes both its Arrow type at
+Every column gets an ``olake_type`` (see ``olake_cli.core.codec.types``) that fixes both its Arrow type at
 the destination and its wire encoding in RECORD messages.  ``select_expression`` picks, per column,
 the SELECT-list expression the chunk scan uses so that the ADBC driver yields an Arrow type that
 ``encode_records`` understands exactly:
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from olake_cli.core.codec import NDARRAY, array_shape, shaped_array
+from olake_cli.core.codec.types import NDARRAY, array_shape, shaped_array
 from olake_cli.core.errors import CatalogError
 from olake_cli.sources.postgres.pgarray import element_delimiter
 

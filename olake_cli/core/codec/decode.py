@@ -1,7 +1,7 @@
-"""Decoding: RECORD wire values (or scanned Arrow batches) -> the destination Arrow types.
+"""Decoding: RECORD wire values -> the destination Arrow types.
 
-The representations are those of ``olake_cli.core.codec`` (which this module builds on); a value
-the destination type cannot hold raises an error naming the stream, the column and the row's key.
+The representations are those of ``codec.types``; a value the destination type cannot hold raises an
+error naming the stream, the column and the row's key.
 """
 
 from __future__ import annotations
@@ -10,19 +10,21 @@ import binascii
 import math
 import re
 
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from olake_cli.core.codec import (
-    _DATE_MAX, _DATE_MIN, _DAY_US, _FLOAT_WIRE, _INT_TYPES, _INTERVAL_FIELDS, _INTERVAL_TYPE,
-    _NESTED_KINDS, _TS_MAX_US, _TS_MIN_US, _UUID_PATTERN, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN,
-    NDARRAY_FIELDS, BadValue, array_shape, arrow_schema, arrow_type, element_property, field_arrow_type,
-    olake_type_of, shaped_array, sub_properties, value_error,
-)
-from olake_cli.core.codec_encode import _fast_mask, wire_values
-from olake_cli.core.errors import CatalogError, DestinationError, ProtocolError
 from olake_cli.core.calendar_text import parse_date, parse_timestamp
+from olake_cli.core.codec.bad_value import BadValue, value_error
+from olake_cli.core.codec.types import (
+    DAY_US, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, INT_TYPES, INTERVAL_FIELDS, INTERVAL_TYPE, NDARRAY_FIELDS,
+    NESTED_KINDS, array_shape, arrow_schema, arrow_type, element_property, field_arrow_type, olake_type_of,
+    shaped_array, sub_properties,
+)
+from olake_cli.core.errors import CatalogError, DestinationError, ProtocolError
+
+_FLOAT_WIRE = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
+_UUID_PATTERN = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+_OBJECTID_PATTERN = "^[0-9a-f]{24}$"
 
 
 def decode_rows(rows: list[dict], json_schema: dict, all_nullable: bool = False,
@@ -56,86 +58,6 @@ def decode_rows(rows: list[dict], json_schema: dict, all_nullable: bool = False,
     return pa.Table.from_arrays(arrays, schema=schema), warnings
 
 
-def to_destination(batch: pa.RecordBatch | pa.Table, json_schema: dict, stream: str | None = None,
-                   key_columns: tuple = (), wire_columns: dict[str, list] | None = None,
-                   ) -> tuple[pa.Table, list[str]]:
-    """A scanned batch converted straight to the destination types (no JSON in between).
-
-    The same per-column encoders and decoders as the JSON path, so both give identical tables; a
-    value that cannot be carried names ``stream``, the column and the row's ``key_columns``.
-    ``wire_columns`` gives some columns' wire values directly, as in ``encode_records``.
-    """
-    schema = arrow_schema(json_schema)
-    schema = pa.schema([field.with_nullable(True) for field in schema], metadata=schema.metadata)
-    warnings: list[str] = []
-    arrays = []
-    for field in schema:
-        prop = json_schema["properties"][field.name]
-        olake_type = olake_type_of(prop, field.name)
-        column = batch.column(field.name)
-        if wire_columns and field.name in wire_columns:
-            arrays.append(decode_column(wire_columns[field.name], olake_type, field.name, warnings, prop))
-            continue
-        direct = _already_exact(column, olake_type, field.type, prop)
-        if direct is not None:
-            arrays.append(direct)
-            continue
-        try:
-            values = wire_values(column, olake_type, field.name, prop)
-            if olake_type == "uuid" or olake_type == "array<uuid>":
-                values = _uuid_text(values)
-            elif "document" in olake_type:  # uuid.UUID objects nested: the JSON text's values
-                values = orjson.loads(orjson.dumps(values))
-            arrays.append(decode_column(values, olake_type, field.name, warnings, prop))
-        except BadValue as bad:
-            key = {k: batch.column(k)[bad.index].as_py() for k in key_columns}
-            raise value_error(DestinationError, stream, field.name, key, bad.index, bad.detail) from None
-    return pa.Table.from_arrays(arrays, schema=schema), warnings
-
-
-_PLAIN_TYPES = {"bool", "int16", "int32", "int64", "float32", "float64", "string"}
-# an Arrow value of exactly the destination type is the destination value for these (BSON) types
-_SAME_TYPE_EXACT = _PLAIN_TYPES | {"objectid", "decimal128", "datetime_ms", "bson", "uuid", "bytes"}
-
-
-def _already_exact(array: pa.Array | pa.ChunkedArray, olake_type: str,
-                   target: pa.DataType, prop: dict | None = None) -> pa.Array | None:
-    """The scanned column itself when it already is the destination value (no per-value work):
-    plain and BSON types (documents and arrays of them too) of the right Arrow type, and
-    dates/timestamps all within years 1..9999."""
-    if isinstance(array, pa.ChunkedArray):
-        array = array.combine_chunks()
-    if olake_type in _PLAIN_TYPES and array.type == target:
-        return array
-    if array.type == target and _exact_when_same_type(olake_type, prop):
-        return array.view(target)  # equal types may still name a list's element differently
-    if olake_type == "date" and pa.types.is_date32(array.type):
-        return array if _fast_mask(array.view(pa.int32()), (_DATE_MIN, _DATE_MAX)) is None else None
-    if olake_type in ("timestamp", "timestamptz") and pa.types.is_timestamp(array.type) \
-            and array.type.unit == "us" and (array.type.tz is None) == (target.tz is None):
-        fast = _fast_mask(array.view(pa.int64()), (_TS_MIN_US, _TS_MAX_US))
-        return array.cast(target) if fast is None else None
-    return None
-
-
-def _exact_when_same_type(olake_type: str, prop: dict | None) -> bool:
-    """Whether every value of this (possibly nested) type is exact once its Arrow type is."""
-    if olake_type in _SAME_TYPE_EXACT or olake_type.startswith("decimal("):  # decimal128(p,s) is decimal(p,s)
-        return True
-    if olake_type.startswith("array<") and olake_type.endswith(">"):
-        return _exact_when_same_type(olake_type[6:-1], element_property(prop, olake_type))
-    if olake_type == "document" and prop is not None:
-        return all(_exact_when_same_type(olake_type_of(sub, name), sub)
-                   for name, sub in sub_properties(prop, "?").items())
-    return False
-
-
-def _uuid_text(values: list) -> list:
-    """uuid.UUID objects (what the encoder hands orjson) as their canonical text."""
-    return [v if v is None or isinstance(v, str) else
-            [None if u is None else str(u) for u in v] if isinstance(v, list) else str(v) for v in values]
-
-
 def decode_column(values: list | pa.Array, olake_type: str, column: str, warnings: list[str],
                   prop: dict | None = None) -> pa.Array:
     """Wire values of one column as an Arrow array of ``arrow_type(olake_type)`` (``prop``: the
@@ -146,7 +68,7 @@ def decode_column(values: list | pa.Array, olake_type: str, column: str, warning
     if decoder is None:
         raise CatalogError(f"column {column!r}: unknown x-olake-type {olake_type!r}")
     try:
-        if kind in _NESTED_KINDS:
+        if kind in NESTED_KINDS:
             return decoder(values, olake_type, column, warnings, prop)
         return decoder(values, olake_type, column, warnings)
     except BadValue:
@@ -177,7 +99,7 @@ def _texts(values: list | pa.Array, olake_type: str, column: str) -> pa.Array:
 
 
 def _plain_column(values: list, olake_type: str, column: str, warnings: list[str]) -> pa.Array:
-    if olake_type != "bool" and olake_type not in _INT_TYPES:
+    if olake_type != "bool" and olake_type not in INT_TYPES:
         return _texts(values, olake_type, column)
     _check_types(values, (bool,) if olake_type == "bool" else (int,), olake_type, column)
     return pa.array(values, type=arrow_type(olake_type))
@@ -282,9 +204,9 @@ def _time_column(values: list, olake_type: str, column: str, warnings: list[str]
     midnight = pc.fill_null(pc.match_substring_regex(text, r"^24:00:00(\.0{1,6})?$"), False)
     as_timestamp = pc.binary_join_element_wise("1970-01-01T", pc.if_else(midnight, None, text), "")
     micros = pc.cast(pc.cast(as_timestamp, pa.timestamp("us")), pa.int64())
-    if not pc.all(pc.fill_null(pc.less(micros, _DAY_US), True), min_count=0).as_py():
+    if not pc.all(pc.fill_null(pc.less(micros, DAY_US), True), min_count=0).as_py():
         raise ProtocolError(f"column {column!r}: time value with a date part")
-    micros = pc.if_else(midnight, _DAY_US, micros)
+    micros = pc.if_else(midnight, DAY_US, micros)
     return pc.cast(micros, pa.time64("us"))
 
 
@@ -293,20 +215,20 @@ def _interval_column(values: list, olake_type: str, column: str, warnings: list[
     try:
         if any(len(v) != 3 for v in values if v is not None):
             raise KeyError
-        parts = [[None if v is None else v[key] for v in values] for key in _INTERVAL_FIELDS]
+        parts = [[None if v is None else v[key] for v in values] for key in INTERVAL_FIELDS]
         for part in parts:
             _check_types(part, (int,), olake_type, column)
     except (KeyError, ProtocolError):
         bad = next(v for v in values if v is not None and not _is_interval_object(v))
         raise ProtocolError(f"column {column!r}: interval must be an object of exactly the "
                             f"integers months, days, microseconds; got {str(bad)[:80]!r}") from None
-    children = [pa.array(part, type=field.type) for part, field in zip(parts, _INTERVAL_TYPE)]
+    children = [pa.array(part, type=field.type) for part, field in zip(parts, INTERVAL_TYPE)]
     mask = pa.array([value is None for value in values], pa.bool_())
-    return pa.StructArray.from_arrays(children, fields=list(_INTERVAL_TYPE), mask=mask)
+    return pa.StructArray.from_arrays(children, fields=list(INTERVAL_TYPE), mask=mask)
 
 
 def _is_interval_object(value: dict) -> bool:
-    return sorted(value) == sorted(_INTERVAL_FIELDS) and all(type(v) is int for v in value.values())
+    return sorted(value) == sorted(INTERVAL_FIELDS) and all(type(v) is int for v in value.values())
 
 
 def _json_column(values: list, olake_type: str, column: str, warnings: list[str]) -> pa.Array:
@@ -366,9 +288,6 @@ def _is_ndarray_object(value: dict) -> bool:
     if any(type(n) is not int or n < 1 for n in lengths) or any(type(lo) is not int for lo in lower):
         return False
     return len(elements) == (math.prod(lengths) if lengths else 0)
-
-
-_OBJECTID_PATTERN = "^[0-9a-f]{24}$"
 
 
 def _objectid_column(values: list, olake_type: str, column: str, warnings: list[str]) -> pa.Array:

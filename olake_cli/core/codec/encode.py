@@ -1,53 +1,62 @@
-"""Encoding: Arrow columns (as a source scanned them) -> RECORD wire values, of the types in ``codec``.
+"""Encoding: Arrow columns (as a source scanned them) -> RECORD wire values, of the types in ``codec.types``.
 
-``wire_values`` and ``wire_array`` read what the ADBC PostgreSQL driver yields for the scan's
-``select_expression``: dates and timestamps shifted to 1970 without overflow checks (so PostgreSQL's
-infinities and its last 30 years of timestamps arrive wrapped around int64/int32, and are unwrapped
-here), interval as an int8[3] or iso_8601 text, numerics as text (multi-dimensional arrays and
-``ndarray`` columns arrive as PostgreSQL's array text, which the source parses itself); and the Arrow
-values of the destination types (MongoDB documents, ``ndarray`` structs). A value that cannot be
-carried raises a ``BadValue``; the caller names the stream, the column and the row's key.
+``wire_values`` and ``wire_array`` read the Arrow values of the destination types (MongoDB documents,
+``ndarray`` structs) and what a source's driver yields in their place: interval as a struct, an int8[3],
+a month_day_nano interval or iso_8601 text, numerics as decimals or text, timestamps of any unit. A date
+or timestamp outside years 1..9999 is days or microseconds since 1970 unless the caller passes an
+``InstantReader`` that reads the driver's own encoding of it (the PostgreSQL source's, in
+``sources/postgres``). A value that cannot be carried raises a ``BadValue``; the caller names the
+stream, the column and the row's key.
 """
 
 from __future__ import annotations
 
 import binascii
 import re
+from collections.abc import Callable
 
 import numpy
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from olake_cli.core.calendar_text import date_text, timestamp_text
-from olake_cli.core.codec import (
-    _DATE_MAX, _DATE_MIN, _DAY_US, _INT_TYPES, _NESTED_KINDS, _TS_MAX_US, _TS_MIN_US, INT32_MIN, INT64_MIN,
-    NDARRAY_FIELDS, BadValue, array_shape, element_property, olake_type_of, shaped_array, sub_properties,
+from olake_cli.core.codec.bad_value import BadValue
+from olake_cli.core.codec.types import (
+    ARROW_TEXT_DAYS, ARROW_TEXT_MICROS, DAY_US, INT_TYPES, NDARRAY_FIELDS, NESTED_KINDS, array_shape,
+    element_property, olake_type_of, shaped_array, sub_properties,
 )
 from olake_cli.core.errors import CatalogError, SourceError
 
-# ADBC shifts PostgreSQL's 2000-01-01 epoch to 1970 without overflow checks, wrapping the infinities.
-_PG_EPOCH_US, _PG_EPOCH_DAYS = 946_684_800_000_000, 10_957
-_ADBC_TS_POS_INF, _ADBC_TS_NEG_INF = INT64_MIN + _PG_EPOCH_US - 1, INT64_MIN + _PG_EPOCH_US
-_ADBC_DATE_POS_INF, _ADBC_DATE_NEG_INF = INT32_MIN + _PG_EPOCH_DAYS - 1, INT32_MIN + _PG_EPOCH_DAYS
+InstantReader = Callable[[int, str], "int | str"]
+"""``(raw, olake_type) -> value``: a raw date32 or timestamp[us] value outside years 1..9999, as a driver
+yields it, read as days or microseconds since 1970 (a Python int of any size) or as the word
+``"infinity"`` or ``"-infinity"``; ``olake_type`` is ``date``, ``timestamp`` or ``timestamptz``."""
+_INSTANT_KINDS = frozenset({"date", "timestamp", "timestamptz"})  # their encoders take an InstantReader
 _ISO_INTERVAL_RE = re.compile(
     r"P(?:(-?\d+)Y)?(?:(-?\d+)M)?(?:(-?\d+)D)?(?:T(?:(-?\d+)H)?(?:(-?\d+)M)?(?:(-?\d+(?:\.\d{1,6})?)S)?)?")
 
 
 def wire_values(array: pa.Array | pa.ChunkedArray, olake_type: str, column: str,
-                prop: dict | None = None) -> list:
+                prop: dict | None = None, instants: InstantReader | None = None) -> list:
     """The wire (JSON-ready) values of one column, as a Python list (``prop``: its json_schema
-    property, needed by ``document`` and ``array<document>``)."""
+    property, needed by ``document`` and ``array<document>``; ``instants``: reads the dates and
+    timestamps outside years 1..9999, nested ones too)."""
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks()
     if isinstance(array.type, pa.UuidType):
         return array.to_pylist()  # uuid.UUID objects; orjson writes their canonical form
     if isinstance(array.type, pa.BaseExtensionType):
-        array = array.storage  # json, ADBC's opaque numeric
+        array = array.storage  # json, or a driver's own extension type (an opaque numeric)
     kind = olake_type.split("<")[0].split("(")[0]
     encoder = _ENCODERS.get(kind)
     if encoder is None:
         raise CatalogError(f"column {column!r}: unknown x-olake-type {olake_type!r}")
-    values = encoder(array, olake_type, column, prop) if kind in _NESTED_KINDS else encoder(array, olake_type, column)
+    if kind in NESTED_KINDS:
+        values = encoder(array, olake_type, column, prop, instants)
+    elif kind in _INSTANT_KINDS:
+        values = encoder(array, olake_type, column, instants)
+    else:
+        values = encoder(array, olake_type, column)
     return values.to_pylist() if isinstance(values, pa.Array) else values
 
 
@@ -60,8 +69,8 @@ def wire_array(array: pa.Array | pa.ChunkedArray, olake_type: str, column: str,
     if isinstance(array.type, pa.UuidType):
         return _uuid_texts(array)
     if isinstance(array.type, pa.BaseExtensionType):
-        array = array.storage  # json, ADBC's opaque numeric
-    if olake_type.split("<")[0].split("(")[0] in _NESTED_KINDS:
+        array = array.storage  # json, or a driver's own extension type (an opaque numeric)
+    if olake_type.split("<")[0].split("(")[0] in NESTED_KINDS:
         return wire_values(array, olake_type, column, prop)
     kind = olake_type.split("(")[0]
     encoder = _ENCODERS.get(kind)
@@ -90,7 +99,7 @@ def _plain(array: pa.Array, olake_type: str, column: str) -> list:
     type_ = array.type
     if olake_type == "bool":
         _expect(array, pa.types.is_boolean(type_), olake_type, column)
-    elif olake_type in _INT_TYPES:
+    elif olake_type in INT_TYPES:
         _expect(array, pa.types.is_integer(type_), olake_type, column)
     elif pa.types.is_decimal(type_) and olake_type.startswith(("decimal", "numeric")):
         # Arrow's decimal-to-string cast switches to exponents ("1E-10"); PostgreSQL never does
@@ -118,7 +127,7 @@ def _bytes(array: pa.Array, olake_type: str, column: str) -> list:
     return [None if v is None else b2a(v, newline=False).decode("ascii") for v in array.to_pylist()]
 
 
-def _fast_mask(raw: pa.Array, bounds: tuple[int, int]) -> pa.Array | None:
+def arrow_text_mask(raw: pa.Array, bounds: tuple[int, int]) -> pa.Array | None:
     """Which values Arrow's own text cast handles (years 1..9999); None when all of them are."""
     fast = pc.and_(pc.greater_equal(raw, bounds[0]), pc.less_equal(raw, bounds[1]))
     return None if pc.all(fast).as_py() is not False else pc.fill_null(fast, True)
@@ -135,36 +144,25 @@ def _fill_slow(text: pa.Array, fast: pa.Array | None, raw: pa.Array, to_text) ->
     return values
 
 
-def _adbc_date_text(raw: int) -> str:
-    """A date32 value as ADBC yields it (infinities wrapped) in PostgreSQL's text."""
-    if raw == _ADBC_DATE_POS_INF:
-        return "infinity"
-    return "-infinity" if raw == _ADBC_DATE_NEG_INF else date_text(raw)
-
-
-def _adbc_micros(raw: int) -> int | str:
-    """An ADBC timestamp value unwrapped: microseconds since 1970, or an infinity word."""
-    if raw == _ADBC_TS_POS_INF:
-        return "infinity"
-    if raw == _ADBC_TS_NEG_INF:
-        return "-infinity"
-    return raw + 2**64 if raw < _ADBC_TS_POS_INF else raw  # PostgreSQL's last 30 years wrap
-
-
-def _dates(array: pa.Array, olake_type: str, column: str) -> list:
+def _dates(array: pa.Array, olake_type: str, column: str, instants: InstantReader | None = None) -> list:
     _expect(array, pa.types.is_date32(array.type), olake_type, column)
     raw = array.view(pa.int32())
-    fast = _fast_mask(raw, (_DATE_MIN, _DATE_MAX))
+    fast = arrow_text_mask(raw, ARROW_TEXT_DAYS)
     text = pc.cast(array if fast is None else pc.if_else(fast, array, None), pa.string())
-    return _fill_slow(text, fast, raw, _adbc_date_text)
+
+    def slow(value: int) -> str:
+        days = value if instants is None else instants(value, olake_type)
+        return days if isinstance(days, str) else date_text(days)
+
+    return _fill_slow(text, fast, raw, slow)
 
 
-def _timestamps(array: pa.Array, olake_type: str, column: str) -> list:
+def _timestamps(array: pa.Array, olake_type: str, column: str, instants: InstantReader | None = None) -> list:
     _expect(array, pa.types.is_timestamp(array.type), olake_type, column)
     if array.type.unit != "us":
         array = pc.cast(array, pa.timestamp("us", tz=array.type.tz))
     raw = array.view(pa.int64())
-    fast = _fast_mask(raw, (_TS_MIN_US, _TS_MAX_US))
+    fast = arrow_text_mask(raw, ARROW_TEXT_MICROS)
     finite = raw if fast is None else pc.if_else(fast, raw, None)
     # casting a naive timestamp to string is ~8x faster than strftime: "YYYY-MM-DD HH:MM:SS.ffffff"
     text = pc.cast(finite.view(pa.timestamp("us")), pa.string())
@@ -174,7 +172,7 @@ def _timestamps(array: pa.Array, olake_type: str, column: str) -> list:
         text = pc.binary_join_element_wise(text, "+00:00", "")
 
     def slow(value: int) -> str:
-        micros = _adbc_micros(value)
+        micros = value if instants is None else instants(value, olake_type)
         return micros if isinstance(micros, str) else timestamp_text(micros, with_zone)
 
     return _fill_slow(text, fast, raw, slow)
@@ -185,7 +183,7 @@ def _times(array: pa.Array, olake_type: str, column: str) -> list:
     array = pc.cast(array, pa.time64("us"))
     raw = array.view(pa.int64())
     text = pc.cast(array, pa.string())
-    midnight = pc.fill_null(pc.equal(raw, _DAY_US), False)  # PostgreSQL's 24:00:00
+    midnight = pc.fill_null(pc.equal(raw, DAY_US), False)  # PostgreSQL's 24:00:00
     return pc.if_else(midnight, "24:00:00.000000", text)
 
 
@@ -232,7 +230,8 @@ def _datetimes_ms(array: pa.Array, olake_type: str, column: str) -> list:
     return array.view(pa.int64()).to_pylist()
 
 
-def _documents(array: pa.Array, olake_type: str, column: str, prop: dict | None) -> list:
+def _documents(array: pa.Array, olake_type: str, column: str, prop: dict | None,
+               instants: InstantReader | None = None) -> list:
     _expect(array, pa.types.is_struct(array.type), olake_type, column)
     properties = sub_properties(prop or {}, column)
     children = dict(zip((field.name for field in array.type), array.flatten()))
@@ -240,18 +239,19 @@ def _documents(array: pa.Array, olake_type: str, column: str, prop: dict | None)
         raise SourceError(f"column {column!r}: struct fields {sorted(children)} are not the "
                           f"document's properties {sorted(properties)}")
     names = list(properties)
-    columns = [wire_values(children[name], olake_type_of(sub, name), f"{column}.{name}", sub)
+    columns = [wire_values(children[name], olake_type_of(sub, name), f"{column}.{name}", sub, instants)
                for name, sub in properties.items()]
     return [dict(zip(names, row)) if valid else None
             for valid, row in zip(array.is_valid().to_pylist(), zip(*columns))]
 
 
-def _arrays(array: pa.Array, olake_type: str, column: str, prop: dict | None = None) -> list:
+def _arrays(array: pa.Array, olake_type: str, column: str, prop: dict | None = None,
+            instants: InstantReader | None = None) -> list:
     _expect(array, pa.types.is_list(array.type) or pa.types.is_large_list(array.type),
             olake_type, column)
     element_prop = element_property(prop, olake_type) if prop is not None else None
     try:
-        element_values = wire_values(array.flatten(), olake_type[6:-1], column, element_prop)
+        element_values = wire_values(array.flatten(), olake_type[6:-1], column, element_prop, instants)
     except BadValue as bad:
         raise BadValue(row_of_element(array, bad.index), bad.detail) from None
     result, position = [], 0
@@ -264,7 +264,8 @@ def _arrays(array: pa.Array, olake_type: str, column: str, prop: dict | None = N
     return result
 
 
-def _ndarrays(array: pa.Array, olake_type: str, column: str, prop: dict | None = None) -> list:
+def _ndarrays(array: pa.Array, olake_type: str, column: str, prop: dict | None = None,
+              instants: InstantReader | None = None) -> list:
     """``ndarray`` structs as ``{"lower_bounds", "lengths", "elements"}`` objects (a column of nulls of
     any type, such as a dropped column's, as nulls)."""
     if array.null_count == len(array):
@@ -272,7 +273,7 @@ def _ndarrays(array: pa.Array, olake_type: str, column: str, prop: dict | None =
     _expect(array, pa.types.is_struct(array.type) and
             [f.name for f in array.type] == list(NDARRAY_FIELDS), olake_type, column)
     lower, lengths, elements = array.flatten()
-    elements = _arrays(elements, shaped_array(array_shape(olake_type)[0], 1), column)
+    elements = _arrays(elements, shaped_array(array_shape(olake_type)[0], 1), column, None, instants)
     return [{"lower_bounds": lo, "lengths": n, "elements": e} if valid else None
             for valid, lo, n, e in zip(array.is_valid().to_pylist(), lower.to_pylist(), lengths.to_pylist(),
                                        elements)]

@@ -33,9 +33,7 @@ destination and the wire value inside ``record.data`` (both sides work a batch a
                            the property: ``field_arrow_type(prop)``, the ``prop`` of
                            ``wire_values`` / ``decode_column``
 
-This module is the bottom of the codec: ``codec_encode`` (Arrow -> wire values), ``record_lines``
-(Arrow -> RECORD lines) and ``codec_decode`` (wire values or scanned batches -> destination types)
-build on it, in that order; none imports a module above it.
+This module is the bottom of the codec package (see its ``__init__``).
 """
 
 from __future__ import annotations
@@ -49,26 +47,26 @@ from olake_cli.core.errors import CatalogError
 
 INT64_MAX, INT64_MIN = 2**63 - 1, -(2**63)
 INT32_MAX, INT32_MIN = 2**31 - 1, -(2**31)
-_TS_MIN_US, _TS_MAX_US = -62_135_596_800_000_000, 253_402_300_799_999_999  # years 1..9999: Arrow's
-_DATE_MIN, _DATE_MAX = -719_162, 2_932_896  # own text casts handle these; others go through calendar_text
-_DAY_US = 86_400_000_000
-_FLOAT_WIRE = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
-_INT_TYPES = ("int16", "int32", "int64")
-_INTERVAL_FIELDS = ("months", "days", "microseconds")
-_INTERVAL_TYPE = pa.struct([("months", pa.int32()), ("days", pa.int32()), ("microseconds", pa.int64())])
+# years 1..9999 as timestamp[us] / date32 values: Arrow's own text casts handle these, others go
+# through calendar_text
+ARROW_TEXT_MICROS = (-62_135_596_800_000_000, 253_402_300_799_999_999)
+ARROW_TEXT_DAYS = (-719_162, 2_932_896)
+DAY_US = 86_400_000_000
+INT_TYPES = ("int16", "int32", "int64")
+INTERVAL_FIELDS = ("months", "days", "microseconds")
+INTERVAL_TYPE = pa.struct([("months", pa.int32()), ("days", pa.int32()), ("microseconds", pa.int64())])
 _SIMPLE_TYPES: dict[str, pa.DataType] = {
     "bool": pa.bool_(), "int16": pa.int16(), "int32": pa.int32(), "int64": pa.int64(),
     "float32": pa.float32(), "float64": pa.float64(), "numeric": pa.string(), "string": pa.string(),
     "uuid": pa.uuid(), "json": pa.json_(), "bytes": pa.binary(), "date": pa.date32(),
     "time": pa.time64("us"), "timestamp": pa.timestamp("us"),
-    "timestamptz": pa.timestamp("us", tz="UTC"), "interval": _INTERVAL_TYPE,
+    "timestamptz": pa.timestamp("us", tz="UTC"), "interval": INTERVAL_TYPE,
     "objectid": pa.string(), "decimal128": pa.string(), "datetime_ms": pa.timestamp("ms", tz="UTC"),
     "bson": pa.json_(),
 }
 NDARRAY = "ndarray"
 NDARRAY_FIELDS = ("lower_bounds", "lengths", "elements")
-_NESTED_KINDS = frozenset({"array", "document", NDARRAY})  # their encoders and decoders take the property
-_UUID_PATTERN = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+NESTED_KINDS = frozenset({"array", "document", NDARRAY})  # their encoders and decoders take the property
 _DECIMAL_RE = re.compile(r"decimal\((\d+),(\d+)\)")
 
 
@@ -96,7 +94,7 @@ def field_arrow_type(prop: dict, column: str = "?") -> pa.DataType:
     if "document" not in olake_type:
         return arrow_type(olake_type)
     if olake_type == "document":
-        return pa.struct([pa.field(name, field_arrow_type(sub, f"{column}.{name}"), nullable=_nullable(sub))
+        return pa.struct([pa.field(name, field_arrow_type(sub, f"{column}.{name}"), nullable=nullable(sub))
                           for name, sub in sub_properties(prop, column).items()])
     if olake_type.startswith("array<") and olake_type.endswith(">"):
         element = element_property(prop, olake_type)
@@ -128,7 +126,7 @@ def olake_type_of(prop: dict, column: str) -> str:
 
 def arrow_schema(json_schema: dict) -> pa.Schema:
     """The Arrow schema of a stream: properties in order, nullable when the JSON type allows null."""
-    return pa.schema([pa.field(name, field_arrow_type(prop, name), nullable=_nullable(prop))
+    return pa.schema([pa.field(name, field_arrow_type(prop, name), nullable=nullable(prop))
                       for name, prop in json_schema.get("properties", {}).items()])
 
 
@@ -140,32 +138,10 @@ def stored_schema(json_schema: dict, key_columns: tuple | list, with_changes: bo
                       for f in arrow_schema(json_schema)])
 
 
-def _nullable(prop: dict) -> bool:
+def nullable(prop: dict) -> bool:
+    """Whether a json_schema property's JSON type allows null."""
     json_type = prop.get("type", [])
     return json_type == "null" or (isinstance(json_type, list) and "null" in json_type)
-
-
-# ----------------------------------------------------------------------------- encoding
-
-
-class BadValue(ValueError):
-    """A value (at ``index`` of its column) that cannot be carried; the caller names stream and row."""
-
-    def __init__(self, index: int, detail: str) -> None:
-        super().__init__(detail)
-        self.index, self.detail = index, detail
-
-
-def value_error(error_type: type, stream: str | None, column: str, key: dict | None,
-                index: int | None, detail: str) -> Exception:
-    """An ``error_type`` naming the stream, the column and the row's key (or its index)."""
-    parts = [f"stream {stream!r}"] if stream else []
-    parts.append(f"column {column!r}")
-    if key:
-        parts.append("row with key " + ", ".join(f"{k}={v!r}" for k, v in key.items()))
-    elif index is not None:
-        parts.append(f"row {index + 1} of the batch")
-    return error_type(", ".join(parts) + f": {detail}")
 
 
 # ----------------------------------------------------------------------------- array shapes
