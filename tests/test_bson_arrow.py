@@ -191,7 +191,7 @@ def test_empty_batch_and_empty_documents():
 def _runs_both_ways(stream, pending):
     """(decoded_run's run, the document-by-document run) of the same queued changes."""
     from olake_cli.core.change_runs import Change, runs_of_changes
-    from olake_cli.sources.mongodb.bson_types import document_to_wire
+    from olake_cli.sources.mongodb.bson_wire import document_to_wire
     from olake_cli.sources.mongodb.change_decode import decoded_run
 
     schema = stream.json_schema

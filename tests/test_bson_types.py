@@ -27,9 +27,10 @@ from olake_cli.core.codec.scanned import _already_exact, to_destination
 from olake_cli.core.codec.types import INT32_MAX, INT32_MIN, arrow_schema, arrow_type, field_arrow_type
 from olake_cli.core.record_lines import encode_records
 from olake_cli.core.errors import CatalogError, ProtocolError, SourceError
-from olake_cli.sources.mongodb.bson_types import (
-    BSON_CODEC_OPTIONS, EJSON_OPTIONS, document_to_wire, documents_to_batch, infer_json_schema,
-)
+from olake_cli.sources.mongodb.bson_ejson import EJSON_OPTIONS
+from olake_cli.sources.mongodb.bson_schema import BSON_CODEC_OPTIONS, infer_json_schema
+from olake_cli.sources.mongodb.bson_types import documents_to_batch
+from olake_cli.sources.mongodb.bson_wire import document_to_wire
 from tests.support.mongo import connect
 
 STREAM = "shop.items"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from bson import Decimal128, Int64, json_util
 
-from olake_cli.sources.mongodb.bson_types import EJSON_OPTIONS
+from olake_cli.sources.mongodb.bson_ejson import EJSON_OPTIONS
 from tests.support.cdc import discover_catalog
 from tests.support.cli import read_into_write, write_json
 from tests.support.current_view import iceberg_table

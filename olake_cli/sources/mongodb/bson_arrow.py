@@ -7,7 +7,7 @@ property's name, then gathers the values of every document that has it. No Pytho
 per document or per value, with three exceptions: each document's start offset is read in a loop,
 and ``bson`` values (canonical Extended JSON) and Decimal128 texts outside the plain notation (an
 exponent above 0, NaN, a coefficient of 2^64 or more) and doubles in a ``decimal128`` field are made
-by ``bson_types``, one value at a time.
+by ``bson_ejson`` and ``bson_scalars``, one value at a time.
 
 The walk takes the regular layout: the fields of each (sub-)document in the schema's order, any of
 them missing, each value of a BSON type its field's x-olake-type takes as it is (see ``bson_types``),
@@ -20,38 +20,23 @@ from there). ``tests/test_bson_arrow.py`` holds both paths to the same result, v
 from __future__ import annotations
 
 import struct
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from olake_cli.core.codec.types import element_property, field_arrow_type, olake_type_of, sub_properties
-from olake_cli.sources.mongodb.bson_types import FieldMisfit, _ejson, _number_text
+from olake_cli.sources.mongodb.bson_ejson import ejson_text
+from olake_cli.sources.mongodb.bson_misfits import FieldMisfit
+from olake_cli.sources.mongodb.bson_raw import (
+    IS_NULL, PAD, Refused, Slots, bytes_at, document_starts, element_value, i32, i64, value_sizes, walk,
+)
+from olake_cli.sources.mongodb.bson_scalars import number_text
 
-_PAD = bytes(64)  # gathers past a document's end land here, never outside the buffer
-_NULL = np.zeros(256, bool)
-_NULL[[0x0A, 0x06]] = True  # null, undefined: both decode to None
-_FIXED = np.full(256, -1, np.int64)
-for _code, _size in {0x01: 8, 0x06: 0, 0x07: 12, 0x08: 1, 0x09: 8, 0x0A: 0, 0x10: 4, 0x11: 8, 0x12: 8,
-                     0x13: 16, 0xFF: 0, 0x7F: 0}.items():
-    _FIXED[_code] = _size
-_LENGTH_PLUS = {0x02: 4, 0x0D: 4, 0x0E: 4, 0x03: 0, 0x04: 0, 0x0F: 0, 0x05: 5, 0x0C: 16}
 _HEX = np.frombuffer(b"".join(f"{i:02x}".encode() for i in range(256)), np.uint8).reshape(256, 2)
 _DIGITS = 20  # of a uint64
 _BID_SPECIAL = np.uint64(3 << 61)
 _HIGH_COEFFICIENT = np.uint64(0x1_FFFF_FFFF_FFFF)
-
-
-class _Refused(Exception):
-    """The batch leaves the regular layout: the caller converts it document by document."""
-
-
-class _Slots(NamedTuple):
-    """Elements of many containers at once: type byte, value position, and whether present."""
-
-    kind: np.ndarray  # uint8 BSON type (meaningless where not present)
-    value: np.ndarray  # int64 position of the value
-    present: np.ndarray  # bool
 
 
 def raw_batch(data: bytes, json_schema: dict) -> pa.RecordBatch | None:
@@ -61,86 +46,25 @@ def raw_batch(data: bytes, json_schema: dict) -> pa.RecordBatch | None:
 
     schema = arrow_schema(json_schema)
     try:
-        starts = _document_starts(data)
-        buf = np.frombuffer(data + _PAD, np.uint8)
-        sizes = _i32(buf, starts)
-        slots = _walk(buf, starts + 4, starts + sizes - 1, np.ones(len(starts), bool),
-                      json_schema.get("properties", {}))
+        starts = document_starts(data)
+        buf = np.frombuffer(data + PAD, np.uint8)
+        sizes = i32(buf, starts)
+        slots = walk(buf, starts + 4, starts + sizes - 1, np.ones(len(starts), bool),
+                     json_schema.get("properties", {}))
         arrays = [_column(buf, slots[f.name], json_schema["properties"][f.name], f.name, f.nullable)
                   for f in schema]
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
-    except (_Refused, IndexError, ValueError, pa.ArrowInvalid, struct.error):
+    except (Refused, IndexError, ValueError, pa.ArrowInvalid, struct.error):
         return None
-
-
-def _document_starts(data: bytes) -> np.ndarray:
-    """The offset of each document of the buffer (each one's length leads it)."""
-    starts, pos, end = [], 0, len(data)
-    unpack = struct.Struct("<i").unpack_from
-    while pos < end:
-        starts.append(pos)
-        (size,) = unpack(data, pos)
-        if size < 5:
-            raise _Refused
-        pos += size
-    if pos != end:
-        raise _Refused
-    return np.array(starts, np.int64)
-
-
-# ----------------------------------------------------------------------------- reading bytes
-
-
-def _bytes(buf: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
-    """``width`` bytes at each position, one row each (clipped to the buffer)."""
-    return buf.take(pos[:, None] + np.arange(width), mode="clip")
-
-
-def _i32(buf: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(_bytes(buf, pos, 4)).view("<i4").ravel().astype(np.int64)
-
-
-def _i64(buf: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(_bytes(buf, pos, 8)).view("<i8").ravel()
-
-
-def _sizes(buf: np.ndarray, kind: np.ndarray, value: np.ndarray, present: np.ndarray) -> np.ndarray:
-    """The byte size of each present value (0 elsewhere); refused for a regex or an unknown type."""
-    sizes = np.where(present, _FIXED[kind], 0)
-    for code, extra in _LENGTH_PLUS.items():
-        rows = present & (kind == code)
-        if rows.any():
-            sizes[rows] = _i32(buf, value[rows]) + extra
-    if (sizes < 0).any():
-        raise _Refused
-    return sizes
-
-
-def _walk(buf: np.ndarray, cursor: np.ndarray, end: np.ndarray, active: np.ndarray,
-          properties: dict) -> dict[str, _Slots]:
-    """The element of each property in containers whose elements start at ``cursor`` (those
-    ``active``), in the properties' order; refused unless each container ends right after them."""
-    cursor = cursor.copy()
-    slots = {}
-    for name, _prop in properties.items():
-        key = np.frombuffer(name.encode("utf-8") + b"\0", np.uint8)
-        kind = buf[cursor]
-        present = active & (kind != 0) & (_bytes(buf, cursor + 1, len(key)) == key).all(axis=1)
-        value = cursor + 1 + len(key)
-        cursor = np.where(present, value + _sizes(buf, kind, value, present), cursor)
-        slots[name] = _Slots(kind, value, present)
-    if (active & (cursor != end)).any() or (buf[end[active]] != 0).any():
-        raise _Refused
-    return slots
 
 
 # ----------------------------------------------------------------------------- columns
 
 
-def _column(buf: np.ndarray, slots: _Slots, prop: dict, path: str, nullable: bool) -> pa.Array:
+def _column(buf: np.ndarray, slots: Slots, prop: dict, path: str, nullable: bool) -> pa.Array:
     """One field's values as an Arrow array of its x-olake-type."""
     olake_type = olake_type_of(prop, path)
-    valid = slots.present & ~_NULL[slots.kind]
+    valid = slots.present & ~IS_NULL[slots.kind]
     if olake_type == "bson":
         return _bson_column(buf, slots, valid, path, nullable)
     if olake_type == "document":
@@ -150,65 +74,65 @@ def _column(buf: np.ndarray, slots: _Slots, prop: dict, path: str, nullable: boo
     else:
         array = _scalar_column(buf, slots, valid, olake_type)
     if not nullable and array.null_count:
-        raise _Refused
+        raise Refused
     return array
 
 
-def _only(slots: _Slots, valid: np.ndarray, *codes: int) -> None:
+def _only(slots: Slots, valid: np.ndarray, *codes: int) -> None:
     """Refused unless every valid value has one of these BSON types."""
     allowed = np.zeros(256, bool)
     allowed[list(codes)] = True
     if not allowed[slots.kind[valid]].all():
-        raise _Refused
+        raise Refused
 
 
-def _scalar_column(buf: np.ndarray, slots: _Slots, valid: np.ndarray, olake_type: str) -> pa.Array:
-    kind, value = slots.kind, slots.value
+def _scalar_column(buf: np.ndarray, slots: Slots, valid: np.ndarray, olake_type: str) -> pa.Array:
+    value = slots.value
     mask = None if valid.all() else ~valid
     if olake_type == "bool":
         _only(slots, valid, 0x08)
         flags = buf[value]
         if (flags[valid] > 1).any():
-            raise _Refused
+            raise Refused
         return pa.array(flags.astype(bool), pa.bool_(), mask=mask)
     if olake_type == "int32":
         _only(slots, valid, 0x10)
-        return pa.array(_i32(buf, value).astype(np.int32), pa.int32(), mask=mask)
+        return pa.array(i32(buf, value).astype(np.int32), pa.int32(), mask=mask)
     if olake_type in ("int64", "float64", "datetime_ms"):
         return _eight_byte_column(buf, slots, valid, olake_type, mask)
     if olake_type == "string":
         _only(slots, valid, 0x02)
-        array = _strings(buf, value + 4, np.where(valid, _i32(buf, value) - 1, 0), valid, pa.string())
+        array = _strings(buf, value + 4, np.where(valid, i32(buf, value) - 1, 0), valid, pa.string())
         array.validate(full=True)  # UTF-8, as the decoder requires
         return array
     if olake_type == "objectid":
         _only(slots, valid, 0x07)
-        hexes = _HEX[_bytes(buf, value[valid], 12)].reshape(-1)
+        hexes = _HEX[bytes_at(buf, value[valid], 12)].reshape(-1)
         return _from_parts(pa.string(), valid, np.where(valid, 24, 0), hexes)
     if olake_type in ("bytes", "uuid"):
         return _binary_column(buf, slots, valid, olake_type)
     if olake_type == "decimal128":
         return _decimal_column(buf, slots, valid)
-    raise _Refused  # not a MongoDB type: the converter names the problem
+    raise Refused  # not a MongoDB type: the converter names the problem
 
 
-def _eight_byte_column(buf, slots: _Slots, valid, olake_type: str, mask) -> pa.Array:
+def _eight_byte_column(buf, slots: Slots, valid, olake_type: str, mask) -> pa.Array:
     kind, value = slots.kind, slots.value
     if olake_type == "datetime_ms":
         _only(slots, valid, 0x09)
-        return pa.array(_i64(buf, value), pa.int64(), mask=mask).cast(pa.timestamp("ms", "UTC"))
+        return pa.array(i64(buf, value), pa.int64(), mask=mask).cast(pa.timestamp("ms", "UTC"))
     if olake_type == "int64":
         _only(slots, valid, 0x10, 0x12)
         return pa.array(_integers(buf, kind, value, valid), pa.int64(), mask=mask)
     _only(slots, valid, 0x01, 0x10, 0x12)
-    doubles = np.ascontiguousarray(_bytes(buf, value, 8)).view("<f8").ravel().copy()
+    doubles = np.ascontiguousarray(bytes_at(buf, value, 8)).view("<f8").ravel().copy()
     whole = valid & (kind != 0x01)
     if whole.any():
         integers = _integers(buf, kind, value, whole)[whole]
         as_double = integers.astype(np.float64)
         with np.errstate(invalid="ignore"):
             if (as_double.astype(np.int64) != integers).any() or (np.abs(as_double) >= 2.0**63).any():
-                raise _Refused  # an int64 that is not exactly a double
+                raise Refused  # an int64 that is not exactly a double
         doubles[whole] = as_double
     return pa.array(doubles, pa.float64(), mask=mask)
 
@@ -217,28 +141,28 @@ def _integers(buf: np.ndarray, kind: np.ndarray, value: np.ndarray, valid: np.nd
     """int32 and int64 values as int64 (0 elsewhere)."""
     out = np.zeros(len(kind), np.int64)
     small, large = valid & (kind == 0x10), valid & (kind == 0x12)
-    out[small] = _i32(buf, value[small])
-    out[large] = _i64(buf, value[large])
+    out[small] = i32(buf, value[small])
+    out[large] = i64(buf, value[large])
     return out
 
 
-def _binary_column(buf: np.ndarray, slots: _Slots, valid: np.ndarray, olake_type: str) -> pa.Array:
+def _binary_column(buf: np.ndarray, slots: Slots, valid: np.ndarray, olake_type: str) -> pa.Array:
     _only(slots, valid, 0x05)
     value = slots.value
-    lengths = np.where(valid, _i32(buf, value), 0)
+    lengths = np.where(valid, i32(buf, value), 0)
     subtypes = buf[value + 4][valid]
     if olake_type == "bytes":
         if (subtypes != 0).any():
-            raise _Refused
+            raise Refused
         return _strings(buf, value + 5, lengths, valid, pa.binary())
     if (subtypes != 4).any() or (lengths[valid] != 16).any():
-        raise _Refused
-    data = _bytes(buf, value + 5, 16).reshape(-1)  # every row: a null's 16 bytes are unused
+        raise Refused
+    data = bytes_at(buf, value + 5, 16).reshape(-1)  # every row: a null's 16 bytes are unused
     storage = pa.Array.from_buffers(pa.binary(16), len(valid), [_validity(valid), pa.py_buffer(data.tobytes())])
     return pa.ExtensionArray.from_storage(pa.uuid(), storage)
 
 
-def _decimal_column(buf: np.ndarray, slots: _Slots, valid: np.ndarray) -> pa.Array:
+def _decimal_column(buf: np.ndarray, slots: Slots, valid: np.ndarray) -> pa.Array:
     """Decimal128 text: plain-notation Decimal128s and integers vectorised, the rest one by one."""
     _only(slots, valid, 0x13, 0x10, 0x12, 0x01)
     kind, value = slots.kind, slots.value
@@ -247,7 +171,7 @@ def _decimal_column(buf: np.ndarray, slots: _Slots, valid: np.ndarray) -> pa.Arr
     decimals = valid & (kind == 0x13)
     plain = np.zeros(len(kind), bool)
     if decimals.any():
-        words = np.ascontiguousarray(_bytes(buf, value[decimals], 16)).view("<u8").reshape(-1, 2)
+        words = np.ascontiguousarray(bytes_at(buf, value[decimals], 16)).view("<u8").reshape(-1, 2)
         fast, array = _plain_decimals(words[:, 0], words[:, 1])
         plain[np.flatnonzero(decimals)[fast]] = True
         parts.append((plain.copy(), array))
@@ -256,7 +180,7 @@ def _decimal_column(buf: np.ndarray, slots: _Slots, valid: np.ndarray) -> pa.Arr
         parts.append((integers, pa.array(_integers(buf, kind, value, integers)[integers]).cast(pa.string())))
     one_by_one = valid & ~plain & ~integers
     for row in np.flatnonzero(one_by_one):
-        texts[row] = _number_text(_element_value(buf, int(kind[row]), int(value[row])))
+        texts[row] = number_text(element_value(buf, int(kind[row]), int(value[row])))
     if not one_by_one.any() and len(parts) == 1 and parts[0][0].all():
         return parts[0][1]
     rest = pa.array([texts[row] for row in np.flatnonzero(one_by_one)], pa.string())
@@ -320,7 +244,7 @@ def _strings(buf: np.ndarray, start: np.ndarray, lengths: np.ndarray, valid: np.
     """Variable-length values (``lengths`` bytes from ``start``) as a string or binary array."""
     lengths = np.where(valid, lengths, 0)
     if (lengths < 0).any():
-        raise _Refused
+        raise Refused
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     index = np.repeat(start - offsets[:-1], lengths) + np.arange(offsets[-1])
     return _from_parts(arrow_type, valid, lengths, buf[index], offsets)
@@ -331,7 +255,7 @@ def _from_parts(arrow_type: pa.DataType, valid: np.ndarray, lengths: np.ndarray,
     if offsets is None:
         offsets = np.concatenate([[0], np.cumsum(lengths)])
     if offsets[-1] >= 2**31:
-        raise _Refused
+        raise Refused
     return pa.Array.from_buffers(arrow_type, len(valid), [
         _validity(valid), pa.py_buffer(offsets.astype(np.int32).tobytes()), pa.py_buffer(data.tobytes())])
 
@@ -340,27 +264,27 @@ def _validity(valid: np.ndarray) -> pa.Buffer | None:
     return None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little").tobytes())
 
 
-def _document_column(buf: np.ndarray, slots: _Slots, valid: np.ndarray, prop: dict, path: str) -> pa.Array:
+def _document_column(buf: np.ndarray, slots: Slots, valid: np.ndarray, prop: dict, path: str) -> pa.Array:
     _only(slots, valid, 0x03)
     properties = sub_properties(prop, path)
     start = np.where(valid, slots.value, 0)
-    inner = _walk(buf, start + 4, start + _i32(buf, start) - 1, valid, properties)
+    inner = walk(buf, start + 4, start + i32(buf, start) - 1, valid, properties)
     struct_type = field_arrow_type(prop, path)
     children = []
     for field, (name, sub) in zip(struct_type, properties.items()):
         child = _column(buf, inner[name], sub, f"{path}.{name}", True)
         if not field.nullable and (valid & ~child.is_valid().to_numpy(zero_copy_only=False)).any():
-            raise _Refused
+            raise Refused
         children.append(child)
     mask = None if valid.all() else pa.array(~valid)
     return pa.StructArray.from_arrays(children, fields=list(struct_type), mask=mask)
 
 
-def _list_column(buf: np.ndarray, slots: _Slots, valid: np.ndarray, prop: dict, olake_type: str,
+def _list_column(buf: np.ndarray, slots: Slots, valid: np.ndarray, prop: dict, olake_type: str,
                  path: str) -> pa.Array:
     _only(slots, valid, 0x04)
     start = np.where(valid, slots.value, 0)
-    cursor, end = start + 4, start + _i32(buf, start) - 1
+    cursor, end = start + 4, start + i32(buf, start) - 1
     counts = np.zeros(len(valid), np.int64)
     rows, kinds, values = [], [], []
     active = valid & (buf[cursor] != 0)
@@ -368,54 +292,41 @@ def _list_column(buf: np.ndarray, slots: _Slots, valid: np.ndarray, prop: dict, 
     while active.any():
         key = np.frombuffer(str(index).encode() + b"\0", np.uint8)
         at = cursor[active]
-        if not (_bytes(buf, at + 1, len(key)) == key).all():
-            raise _Refused
+        if not (bytes_at(buf, at + 1, len(key)) == key).all():
+            raise Refused
         kind, value = buf[at], at + 1 + len(key)
         rows.append(np.flatnonzero(active))
         kinds.append(kind)
         values.append(value)
-        cursor[active] = value + _sizes(buf, kind, value, np.ones(len(at), bool))
+        cursor[active] = value + value_sizes(buf, kind, value, np.ones(len(at), bool))
         counts += active
         active = active & (buf[cursor] != 0)
         index += 1
     if (valid & (cursor != end)).any():
-        raise _Refused
+        raise Refused
     if rows:  # row-major: each row's elements together, in their order
         order = np.lexsort((np.concatenate([np.full(len(r), i) for i, r in enumerate(rows)]), np.concatenate(rows)))
-        elements = _Slots(np.concatenate(kinds)[order], np.concatenate(values)[order], np.ones(len(order), bool))
+        elements = Slots(np.concatenate(kinds)[order], np.concatenate(values)[order], np.ones(len(order), bool))
     else:
-        elements = _Slots(np.zeros(0, np.uint8), np.zeros(0, np.int64), np.zeros(0, bool))
+        elements = Slots(np.zeros(0, np.uint8), np.zeros(0, np.int64), np.zeros(0, bool))
     items = _column(buf, elements, element_property(prop, olake_type), f"{path}[]", True)
     offsets = pa.array(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32))
     mask = None if valid.all() else pa.array(~valid)
     return pa.ListArray.from_arrays(offsets, items, type=field_arrow_type(prop, path), mask=mask)
 
 
-def _bson_column(buf: np.ndarray, slots: _Slots, valid: np.ndarray, path: str, nullable: bool) -> pa.Array:
-    """Canonical Extended JSON of each value (one by one: ``bson_types._ejson``)."""
+def _bson_column(buf: np.ndarray, slots: Slots, valid: np.ndarray, path: str, nullable: bool) -> pa.Array:
+    """Canonical Extended JSON of each value (one by one: ``bson_ejson.ejson_text``)."""
     null = None if nullable else "null"
     texts: list[Any] = [null] * len(valid)
-    sizes = _sizes(buf, slots.kind, slots.value, valid)
+    sizes = value_sizes(buf, slots.kind, slots.value, valid)
     try:
         for row in np.flatnonzero(valid):
-            texts[row] = _ejson(_element_value(buf, int(slots.kind[row]), int(slots.value[row]), int(sizes[row])),
-                                int(row), path)
+            texts[row] = ejson_text(element_value(buf, int(slots.kind[row]), int(slots.value[row]), int(sizes[row])),
+                                    int(row), path)
     except FieldMisfit:
-        raise _Refused from None
+        raise Refused from None
     return pa.ExtensionArray.from_storage(pa.json_(), pa.array(texts, pa.string()))
-
-
-def _element_value(buf: np.ndarray, kind: int, value: int, size: int | None = None) -> Any:
-    """One element's value decoded by pymongo (as the document-by-document path decodes it)."""
-    import bson
-
-    from olake_cli.sources.mongodb.bson_schema import BSON_CODEC_OPTIONS
-
-    if size is None:
-        size = int(_sizes(buf, np.array([kind], np.uint8), np.array([value]), np.ones(1, bool))[0])
-    body = bytes([kind]) + b"v\0" + buf[value:value + size].tobytes()
-    document = struct.pack("<i", len(body) + 5) + body + b"\0"
-    return bson.decode(document, codec_options=BSON_CODEC_OPTIONS)["v"]
 
 
 __all__ = ["raw_batch"]

@@ -324,7 +324,7 @@ class _EventReader:
     def _wire(self, stream: CatalogStream, document: dict, key_only: bool, batch: ChangeBatch) -> dict | None:
         """The change's RECORD data; a document that does not fit widens the stream first (in place:
         announced with ``batch``), or ends its capture for a reload (None)."""
-        from olake_cli.sources.mongodb.bson_types import document_to_wire
+        from olake_cli.sources.mongodb.bson_wire import document_to_wire
         from olake_cli.sources.mongodb.drift import widened_schema
 
         schema = _key_schema(stream) if key_only else stream.json_schema

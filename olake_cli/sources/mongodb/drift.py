@@ -17,12 +17,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from olake_cli.core.codec.types import element_property
+from olake_cli.core.codec.types import element_property, nullable
+from olake_cli.sources.mongodb.bson_scalars import scalar_fits
 from olake_cli.sources.mongodb.bson_schema import (
     NUMBER_BSON_TYPES, NUMBER_OLAKE_TYPES, as_bson_document, bson_type_name, field_property, is_exact_double,
     json_type, number_type,
 )
-from olake_cli.sources.mongodb.bson_types import is_nullable, scalar_fits
 
 
 def widened_schema(json_schema: dict, documents: Iterable[Mapping]) -> dict:
@@ -48,7 +48,7 @@ def widen(prop: dict, value: Any) -> dict:
     if olake_type == "bson":
         return prop
     if value is None:
-        return prop if is_nullable(prop) else _retyped(prop, "bson", "null")
+        return prop if nullable(prop) else _retyped(prop, "bson", "null")
     if olake_type == "document":
         return _widen_document(prop, value)
     if isinstance(olake_type, str) and olake_type.startswith("array<"):
@@ -91,6 +91,6 @@ def _retyped(prop: dict, olake_type: str, bson_type: str) -> dict:
     kept = {k: v for k, v in prop.items() if k not in ("type", "x-olake-type", "x-olake-bson-types",
                                                        "properties", "items")}
     seen = sorted(set(prop.get("x-olake-bson-types") or []) | {bson_type})
-    return {**kept, "type": json_type(olake_type, is_nullable(prop)), "x-olake-type": olake_type,
+    return {**kept, "type": json_type(olake_type, nullable(prop)), "x-olake-type": olake_type,
             "x-olake-bson-types": seen}
 
