@@ -165,6 +165,24 @@ def test_timestamps_arrow_cannot_hold_fail_naming_stream_column_and_key():
         to_destination(batch, schema, "x", ("id",), instant_wire_columns(batch, [("t", "timestamp")]))
 
 
+def test_the_chunk_reader_unwraps_the_drivers_dates_and_timestamps_as_wire_columns():
+    """The chunk reader gives the wire values of its date and timestamp columns (arrays of them too) that
+    hold a value the driver may have wrapped; a column within years 1..9999 goes through the codec as it is."""
+    wrapped_max = 9223371331199999999 + PG_EPOCH_US - 2**64  # 294276-12-31T23:59:59.999999
+    batch = pa.record_batch({
+        "d": pa.array([-2147472692, 1], pa.int32()).cast(pa.date32()),
+        "t": pa.array([wrapped_max, -9222425352054775808], pa.int64()).cast(pa.timestamp("us")),
+        "a": pa.array([[-2147472691, 0], None], pa.list_(pa.int32())).cast(pa.list_(pa.date32())),
+        "plain": pa.array([0, None], pa.int64()).cast(pa.timestamp("us", "UTC"))})
+    reader = PostgresChunkReader("n.s", 0, "", "postgresql://", None, instant_columns=(
+        ("d", "date"), ("t", "timestamp"), ("a", "array<date>"), ("plain", "timestamptz")))
+    assert reader.wire_columns(batch) == {"d": ["infinity", "1970-01-02"],
+                                          "t": ["294276-12-31T23:59:59.999999", "-infinity"],
+                                          "a": [["-infinity", "1970-01-01"], None]}
+    within = PostgresChunkReader("n.s", 0, "", "postgresql://", None, instant_columns=(("plain", "timestamptz"),))
+    assert within.wire_columns(batch) is None
+
+
 def test_nested_arrays_round_trip_and_bad_depth_names_the_row():
     """PostgreSQL's array text of a multi-dimensional column becomes nested lists in the chunk reader."""
     texts = pa.array(['{{1,2},{3,NULL}}', None, '{}', '{{{1}}}'])
