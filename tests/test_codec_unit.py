@@ -163,6 +163,14 @@ def test_timestamps_arrow_cannot_hold_fail_naming_stream_column_and_key():
         [0, 9223371331199999999 + PG_EPOCH_US - 2**64], pa.int64()).cast(pa.timestamp("us"))})
     with pytest.raises(DestinationError, match="stream 'x', column 't', row with key id=9"):
         to_destination(batch, schema, "x", ("id",), instant_wire_columns(batch, [("t", "timestamp")]))
+    texts = pa.record_batch({"id": pa.array([3, 9], pa.int32()), "m": pa.array(['{{"2000-01-01 00:00:00"}}',
+                                                                                '{{"294276-12-31 23:59:59.999999"}}'])})
+    nested = {"properties": {"id": schema["properties"]["id"],
+                             "m": {"type": ["null", "array"], "x-olake-type": "array<array<timestamp>>"}}}
+    reader = PostgresChunkReader("n.s", 0, "", "postgresql://", None, key_columns=("id",),
+                                 text_arrays=(("m", "array<array<timestamp>>", ","),))
+    with pytest.raises(DestinationError, match="stream 'x', column 'm', row with key id=9: timestamp .* lies beyond"):
+        to_destination(texts, nested, "x", ("id",), reader.wire_columns(texts))  # a source's own wire values
 
 
 def test_the_chunk_reader_unwraps_the_drivers_dates_and_timestamps_as_wire_columns():
