@@ -4,9 +4,9 @@
 ``ndarray`` structs) and what a source's driver yields in their place: interval as a struct, an int8[3],
 a month_day_nano interval or iso_8601 text, numerics as decimals or text, timestamps of any unit. A date
 or timestamp outside years 1..9999 is days or microseconds since 1970 unless the caller passes an
-``InstantReader`` that reads the driver's own encoding of it (the PostgreSQL source's, in
-``sources/postgres``). A value that cannot be carried raises a ``BadValue``; the caller names the
-stream, the column and the row's key.
+``InstantReader`` that reads the driver's own encoding of it (a source's business: core names no
+driver). A value that cannot be carried raises a ``BadValue``; the caller names the stream, the column
+and the row's key.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from olake_cli.core.codec.types import (
 )
 from olake_cli.core.errors import CatalogError, SourceError
 
-InstantReader = Callable[[int, str], "int | str"]
+InstantReader = Callable[[int, str], int | str]
 """``(raw, olake_type) -> value``: a raw date32 or timestamp[us] value outside years 1..9999, as a driver
 yields it, read as days or microseconds since 1970 (a Python int of any size) or as the word
 ``"infinity"`` or ``"-infinity"``; ``olake_type`` is ``date``, ``timestamp`` or ``timestamptz``."""
