@@ -80,10 +80,10 @@ def start_moto(directory: Path) -> tuple[subprocess.Popen, str]:
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=1):
                 return proc, f"http://127.0.0.1:{port}"
-        except OSError:
+        except OSError as exc:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
-                raise SystemExit(f"moto_server did not start; see {directory / 'moto.log'}")
+                raise SystemExit(f"moto_server did not start; see {directory / 'moto.log'}") from exc
             time.sleep(0.2)
 
 

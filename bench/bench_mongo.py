@@ -40,7 +40,7 @@ from bench.common import timed  # noqa: E402
 DATABASE, COLLECTION = "bench", "orders"
 CITIES = ["Lisbon", "Porto", "Madrid", "Paris", "Berlin", "Rome", "Vienna", "Prague", "Oslo", "Dublin"]
 TAGS = ["new", "vip", "promo", "repeat", "gift", "wholesale", "mobile", "web"]
-_START = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+_START = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 
 
 def document(i: int) -> dict:
@@ -94,10 +94,10 @@ def start_secantus(directory: Path) -> tuple[subprocess.Popen, str]:
             with MongoClient(uri, serverSelectionTimeoutMS=500) as client:
                 client.admin.command("ping")
             return proc, uri
-        except Exception:
+        except Exception as exc:
             if time.monotonic() > deadline:
                 proc.terminate()
-                raise SystemExit(f"secantus did not answer on {uri} within 60 s")
+                raise SystemExit(f"secantus did not answer on {uri} within 60 s") from exc
             time.sleep(0.2)
 
 

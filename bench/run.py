@@ -768,7 +768,7 @@ def main() -> None:
     run_cdc = args.changes > 0 and bool(selected & (set(CDC_PATHS) | set(pgd.CDC_PATHS)))
     run_mongo = args.mongo_docs > 0 and bool(selected & set(MONGO_PATHS) - {"mongo-raw"})
 
-    started_at = dt.datetime.now(dt.timezone.utc)
+    started_at = dt.datetime.now(dt.UTC)
     mach = machine()
     say(f"{mach['cores']} cores, {mach['memory']}, load {mach['load']}; paths: {', '.join(sorted(selected))}")
     cluster = start_cluster()

@@ -341,8 +341,8 @@ def test_publication_via_partition_root_gets_a_note_about_partition_truncates(cd
 
 def test_running_every_printed_fix_leaves_no_problem(cdc_db):
     conn, settings = cdc_db
-    conn.execute("CREATE PUBLICATION \"%s\" FOR TABLE shop.orders WITH (publish = 'insert, update')"
-                 % settings.publication)
+    conn.execute(f"CREATE PUBLICATION \"{settings.publication}\" FOR TABLE shop.orders "
+                 "WITH (publish = 'insert, update')")
     conn.execute("SELECT pg_create_logical_replication_slot(%s, 'test_decoding')", (settings.replication_slot,))
     problems = cdc_problems(conn, settings, ALL_TABLES)
     assert len(problems) == 3  # slot plugin; 2 keyed tables not covered (one problem); operations

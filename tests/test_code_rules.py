@@ -30,3 +30,11 @@ def test_no_module_imports_one_that_imports_it_back():
             if imported != module and graph.chain_exists(importer=imported, imported=module):
                 circles.add(tuple(sorted((module, imported))))
     assert not circles, f"import circles through: {sorted(circles)}"
+
+
+def test_ruff_finds_nothing():
+    """pyflakes, bugbear and pyupgrade as configured in pyproject.toml, over the code, tests and benchmarks."""
+    ruff = Path(sys.executable).with_name("ruff")
+    result = subprocess.run([str(ruff), "check", "--no-cache", "olake_cli", "tests", "bench"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]

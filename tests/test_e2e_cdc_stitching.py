@@ -129,7 +129,7 @@ class _Hammer:
         self.held.execute(f"UPDATE {table} SET note = 'held open' WHERE id BETWEEN 1 AND 20")
         self.held.execute(f"INSERT INTO {table} VALUES ({90_000 + seed}, 0, 'held insert')")
 
-    def __enter__(self) -> "_Hammer":
+    def __enter__(self) -> _Hammer:
         for writer in self.writers:
             writer.start()
         threading.Timer(3.0, self._commit_held).start()  # commits while the load runs
@@ -197,7 +197,7 @@ def _wait_for(conn: psycopg.Connection, query: str, timeout: float = 60.0) -> No
 def test_commit_written_before_the_snapshot_but_not_yet_visible(pg_cluster, pg_db, tmp_path, mode):
     setup = Setup(pg_cluster, pg_db, tmp_path, f"slot_invisible_{mode}", create=False)
     make_accounts(setup.dsn, "acct", 200)
-    setup.execute("CREATE PUBLICATION slot_invisible_{0}_pub FOR TABLE acct".format(mode),
+    setup.execute(f"CREATE PUBLICATION slot_invisible_{mode}_pub FOR TABLE acct",
                   f"SELECT pg_create_logical_replication_slot('{setup.slot}', 'pgoutput')")
     setup.discover({"acct": "cdc"})
     admin = psycopg.connect(setup.dsn, autocommit=True)

@@ -19,7 +19,6 @@ import pyarrow as pa
 import pytest
 from bson import Binary, Decimal128, Int64, ObjectId
 from bson.datetime_ms import DatetimeMS
-from psycopg import sql
 
 from olake_cli.core.path_names import encode_name
 from olake_cli.sources.mongodb.bson_types import documents_to_batch

@@ -18,11 +18,11 @@ CHUNK_ROWS = 3_000
 @pytest.fixture()
 def big_table(pg_cluster, pg_db):
     with psycopg.connect(pg_cluster.dsn(pg_db), autocommit=True) as conn:
-        conn.execute("""CREATE TABLE items (id bigint PRIMARY KEY, name text, price numeric(10,2),
+        conn.execute(f"""CREATE TABLE items (id bigint PRIMARY KEY, name text, price numeric(10,2),
                         created timestamptz);
                         INSERT INTO items SELECT g, 'item ' || g, g / 100.0,
                           timestamptz '2024-01-01 00:00:00+00' + g * interval '1 minute'
-                        FROM generate_series(1, %s) g; ANALYZE items;""" % ROWS)
+                        FROM generate_series(1, {ROWS}) g; ANALYZE items;""")
     return pg_db
 
 

@@ -7,7 +7,7 @@ import math
 import os
 import subprocess
 import uuid
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import date, datetime, time, timedelta, timezone, UTC
 from decimal import Decimal
 from pathlib import Path
 
@@ -26,7 +26,7 @@ EXPECTED_ROW_COUNTS = {
     ("shop", "events_2024_q1"): 1000, ("shop", "events_2024_q2"): 1000, ("shop", "events_2024_q3"): 1000,
 }
 TOP_LEVEL_TABLES = [key for key in EXPECTED_ROW_COUNTS if not key[1].startswith("events_2024")]
-UTC = timezone.utc
+UTC = UTC
 MIN_ID, MAX_ID = -(2**63), 2**63 - 1
 
 

@@ -32,7 +32,7 @@ def visible(folder) -> list[tuple]:
 def hidden_leftovers(stream_parent) -> list[str]:
     """Files or folders besides the live load, its manifest and the symlink."""
     found = []
-    for dirpath, dirnames, filenames in os.walk(stream_parent):
+    for dirpath, _dirnames, filenames in os.walk(stream_parent):
         found += [os.path.join(dirpath, n) for n in filenames if n.startswith(("_", ".")) and
                   not n.endswith(".manifest.json")]
     return found

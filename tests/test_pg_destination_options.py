@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from pathlib import Path
 
 import psycopg
@@ -211,7 +211,7 @@ def test_a_target_that_requires_tls_verify_full_and_one_line_failures(pg_cluster
 
 # ----------------------------------------------------------------------------- MongoDB into PostgreSQL
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _DECIMALS = ["12.30", "-0.000000000000000000000000000000001", "1E+6144", "9999999999999999999999999999999999",
              "NaN", "Infinity", "-Infinity", "0E-10"]
 _DOUBLES = [1.5, -0.0, float("inf"), float("-inf"), float("nan"), 0.1, 1e300]

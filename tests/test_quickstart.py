@@ -42,7 +42,7 @@ def test_own_postgres_quickstart_from_check_to_a_queried_result(pg_cluster, pg_d
         conn.execute("INSERT INTO orders SELECT g, 'new', g * 10.5 FROM generate_series(1, 5) g")
     src = write_json(tmp_path / "src.json", pg_cluster.source_config(
         pg_db, replication_slot=slot, publication=publication))
-    dst = write_json(tmp_path / "dst.json", {"type": "iceberg", "path": str(tmp_path / "lake")})
+    write_json(tmp_path / "dst.json", {"type": "iceberg", "path": str(tmp_path / "lake")})
     catalog_file, state = tmp_path / "catalog.json", tmp_path / "state.json"
     (check_cmd, check_again, discover_cmd, first_sync, second_sync), changes = _page_steps(tmp_path)
     assert [check_cmd[0], check_again[0], discover_cmd[0], first_sync[0], second_sync[0]] == [

@@ -17,7 +17,6 @@ import pytest
 
 from tests.support.cdc import discover_catalog, sync_once
 from tests.support.cli import messages, run_olake, write_json
-from tests.support.mongo import connect
 from tests.support.pgcluster import PgCluster
 from tests.support.tls import CERT_USER, CERT_USER_PASSWORD, Certs
 from tests.support.verify import assert_table_matches, read_parquet

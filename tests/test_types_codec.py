@@ -120,7 +120,7 @@ EXPECTED_OLAKE_TYPES = {
     "a_domain": "array<int32>",
 }
 EPOCH = dt.datetime(1970, 1, 1)
-UTC_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+UTC_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 def _infinity_aware(loader_class: type) -> type:

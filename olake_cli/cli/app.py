@@ -6,7 +6,6 @@ import os
 import signal
 import sys
 from enum import Enum
-from typing import Optional
 
 import typer
 from typer.exceptions import TyperException
@@ -67,8 +66,8 @@ def options(log_format_name: LogFormat = typer.Option(
 
 
 @app.command()
-def spec(source: Optional[str] = typer.Option(None, "--source", metavar="TYPE", help=f"Source type: {SOURCE_TYPES}."),
-         destination: Optional[str] = typer.Option(None, "--destination", metavar="TYPE",
+def spec(source: str | None = typer.Option(None, "--source", metavar="TYPE", help=f"Source type: {SOURCE_TYPES}."),
+         destination: str | None = typer.Option(None, "--destination", metavar="TYPE",
                                                    help=f"Destination type: {DESTINATION_TYPES}.")) -> None:
     """Print the SPEC message (the config's JSON Schema) of a connector."""
     from olake_cli.core.config import schema_for
@@ -97,9 +96,9 @@ def check(config: str = CONFIG_OPT) -> None:
 
 @app.command()
 def discover(config: str = CONFIG_OPT,
-             catalog: Optional[str] = typer.Option(None, "--catalog", metavar="FILE", help="A previous catalog whose "
+             catalog: str | None = typer.Option(None, "--catalog", metavar="FILE", help="A previous catalog whose "
                                                    "edits (selections, sync modes, cursors, removed columns) are kept."),
-             output: Optional[str] = typer.Option(None, "--output", "-o", metavar="FILE", help="Write the catalog "
+             output: str | None = typer.Option(None, "--output", "-o", metavar="FILE", help="Write the catalog "
                                                   "to FILE, indented for editing, instead of a CATALOG message on "
                                                   "stdout (FILE may be the --catalog it updates).")) -> None:
     """Print the CATALOG of every stream the source config can see (or write it to --output FILE)."""
@@ -117,12 +116,12 @@ def discover(config: str = CONFIG_OPT,
 
 
 @app.command()
-def read(config: str = CONFIG_OPT, catalog: str = CATALOG_OPT, state: Optional[str] = STATE_OPT,
-         state_from: Optional[str] = typer.Option(None, "--state-from", metavar="FILE", help="Destination config JSON: resume "
+def read(config: str = CONFIG_OPT, catalog: str = CATALOG_OPT, state: str | None = STATE_OPT,
+         state_from: str | None = typer.Option(None, "--state-from", metavar="FILE", help="Destination config JSON: resume "
                                                   "from the state the destination committed (with --state: where "
                                                   "the file differs, the destination's record wins)."),
-         spark_master: Optional[str] = MASTER_OPT, spark_remote: Optional[str] = REMOTE_OPT,
-         max_parallel: Optional[int] = PARALLEL_OPT, full_refresh: Optional[list[str]] = FULL_REFRESH_OPT) -> None:
+         spark_master: str | None = MASTER_OPT, spark_remote: str | None = REMOTE_OPT,
+         max_parallel: int | None = PARALLEL_OPT, full_refresh: list[str] | None = FULL_REFRESH_OPT) -> None:
     """Read the selected streams and print RECORD and STATE messages on stdout.
 
     Without --state or --state-from every stream starts from the beginning; to resume a pipe, give the
@@ -138,8 +137,8 @@ def read(config: str = CONFIG_OPT, catalog: str = CATALOG_OPT, state: Optional[s
 
 @app.command()
 def write(config: str = CONFIG_OPT,
-          catalog: Optional[str] = typer.Option(None, "--catalog", metavar="FILE", help="Catalog to check the reader's against."),
-          state: Optional[str] = STATE_OPT) -> None:
+          catalog: str | None = typer.Option(None, "--catalog", metavar="FILE", help="Catalog to check the reader's against."),
+          state: str | None = STATE_OPT) -> None:
     """Consume protocol messages on stdin and write them to the destination."""
     from olake_cli.pipeline.connectors import run_write
 
@@ -152,9 +151,9 @@ def write(config: str = CONFIG_OPT,
 @app.command()
 def sync(source: str = typer.Option(..., "--source", metavar="FILE", help="Source config JSON file."),
          destination: str = typer.Option(..., "--destination", metavar="FILE", help="Destination config JSON file."),
-         catalog: str = CATALOG_OPT, state: Optional[str] = STATE_OPT,
-         spark_master: Optional[str] = MASTER_OPT, spark_remote: Optional[str] = REMOTE_OPT,
-         max_parallel: Optional[int] = PARALLEL_OPT, full_refresh: Optional[list[str]] = FULL_REFRESH_OPT) -> None:
+         catalog: str = CATALOG_OPT, state: str | None = STATE_OPT,
+         spark_master: str | None = MASTER_OPT, spark_remote: str | None = REMOTE_OPT,
+         max_parallel: int | None = PARALLEL_OPT, full_refresh: list[str] | None = FULL_REFRESH_OPT) -> None:
     """Read and write in one process (full-load chunks are written by the Spark tasks); prints STATEs.
 
     Resumes from the state the destination committed with its rows, with or without --state; a stream
@@ -180,7 +179,7 @@ def pack(output: str = typer.Option(..., "--output", metavar="FILE.tar.gz",
 @state_app.command("show")
 def state_show(path: str = typer.Argument(..., metavar="STATE_FILE", hidden=True),
                as_json: bool = typer.Option(False, "--json", help="Print the state as a STATE message instead."),
-               catalog: Optional[str] = typer.Option(None, "--catalog", metavar="FILE", help="Also list the catalog's selected "
+               catalog: str | None = typer.Option(None, "--catalog", metavar="FILE", help="Also list the catalog's selected "
                                                      "streams STATE_FILE does not hold (phase DISCOVERY); "
                                                      "STATE_FILE need not exist yet.")) -> None:
     """Show STATE_FILE on stdout: per stream its sync type, position, chunks done and phase (a table)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
-from typing import Iterator
+from collections.abc import Iterator
 
 from olake_cli.cli.report import log, log_format
 from olake_cli.pipeline.progress import LineView, ProgressView, StreamProgress, describe

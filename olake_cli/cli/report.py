@@ -7,8 +7,9 @@ import signal
 import sys
 import traceback
 from contextlib import contextmanager
-from datetime import datetime, timezone
-from typing import Any, Callable, Iterator, NoReturn
+from datetime import datetime, UTC
+from typing import Any, NoReturn
+from collections.abc import Callable, Iterator
 
 from olake_cli.core import messages
 from olake_cli.core.errors import OlakeError
@@ -35,7 +36,7 @@ def log(text: str, level: str = "info", **fields: Any) -> None:
     """One line on stderr: ``olake: text`` (errors ``olake: error: text``), or with ``--log-format json``
     a JSON object with ``time``, ``level`` (info, warn, error), ``message`` and ``fields``."""
     if _LOG_FORMAT == "json":
-        entry = {"time": datetime.now(timezone.utc).isoformat(timespec="milliseconds"), "level": level,
+        entry = {"time": datetime.now(UTC).isoformat(timespec="milliseconds"), "level": level,
                  "message": text, **fields}
         line = messages.dumps(entry).decode()
     else:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from olake_cli.core.errors import ConfigError
 from olake_cli.core.registry import DESTINATIONS, SOURCES, entry

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Generator, Iterable, Iterator, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from collections.abc import Callable, Generator, Iterable, Iterator
 
 from olake_cli.core.change_runs import ChangeRun
 from olake_cli.core.opid import OpId
@@ -42,7 +43,7 @@ StreamKey = tuple  # (namespace, name)
 class ChunkReader(Protocol):
     """One chunk (or one incremental range) of one stream; small and picklable, runs in a task."""
 
-    def read_batches(self) -> Iterator["pa.RecordBatch"]:
+    def read_batches(self) -> Iterator[pa.RecordBatch]:
         """The chunk's rows as Arrow batches whose columns are the stream's ``json_schema`` properties.
 
         Errors are raised as :class:`~olake_cli.core.errors.OlakeError` with secrets removed.
@@ -56,7 +57,7 @@ class WireColumnsReader(Protocol):
     form (PostgreSQL's multi-dimensional arrays), or whose driver encodes some values its own way
     (dates and timestamps outside years 1..9999); those values are used as they are."""
 
-    def wire_columns(self, batch: "pa.RecordBatch") -> dict[str, list] | None:
+    def wire_columns(self, batch: pa.RecordBatch) -> dict[str, list] | None:
         """Column -> wire values for the rows of ``batch`` (None: no such column in it)."""
         ...
 
@@ -92,27 +93,27 @@ class ReadSession(Protocol):
 
     warnings: list[str]
 
-    def key_columns(self, stream: "CatalogStream") -> tuple[str, ...]:
+    def key_columns(self, stream: CatalogStream) -> tuple[str, ...]:
         """The stream's primary key columns (named in errors about a value)."""
         ...
 
-    def plan_full_load(self, stream: "CatalogStream") -> FullLoadPlan:
+    def plan_full_load(self, stream: CatalogStream) -> FullLoadPlan:
         """Chunks for a new full load of ``stream``."""
         ...
 
-    def resume_blocker(self, stream: "CatalogStream", previous: "StreamState") -> str | None:
+    def resume_blocker(self, stream: CatalogStream, previous: StreamState) -> str | None:
         """Why an unfinished full load cannot resume (its chunks no longer mean the same rows), or None."""
         ...
 
-    def chunk_reader(self, stream: "CatalogStream", load: "StreamState", index: int) -> ChunkReader:
+    def chunk_reader(self, stream: CatalogStream, load: StreamState, index: int) -> ChunkReader:
         """The reader of chunk ``index`` of the load whose state is ``load``."""
         ...
 
-    def max_cursor(self, stream: "CatalogStream") -> Any:
+    def max_cursor(self, stream: CatalogStream) -> Any:
         """The largest finite value of the incremental cursor now (None: none yet)."""
         ...
 
-    def incremental_reader(self, stream: "CatalogStream", after: Any, upto: Any) -> ChunkReader:
+    def incremental_reader(self, stream: CatalogStream, after: Any, upto: Any) -> ChunkReader:
         """The rows of an incremental pass: ``after <= cursor <= upto`` (``after`` None: from the start)."""
         ...
 
@@ -129,14 +130,14 @@ class ChangeBatch:
 
     runs: list[ChangeRun] = field(default_factory=list)
     position: Any = None
-    widened: list["CatalogStream"] = field(default_factory=list)
+    widened: list[CatalogStream] = field(default_factory=list)
     resync: dict[StreamKey, str] = field(default_factory=dict)
 
 
 class ChangeCapture(Protocol):
     """A source's change log for the run's ``cdc`` streams."""
 
-    def preflight(self, state: "State", pipeline: "PipelineIdentity | None" = None) -> None:
+    def preflight(self, state: State, pipeline: PipelineIdentity | None = None) -> None:
         """Verify the setup; drop from ``state`` the streams whose position is lost (or raise). A change
         log only one reader may move is claimed for ``pipeline`` (another pipeline's is refused)."""
         ...
@@ -153,15 +154,15 @@ class ChangeCapture(Protocol):
         """The operation id a position covers (every change at or below it precedes it)."""
         ...
 
-    def position_of(self, stream_state: "StreamState | None") -> Any:
+    def position_of(self, stream_state: StreamState | None) -> Any:
         """The change position a stream state holds, or None (a state of another kind)."""
         ...
 
-    def with_position(self, stream_state: "StreamState", position: Any) -> "StreamState":
+    def with_position(self, stream_state: StreamState, position: Any) -> StreamState:
         """A copy of ``stream_state`` positioned at ``position``."""
         ...
 
-    def read(self, streams: list["CatalogStream"], state: "State", typed: bool = False) -> Iterator[ChangeBatch]:
+    def read(self, streams: list[CatalogStream], state: State, typed: bool = False) -> Iterator[ChangeBatch]:
         """Changes after the streams' committed positions up to the log's end at the call, in order;
         ``typed`` allows typed runs (``ChangeRun.typed``), which a source may give or not."""
         ...
@@ -182,11 +183,11 @@ class Source(Protocol):
         """The catalog of every stream the config makes visible."""
         ...
 
-    def open_session(self, streams: list["CatalogStream"], log: Log) -> AbstractContextManager[ReadSession]:
+    def open_session(self, streams: list[CatalogStream], log: Log) -> AbstractContextManager[ReadSession]:
         """A read session for the selected streams (validated against the live source)."""
         ...
 
-    def change_capture(self, streams: list["CatalogStream"], log: Log) -> ChangeCapture:
+    def change_capture(self, streams: list[CatalogStream], log: Log) -> ChangeCapture:
         """The change capture for the run's ``cdc`` streams."""
         ...
 
@@ -207,7 +208,7 @@ class ChunkSink(Protocol):
     writes_local_files: bool  # False: its tasks write over the network, so any Spark master may run them
 
     def write(self, namespace: str | None, stream: str, load_id: str | None, chunk_index: int,
-              load_op_key: str | None, json_schema: dict, batches: Iterable[tuple["pa.RecordBatch", dict | None]],
+              load_op_key: str | None, json_schema: dict, batches: Iterable[tuple[pa.RecordBatch, dict | None]],
               key_columns: tuple[str, ...] = ()) -> tuple[int, list[str]]:
         """Convert and stage one chunk's (batch, wire columns) pairs as the scan yields them;
         (rows, warnings). Visible once committed."""
@@ -251,15 +252,15 @@ class CommitBatch:
     below it as replays.
     """
 
-    state: "StreamState"  # the STATE's own stream state, or a re-sync marker (``core.resync``)
+    state: StreamState  # the STATE's own stream state, or a re-sync marker (``core.resync``)
     marker: bool  # ``state`` is a re-sync marker: it names no load, the stream's contents stay
     merged: dict  # the stream state the destination holds after this commit
     load_id: str  # the load the rows belong to
     new_load: bool  # that load is not the one the destination committed last
     newly_done: list[int]  # chunks of the load this commit marks done that the destination did not hold
-    load: "pa.Table | None"  # full-load rows not handed over yet (``SpillingTarget.put_load``)
+    load: pa.Table | None  # full-load rows not handed over yet (``SpillingTarget.put_load``)
     load_replayed: bool  # the full-load rows were of chunks the destination holds: those put are dropped
-    changes: "pa.Table | None"  # changes (and incremental rows) in arrival order, replays dropped
+    changes: pa.Table | None  # changes (and incremental rows) in arrival order, replays dropped
     truncated: bool  # the source emptied the stream before these changes: its contents go first
     op_key: str | None  # the operation id the load's rows rank at (``load_op_key``)
     base_watermark: str | None  # the highest operation id applied before the changes (after the load)
@@ -281,7 +282,7 @@ class SpillingTarget(Protocol):
 
     spill_rows: int  # rows handed to ``put_load`` at a time
 
-    def put_load(self, table: "pa.Table", load_id: str) -> None:
+    def put_load(self, table: pa.Table, load_id: str) -> None:
         """Take full-load rows of load ``load_id`` ahead of their commit."""
         ...
 
@@ -296,7 +297,7 @@ class ChangeAppender(Protocol):
     """A spilling target that stores changes as rows appended in order (Parquet): it takes them ahead of
     their commit as well, and the rows gathered before a widening in the schema they came in."""
 
-    def put_changes(self, table: "pa.Table", load_id: str) -> None:
+    def put_changes(self, table: pa.Table, load_id: str) -> None:
         """Take changes ahead of their commit (invisible until it)."""
         ...
 
@@ -308,7 +309,7 @@ class Destination(Protocol):
         """Verify what writing needs; a success text, or an OlakeError saying what to fix."""
         ...
 
-    def open(self, catalog: "Catalog") -> None:
+    def open(self, catalog: Catalog) -> None:
         """Prepare the streams (and finish or undo a commit a killed run left halfway); idempotent."""
         ...
 
@@ -316,7 +317,7 @@ class Destination(Protocol):
         """An opened stream's target (None: the stream was not opened)."""
         ...
 
-    def widen(self, stream: "CatalogStream") -> None:
+    def widen(self, stream: CatalogStream) -> None:
         """Later rows of ``stream`` follow its new, wider schema (rows gathered before are converted)."""
         ...
 
@@ -324,7 +325,7 @@ class Destination(Protocol):
         """Make each batch durable and visible with its stream state, one stream at a time, in order."""
         ...
 
-    def committed_state(self, stream: "CatalogStream") -> dict | None:
+    def committed_state(self, stream: CatalogStream) -> dict | None:
         """The last stream state committed with the stream's data (``state recover``), or None."""
         ...
 
@@ -341,7 +342,7 @@ class Destination(Protocol):
 class BackgroundCommits(Protocol):
     """A destination that makes its commits on a thread of its own while the input goes on."""
 
-    def begin_commit(self, batches: list[CommitBatch], on_commit: Callable[[], None]) -> "Future":
+    def begin_commit(self, batches: list[CommitBatch], on_commit: Callable[[], None]) -> Future:
         """``commit`` made on the destination's thread, which then calls ``on_commit``; commits are made
         in the order begun, none after a failure; the Future is done after ``on_commit`` returns."""
         ...

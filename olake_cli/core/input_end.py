@@ -9,7 +9,7 @@ from a finished one even when nothing checks the reader's exit status.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 COMPLETE = "COMPLETE"
 

@@ -11,7 +11,7 @@ import logging
 import signal
 import threading
 from contextlib import contextmanager
-from typing import Iterator
+from collections.abc import Iterator
 
 _held: list[int] | None = None  # signals that arrived while the main thread ran a held block
 _caught: list[int] = []  # every SIGINT or SIGTERM caught, in order

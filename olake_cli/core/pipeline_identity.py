@@ -31,18 +31,18 @@ class PipelineIdentity:
         """Whether the run names a destination or a state file at all."""
         return self.destination is not None or self.state_file is not None
 
-    def same_pipeline(self, other: "PipelineIdentity") -> bool:
+    def same_pipeline(self, other: PipelineIdentity) -> bool:
         """Every part both know is equal, and they know at least one part in common."""
         pairs = [(a, b) for a, b in ((self.destination, other.destination), (self.state_file, other.state_file))
                  if a is not None and b is not None]
         return bool(pairs) and all(a == b for a, b in pairs)
 
-    def contradicts(self, other: "PipelineIdentity") -> bool:
+    def contradicts(self, other: PipelineIdentity) -> bool:
         """Some part both know differs."""
         return any(a is not None and b is not None and a != b
                    for a, b in ((self.destination, other.destination), (self.state_file, other.state_file)))
 
-    def filled_from(self, other: "PipelineIdentity") -> "PipelineIdentity":
+    def filled_from(self, other: PipelineIdentity) -> PipelineIdentity:
         """This identity with the parts it lacks taken from ``other`` (a claim learns the destination)."""
         return replace(self, destination=self.destination or other.destination,
                        state_file=self.state_file or other.state_file)

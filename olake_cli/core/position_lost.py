@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from olake_cli.core.errors import PositionLostError
 from olake_cli.core.state import State

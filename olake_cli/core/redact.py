@@ -11,7 +11,7 @@ where it stands as a value, so that the user name still reads as the user name.
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from collections.abc import Iterable
 from urllib.parse import quote
 
 MASK = "***"

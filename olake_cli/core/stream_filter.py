@@ -9,7 +9,7 @@ name starting ``tmp_``. Without ``include`` every stream is kept; ``exclude`` wi
 from __future__ import annotations
 
 from fnmatch import fnmatchcase
-from typing import Sequence
+from collections.abc import Sequence
 
 from olake_cli.core.errors import ConfigError
 

@@ -35,7 +35,7 @@ def schema_dir() -> Path:
     return Path(__file__).resolve().parents[1] / "schemas"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_schema(name: str) -> dict:
     """The schema ``name`` (with or without the ``.schema.json`` suffix) as a dict."""
     file_name = name if name.endswith(".json") else f"{name}.schema.json"
@@ -54,7 +54,7 @@ def _registry() -> Registry:
     return Registry().with_resources(resources)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _validator(schema_name: str, fragment: str = "") -> Draft202012Validator:
     schema = load_schema(schema_name)
     if fragment:

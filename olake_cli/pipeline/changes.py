@@ -12,7 +12,7 @@ their place among the lines, with no JSON in between.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import orjson
 

@@ -11,7 +11,8 @@ import os
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from olake_cli.core.contracts import (BinaryCopyReader, BinaryCopySink, ChunkReader, ChunkSink, ResumableReader,
                                      WireColumnsReader)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO
+from collections.abc import Callable
 
 from olake_cli.core.catalog import load_catalog
 from olake_cli.core.config import load_config

@@ -11,7 +11,7 @@ from __future__ import annotations
 import queue
 import threading
 from dataclasses import dataclass
-from typing import Iterator
+from collections.abc import Iterator
 
 import pyarrow as pa
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Protocol
+from typing import Protocol
+from collections.abc import Callable, Iterable
 
 CHANGE_KINDS = {"c": "inserted", "u": "updated", "d": "deleted", "t": "truncated"}
 REPLAYED = "replayed from before the load (already in it)"  # changes a source replays to miss none

@@ -11,7 +11,8 @@ import itertools
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterator
+from typing import Any
+from collections.abc import Callable, Iterator
 
 from olake_cli.core import messages
 from olake_cli.core.catalog import Catalog, CatalogStream

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from olake_cli.core.config import load_config
 from olake_cli.core.contracts import SlotOwner

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, BinaryIO, Callable, Iterable, Iterator
+from typing import Any, BinaryIO
+from collections.abc import Callable, Iterable, Iterator
 
 
 def blocks_of(stdin: BinaryIO) -> Iterator[bytes]:

@@ -21,7 +21,7 @@ load's position and the newest change.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from olake_cli.core.catalog import Catalog
 from olake_cli.core.contracts import ChunkRunner, ChunkSink, Destination, Source

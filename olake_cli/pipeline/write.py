@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections import deque
 from concurrent.futures import Future
-from typing import Any, BinaryIO, Callable, Iterable
+from typing import Any, BinaryIO
+from collections.abc import Callable, Iterable
 
 import orjson
 

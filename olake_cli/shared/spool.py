@@ -24,7 +24,8 @@ import tempfile
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO
+from collections.abc import Iterator
 
 from olake_cli.core.errors import ConfigError, TransientError
 from olake_cli.shared.object_store import S3Options, bucket_path

@@ -6,7 +6,7 @@ helpers apply the same conversion to one row so tests can compare it with full-l
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import orjson
 import pyarrow as pa

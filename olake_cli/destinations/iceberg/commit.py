@@ -18,7 +18,8 @@ commit keeps the table's contents, which the next run's load replaces.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import orjson
 import pyarrow as pa

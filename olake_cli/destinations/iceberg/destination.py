@@ -12,7 +12,8 @@ reads it back from the table.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from olake_cli.core.catalog import Catalog, CatalogStream
 from olake_cli.core.contracts import CommitBatch

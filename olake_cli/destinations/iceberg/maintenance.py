@@ -12,7 +12,7 @@ beyond the newest ``KEEP_SNAPSHOTS`` are expired (metadata only: pyiceberg delet
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import pyarrow.compute as pc
 from pyiceberg.expressions import AlwaysTrue

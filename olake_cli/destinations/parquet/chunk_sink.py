@@ -17,7 +17,8 @@ files in place would let a reader see two attempts' parts, or lose a part a shor
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 import pyarrow as pa
 

@@ -13,7 +13,7 @@ import os
 import tempfile
 import uuid
 from contextlib import contextmanager
-from typing import Iterator
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq

@@ -21,7 +21,8 @@ from __future__ import annotations
 import os
 import uuid
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq

@@ -19,7 +19,7 @@ load alone, and the next run's load replaces them in one step.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc

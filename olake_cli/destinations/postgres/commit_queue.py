@@ -12,7 +12,8 @@ from __future__ import annotations
 import queue
 import threading
 from concurrent.futures import Future
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from olake_cli.core.errors import DestinationError
 

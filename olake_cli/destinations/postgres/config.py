@@ -32,7 +32,7 @@ class TargetSettings(ConnectionSettings):
     tombstone_hours: float = 168.0
 
     @classmethod
-    def from_config(cls, cfg: dict[str, Any]) -> "TargetSettings":
+    def from_config(cls, cfg: dict[str, Any]) -> TargetSettings:
         """Settings from a config dict validated against ``destination-postgres``."""
         settings = super().from_config(cfg)
         if settings.soft_delete and not settings.metadata_columns:

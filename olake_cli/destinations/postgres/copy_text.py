@@ -11,7 +11,7 @@ join makes the lines. Only documents (MongoDB) and BC or far-future instants go 
 from __future__ import annotations
 
 import binascii
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy
 import orjson

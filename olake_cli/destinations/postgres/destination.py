@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from olake_cli.core.catalog import Catalog, CatalogStream
 from olake_cli.core.contracts import CommitBatch

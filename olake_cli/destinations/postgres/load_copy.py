@@ -12,7 +12,7 @@ temporary table, then each key's earlier row deleted and the new rows inserted (
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import pyarrow as pa
 from psycopg import sql

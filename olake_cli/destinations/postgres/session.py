@@ -11,7 +11,7 @@ resets it. Spark tasks writing chunks and the driver share the origin this way, 
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from typing import Any
 
 from olake_cli.core.errors import ConfigError, DestinationError, OlakeError, TransientError
@@ -22,7 +22,7 @@ from olake_cli.shared.postgres_connection import connect, is_transient, sqlstate
 SESSION_SETTINGS = {"TimeZone": "UTC", "DateStyle": "ISO", "IntervalStyle": "postgres", "olake.applying": "on"}
 _ORIGIN_LOCK_CLASS = 0x6F6C616B  # 'olak': the advisory lock space of origin commits
 _INSUFFICIENT_PRIVILEGE = "42501"
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def open_connection(settings: Any):

@@ -11,7 +11,7 @@ columns it lacks are added.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable
+from collections.abc import Callable
 
 from psycopg import sql
 

@@ -25,7 +25,8 @@ from __future__ import annotations
 import datetime as dt
 import time
 from dataclasses import replace
-from typing import Any, Callable, Iterator
+from typing import Any
+from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -170,7 +171,7 @@ class DynamoChangeCapture:
 
     def read(self, streams: list[CatalogStream], state: State, typed: bool = False) -> Iterator[ChangeBatch]:
         """Records after the tables' positions, up to the time of the call, table after table."""
-        upto = dt.datetime.now(dt.timezone.utc)
+        upto = dt.datetime.now(dt.UTC)
         client = self.settings.client("dynamodbstreams")
         tables = {s.name: self.position_of(state.find(s.namespace, s.name)).tables[s.name] for s in streams}
         self.log(f"change capture: {len(streams)} DynamoDB stream(s) up to {upto.isoformat(timespec='seconds')}")

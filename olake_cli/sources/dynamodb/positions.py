@@ -85,7 +85,7 @@ def with_cursor(ss: StreamState, cursor: TableCursor, op: OpId) -> StreamState:
 
 def time_text(ms: int) -> str:
     """Milliseconds since 1970 as UTC text to the millisecond (``1970-01-01T00:00:00.000Z``)."""
-    moment = dt.datetime.fromtimestamp(ms // 1000, dt.timezone.utc)
+    moment = dt.datetime.fromtimestamp(ms // 1000, dt.UTC)
     return f"{moment:%Y-%m-%dT%H:%M:%S}.{ms % 1000:03d}Z"
 
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 from olake_cli.core.errors import OlakeError, SchemaDrift, SourceError, StateError
 from olake_cli.sources.dynamodb.attributes import key_from_text, key_text

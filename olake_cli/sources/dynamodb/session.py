@@ -8,7 +8,8 @@ are idempotent).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from olake_cli.core.contracts import FullLoadPlan
 from olake_cli.core.errors import CatalogError, ConfigError, OlakeError

@@ -8,7 +8,8 @@ state file INIT_SYNC is a ``full-load`` with chunks and SYNC is ``cdc``.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from olake_cli.core.errors import ConfigError, OlakeError
 from olake_cli.sources.dynamodb.connection import DynamoSettings, aws_error

@@ -28,7 +28,8 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
+from collections.abc import Callable, Iterator
 
 from olake_cli.core.catalog import CatalogStream
 from olake_cli.core.change_runs import Change, ChangeRun, runs_of_changes
@@ -40,6 +41,7 @@ from olake_cli.core.position_lost import handle_lost_position
 from olake_cli.core.schema_drift import column_type, changed_columns, needs_reload, record_in_state, widened
 from olake_cli.core.state import State, StreamState
 from olake_cli.sources.mongodb.change_decode import PendingChange, decoded_run
+from datetime import UTC
 
 HISTORY_LOST, INVALID_TOKEN = 286, 280
 _OPS = {"insert": "c", "replace": "u", "update": "u", "delete": "d"}
@@ -380,8 +382,7 @@ def _micros(value: Any) -> int:
     """Microseconds since the epoch of a wallTime (datetime or DatetimeMS)."""
     if hasattr(value, "_value"):  # bson.datetime_ms.DatetimeMS
         return int(value._value) * 1000
-    from datetime import timezone
 
     if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
+        value = value.replace(tzinfo=UTC)
     return int(value.timestamp() * 1_000_000)

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from bson.decimal128 import Decimal128
 from bson.son import SON
@@ -208,7 +209,8 @@ def _confirmed_pairs(coll, cuts: list) -> set[int]:
         pairs = range(start, min(start + _VERIFY_BATCH, len(cuts) - 1))
         values = [{"i": i, "v": cuts[i + 1]} for i in pairs]
         match = {"$or": [{"i": i, "v": {"$gte": cuts[i]}} for i in pairs]}
-        found = _try(lambda: list(coll.database.aggregate([{"$documents": values}, {"$match": match}])))
+        found = _try(lambda values=values, match=match: list(
+            coll.database.aggregate([{"$documents": values}, {"$match": match}])))
         if found is None:
             confirmed |= _confirmed_in_collection(coll, cuts, pairs)
         else:

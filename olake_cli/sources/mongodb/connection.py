@@ -43,7 +43,7 @@ class MongoSettings:
     connect_timeout: int = 10
 
     @classmethod
-    def from_config(cls, cfg: dict[str, Any]) -> "MongoSettings":
+    def from_config(cls, cfg: dict[str, Any]) -> MongoSettings:
         """Settings from a config already validated against the source schema; exactly one of
         ``uri`` and ``hosts`` must be given (a ConfigError says so otherwise)."""
         if ("uri" in cfg) == ("hosts" in cfg):

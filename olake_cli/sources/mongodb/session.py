@@ -13,7 +13,8 @@ import math
 import re
 from dataclasses import replace
 from decimal import Decimal, localcontext
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from bson import DatetimeMS, Decimal128
 from bson.decimal128 import create_decimal128_context
@@ -50,7 +51,7 @@ class MongoReadSession:
             self.client.close()
             raise
 
-    def __enter__(self) -> "MongoReadSession":
+    def __enter__(self) -> MongoReadSession:
         return self
 
     def __exit__(self, *exc: object) -> None:

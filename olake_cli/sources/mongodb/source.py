@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from olake_cli.core.errors import ConfigError, OlakeError
 from olake_cli.sources.mongodb import discover as disco

@@ -11,7 +11,8 @@ run that resumes inside a transaction replays exactly the rest.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterator
+from typing import Any
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import psycopg

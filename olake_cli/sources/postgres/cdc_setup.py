@@ -12,7 +12,7 @@ Publication details live in ``publication``.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import psycopg
 from psycopg import errors as pg_errors

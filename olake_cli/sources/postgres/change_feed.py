@@ -24,7 +24,8 @@ from __future__ import annotations
 import operator
 import struct
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Union
+from typing import Any
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import psycopg
@@ -39,7 +40,7 @@ from olake_cli.sources.postgres.pgoutput import Begin, Commit, Origin, Relation,
 from olake_cli.sources.postgres.replication import (Batch, ReplicationConnection, StreamReader, Waiting,
                                                     replication_conninfo, session_statements, wait_released)
 
-ConnectionSource = Union[psycopg.Connection, Callable[[], psycopg.Connection]]
+ConnectionSource = psycopg.Connection | Callable[[], psycopg.Connection]
 
 _IS_ROW_CHANGE = np.zeros(256, bool)  # by a message's first byte: Insert, Update, Delete
 _IS_ROW_CHANGE[list(b"IUD")] = True

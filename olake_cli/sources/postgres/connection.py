@@ -40,7 +40,7 @@ class PostgresSettings(ConnectionSettings):
         return bool(self.skip_origins)
 
     @classmethod
-    def from_config(cls, cfg: dict[str, Any]) -> "PostgresSettings":
+    def from_config(cls, cfg: dict[str, Any]) -> PostgresSettings:
         """Build settings from a config dict already validated against the source schema."""
         values = dict(cfg)
         for name in ("schemas", "include", "exclude"):

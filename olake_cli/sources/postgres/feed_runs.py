@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
-from typing import Any, Generator
+from typing import Any
+from collections.abc import Generator
 
 import numpy as np
 import pyarrow.compute as pc

@@ -11,7 +11,7 @@ transaction (releasing every lock and the snapshot) and remembers the table, so 
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from olake_cli.sources.postgres.connection import PostgresSettings, connect
 

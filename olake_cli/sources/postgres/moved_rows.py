@@ -21,7 +21,7 @@ or moved again since, and that later change removes it from the destination.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import psycopg

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import Union
 
 from olake_cli.core.errors import SourceError
 from olake_cli.core.values import UNCHANGED_TOAST, _UnchangedToast  # noqa: F401 (re-exported)
@@ -33,7 +32,7 @@ TRUNCATE_CASCADE = 1
 TRUNCATE_RESTART_IDENTITY = 2
 
 
-Value = Union[str, None, _UnchangedToast]
+Value = str | None | _UnchangedToast
 
 
 @dataclass(slots=True)
@@ -126,7 +125,7 @@ class LogicalMessage:
     content: bytes
 
 
-Message = Union[Begin, Commit, Origin, Relation, Type, Insert, Update, Delete, Truncate, LogicalMessage]
+Message = Begin | Commit | Origin | Relation | Type | Insert | Update | Delete | Truncate | LogicalMessage
 
 
 def _cstring(buf: bytes, pos: int, encoding: str) -> tuple[str, int]:

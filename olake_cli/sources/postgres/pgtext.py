@@ -21,7 +21,8 @@ import re
 import struct
 from decimal import Decimal
 from functools import lru_cache
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import orjson
 import pyarrow as pa

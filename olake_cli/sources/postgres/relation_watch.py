@@ -18,7 +18,7 @@ every ALTER. Each new announcement of a captured stream is compared with the str
 from __future__ import annotations
 
 import copy
-from typing import Callable
+from collections.abc import Callable
 
 from olake_cli.core.catalog import CatalogStream
 from olake_cli.core.errors import ConfigError

@@ -37,7 +37,8 @@ import select
 import struct
 import threading
 import time
-from typing import Any, Iterator, Protocol
+from typing import Any, Protocol
+from collections.abc import Iterator
 
 import psycopg
 from psycopg import pq, sql

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 from olake_cli.core.errors import OlakeError, SnapshotLostError, SourceChangedError, SourceError, TransientError
 from olake_cli.shared.postgres_connection import is_transient, sqlstate

@@ -73,7 +73,7 @@ class PostgresReadSession:
         self.warnings = [w for info in self.tables.values() for w in info.warnings]
         self.snapshot = ExportedSnapshot(settings)
 
-    def __enter__(self) -> "PostgresReadSession":
+    def __enter__(self) -> PostgresReadSession:
         self.snapshot.__enter__()
         return self
 

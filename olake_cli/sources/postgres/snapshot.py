@@ -48,7 +48,7 @@ class ExportedSnapshot:
         self._held: set[tuple[str, str]] = set()
         self._watch: LockWatch | None = None
 
-    def __enter__(self) -> "ExportedSnapshot":
+    def __enter__(self) -> ExportedSnapshot:
         import psycopg
 
         self.conn = connect(self.settings, autocommit=False)
