@@ -16,10 +16,11 @@ import psycopg
 import pytest
 
 from olake_cli.core.catalog import parse_catalog
-from olake_cli.core.state import State, StreamState
+from olake_cli.core.state import State
 from olake_cli.sources.postgres.capture import PostgresChangeCapture
 from olake_cli.sources.postgres.connection import PostgresSettings
 from tests.support.cli import messages, olake_cmd, olake_env, write_json
+from tests.support.states import stream_state
 
 UNRELATED_ROWS = 60_000  # about 10 MB in the server's reorder buffer: spilled at 1MB, not at 64MB
 DECODES = re.compile(r"^change capture: reading slot '(\w+)' up to [0-9A-F]+/[0-9A-F]+; the server decodes "
@@ -70,7 +71,7 @@ def read_in_process(config: dict, position: str, stream: dict) -> tuple[list[str
     """One change read as ``read`` does it: the lines logged and the (op, id) of each change."""
     settings = PostgresSettings.from_config(config)
     catalog_stream = parse_catalog({"streams": [stream]}).streams[0]
-    state = State(streams=[StreamState("cdc", "captured", "public", position, None, {"op_seq": 0})])
+    state = State(streams=[stream_state("cdc", "captured", "public", position, None, op_seq=0)])
     lines: list[str] = []
     capture = PostgresChangeCapture(settings, [catalog_stream], lines.append)
     capture.preflight(state)

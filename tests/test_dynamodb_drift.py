@@ -92,8 +92,8 @@ def test_the_widening_is_in_place_recorded_and_needs_no_reload_on_the_next_run()
     assert needs_reload(stream, scaled) == [] and needs_reload(scaled, text) == []
     assert text.x_olake[DRIFT]["v"]["from"] == stream.json_schema["properties"]["v"]
 
-    load = StreamState("cdc", "t", "dynamodb", None, extra={"columns": stream.columns,
-                                                             "column_types": column_types(stream)})
+    load = StreamState("cdc", "t", "dynamodb", None, columns=stream.columns,
+                       column_types=column_types(stream))
     saved = record_in_state(load, text)
     again = apply_recorded(stream, saved)  # the next run, with the discovered catalog
     assert again.json_schema["properties"]["v"]["x-olake-type"] == "numeric"

@@ -16,12 +16,13 @@ import pytest
 
 from olake_cli.core.catalog import parse_catalog
 from olake_cli.core.errors import PositionLostError
-from olake_cli.core.state import State, StreamState
+from olake_cli.core.state import State
 from olake_cli.sources.postgres.capture import PostgresChangeCapture
 from olake_cli.sources.postgres.connection import PostgresSettings
 from olake_cli.sources.postgres.source import PostgresSource
 from tests.support.cdc import make_accounts
 from tests.support.cli import read_into_write, run_olake, trace_errors, write_json
+from tests.support.states import stream_state
 from tests.test_e2e_cdc_key_toast import Lake
 
 WHILE_OUT = ["UPDATE acct SET balance = balance + 1, note = 'while out' WHERE id BETWEEN 1 AND 12",
@@ -96,7 +97,7 @@ def test_table_out_of_the_publication_during_a_run(pg_cluster, pg_db):
     runs = {}
     for on_position_lost in ("fail", "resync"):
         settings = PostgresSettings.from_config({**config, "on_position_lost": on_position_lost})
-        state = State(streams=[StreamState("cdc", "acct_run", "public", position, None, {"op_seq": 0})])
+        state = State(streams=[stream_state("cdc", "acct_run", "public", position, None, op_seq=0)])
         runs[on_position_lost] = PostgresChangeCapture(settings, [stream], lambda line: None), state
         runs[on_position_lost][0].preflight(state)
     with psycopg.connect(dsn, autocommit=True) as conn:

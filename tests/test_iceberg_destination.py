@@ -202,7 +202,7 @@ def test_a_change_commit_touches_only_the_files_holding_its_keys(tmp_path):
     writer = BufferedWriter(destination, catalog)
     key = ("ns", "t")
     chunks = [Chunk("pending", str(i * 1000), str((i + 1) * 1000)) for i in range(4)]
-    opened = StreamState("full-load", "t", "ns", "p0", chunks, {"load_id": "L1"})
+    opened = StreamState("full-load", "t", "ns", "p0", chunks, load_id="L1")
     writer.commit(State("stream", streams=[opened]))
     for index in range(4):  # four chunks: four data files with disjoint key ranges
         writer.add(key, [{"id": i, "v": "load"} for i in range(index * 1000, (index + 1) * 1000)])
@@ -214,7 +214,7 @@ def test_a_change_commit_touches_only_the_files_holding_its_keys(tmp_path):
     data_before, _ = live_files(table)
     writer.add(key, [{"id": i, "v": "changed", "_olake_op": "u", "_olake_op_id": [9, seq]}
                      for seq, i in enumerate([5, 17, 900, 2500], 1)])  # keys in chunks 0 and 2 only
-    writer.commit(State("stream", streams=[StreamState("cdc", "t", "ns", "p1", None, {"load_id": "L1"})]))
+    writer.commit(State("stream", streams=[StreamState("cdc", "t", "ns", "p1", None, load_id="L1")]))
     table = destination.streams[key].table
     data_after, deletes = live_files(table)
     assert {f.file_path for f in data_before} <= {f.file_path for f in data_after}, "no data file was rewritten"
@@ -266,11 +266,11 @@ def test_many_change_commits_are_compacted(tmp_path, monkeypatch):
     destination = IcebergDestination({"type": "iceberg", "path": str(tmp_path / "lake")}, lambda m: None)
     writer = BufferedWriter(destination, catalog)
     key, expected = ("ns", "t"), {}
-    opened = StreamState("full-load", "t", "ns", "p0", [Chunk("pending", None, None)], {"load_id": "L1"})
+    opened = StreamState("full-load", "t", "ns", "p0", [Chunk("pending", None, None)], load_id="L1")
     writer.commit(State("stream", streams=[opened]))
     writer.add(key, [{"id": i, "v": "load"} for i in range(300)])
     expected.update((i, "load") for i in range(300))
-    writer.commit(State("stream", streams=[StreamState("cdc", "t", "ns", "p0", None, {"load_id": "L1"})]))
+    writer.commit(State("stream", streams=[StreamState("cdc", "t", "ns", "p0", None, load_id="L1")]))
     seq = 0
     for commit in range(12):
         changes = []
@@ -284,7 +284,7 @@ def test_many_change_commits_are_compacted(tmp_path, monkeypatch):
                 expected[i] = f"c{commit}"
         writer.add(key, changes)
         writer.commit(State("stream", streams=[
-            StreamState("cdc", "t", "ns", f"p{commit + 1}", None, {"load_id": "L1"})]))
+            StreamState("cdc", "t", "ns", f"p{commit + 1}", None, load_id="L1")]))
     table = destination.streams[key].table
     data, deletes = live_files(table)
     assert len(deletes) <= 4 and len(data) <= 6, (len(data), len(deletes))

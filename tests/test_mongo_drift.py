@@ -93,7 +93,7 @@ def test_in_place_changes_and_replaced_types_and_their_record():
     assert needs_reload(in_place, replaced) == ["i32", "s"]
     assert replaced.x_olake[DRIFT]["i32"]["from"] == before.json_schema["properties"]["i32"]  # the catalog's
 
-    state = StreamState("cdc", "c", "db", None, extra={DRIFT: replaced.x_olake[DRIFT]})
+    state = StreamState("cdc", "c", "db", None, schema_drift=replaced.x_olake[DRIFT])
     again = apply_recorded(_stream(_schema()), state)  # the next run, with the same catalog
     assert again.json_schema["properties"] == replaced.json_schema["properties"]
     assert explained(_stream(_schema()), again) == {"i32", "s", "new"}

@@ -56,7 +56,8 @@ def _stream(source: MongoSource, name: str) -> CatalogStream:
 def _load(session, stream) -> StreamState:
     plan = session.plan_full_load(stream)
     return StreamState("full-load", stream.name, stream.namespace, None,
-                       [Chunk("pending", lo, hi) for lo, hi in plan.bounds], extra=dict(plan.extra))
+                       [Chunk("pending", lo, hi) for lo, hi in plan.bounds], chunk_column=plan.chunk_column,
+                       source=dict(plan.source))
 
 
 def _assert_copy_equals(folder: Path, docs: list[dict], json_schema: dict) -> None:
@@ -166,7 +167,7 @@ def test_a_collection_dropped_renamed_or_recreated_mid_load_stops_it(mongo_serve
     with source.open_session([stream], log=lambda _: None) as session:
         load = _load(session, stream)
         readers = [session.chunk_reader(stream, load, i) for i in range(len(load.chunks))]
-    assert len(readers) >= 3 and load.extra["collection_uuid"]
+    assert len(readers) >= 3 and load.source["collection_uuid"]
     assert sum(b.num_rows for b in readers[0].read_batches()) > 0
 
     _seed(mongo_server.uri, mongo_db, "moving", _documents(500, tag="new"))  # dropped and created again

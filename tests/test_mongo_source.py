@@ -123,10 +123,11 @@ def test_chunks_cover_mixed_id_types_exactly(mongo_server, mongo_db):
         stream = _stream(source, "mixed")
         with source.open_session([stream], log=lambda _: None) as session:
             full = session.plan_full_load(stream)
-            assert full.extra == {"chunk_column": "_id", "collection_uuid": _collection_uuid(client, mongo_db, "mixed")}
+            assert (full.chunk_column, full.source) == ("_id", {"collection_uuid": _collection_uuid(client, mongo_db,
+                                                                                                     "mixed")})
             state = State("global", streams=[StreamState(
                 "full-load", "mixed", mongo_db, None, [Chunk("pending", lo, hi) for lo, hi in full.bounds],
-                dict(full.extra))])
+                chunk_column=full.chunk_column, source=dict(full.source))])
             text = json.dumps(state.to_dict())
             loaded = parse_state(json.loads(text)).find(mongo_db, "mixed")
             assert [c.to_dict() for c in loaded.chunks] == [c.to_dict() for c in state.streams[0].chunks]

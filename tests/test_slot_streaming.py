@@ -19,11 +19,12 @@ import psycopg
 import pytest
 
 from olake_cli.core.catalog import parse_catalog
-from olake_cli.core.state import State, StreamState
+from olake_cli.core.state import State
 from olake_cli.sources.postgres.capture import PostgresChangeCapture
 from olake_cli.sources.postgres.change_feed import current_wal_lsn, read_changes, slot_info
 from olake_cli.sources.postgres.connection import PostgresSettings
 from olake_cli.sources.postgres.lsn import format_lsn
+from tests.support.states import stream_state
 
 PUB = "stream_pub"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -108,7 +109,7 @@ def read_idle_stream(config: dict, position: str) -> str:
         "json_schema": {"type": "object", "properties": {
             "id": {"type": ["null", "integer"], "x-olake-type": "int32", "x-pg-type": "integer"},
             "v": {"type": ["null", "string"], "x-olake-type": "string", "x-pg-type": "text"}}}}]}).streams[0]
-    state = State(streams=[StreamState("cdc", "t", "public", position, None, {"op_seq": 0})])
+    state = State(streams=[stream_state("cdc", "t", "public", position, None, op_seq=0)])
     capture = PostgresChangeCapture(settings, [stream], lambda line: None)
     capture.preflight(state)
     batches = list(capture.read([stream], state))

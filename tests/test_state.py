@@ -14,6 +14,7 @@ from olake_cli.core.state import (
     Chunk, FileStateStore, State, StreamState, finish_full_load_if_done, load_state, merge_chunks,
     merge_state, parse_state, state_to_json,
 )
+from tests.support.states import stream_state
 
 OID_1 = "66ffcf79d9249bef96de3611"
 OID_2 = "67ffcf79d9249bef96de3611"
@@ -48,7 +49,7 @@ SEEDS = [SEED_FULL_LOAD, SEED_RECEIVED, SEED_STREAM_1, SEED_STREAM_3_CHUNKS, SEE
 
 def full_load(name: str, chunks: list[tuple[str, object, object]], cursor: object = "0/16B3748",
               **extra: object) -> StreamState:
-    return StreamState("full-load", name, "public", cursor, [Chunk(*c) for c in chunks], dict(extra))
+    return stream_state("full-load", name, "public", cursor, [Chunk(*c) for c in chunks], **extra)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -268,7 +269,7 @@ def test_a_state_continues_a_load_only_where_the_destination_holds_it() -> None:
 
     def entry(sync_type: str, chunks: list[str] | None = None, **extra) -> StreamState:
         listed = None if chunks is None else [Chunk(s, str(i), str(i + 1)) for i, s in enumerate(chunks)]
-        return StreamState(sync_type, "t", "ns", "0/1", listed, extra)
+        return stream_state(sync_type, "t", "ns", "0/1", listed, **extra)
 
     drift = {"n": {"from": {"type": ["integer"]}, "to": {"type": ["number"]}}}
     cdc = entry("cdc", load_id="L1", sync_mode="cdc", columns=["id", "n"], schema_drift=drift, op_seq=3)
@@ -276,7 +277,8 @@ def test_a_state_continues_a_load_only_where_the_destination_holds_it() -> None:
     resumed, done = entry("full-load", ["succeed", "pending"], load_id="L1"), entry("full-load", load_id="L1")
     marker = marker_replacing(cdc)
     assert is_resync_marker(marker.to_dict())  # the catalog keys of the load it replaces, nothing else
-    assert marker.extra == {"sync_mode": "cdc", "columns": ["id", "n"], "schema_drift": drift}
+    assert marker.to_dict()["stream_state"] == {"cursor_field": None, "chunks": [], "sync_mode": "cdc",
+                                                "columns": ["id", "n"], "schema_drift": drift}
     assert marker.sync_type == "full-load" and marker.cursor_field is None and marker.chunks == []
     assert not any(is_resync_marker(s.to_dict()) for s in (cdc, opened, resumed, done))
     for progressed in (cdc, entry("incremental", load_id="L1"), resumed):  # nothing, or only a marker, holds it

@@ -11,7 +11,7 @@ DISCOVERY = "DISCOVERY"  # in the catalog, nothing copied yet
 def phase_of(ss: StreamState) -> str:
     """INIT_SYNC (the full load of a cdc stream), SYNC (change capture), FULL_LOAD (any other load
     under way), RESYNC (loaded anew on the next run), LOADED (a finished full_refresh) or INCREMENTAL."""
-    cdc = (ss.extra or {}).get("sync_mode") == "cdc"
+    cdc = ss.sync_mode == "cdc"
     if ss.sync_type == "cdc":
         return "SYNC"
     if ss.sync_type == "incremental":
@@ -29,7 +29,7 @@ def state_table(state: State, discovered: list[tuple[str | None, str]] = ()) -> 
         chunks = ss.chunks or []
         done = f"{sum(c.status == 'succeed' for c in chunks)}/{len(chunks)}" if chunks else "-"
         rows.append((_name(ss.stream_namespace, ss.stream_name), ss.sync_type, ss.position_text() or "-", done,
-                     str((ss.extra or {}).get("load_id", "-")), phase_of(ss)))
+                     "-" if ss.load_id is None else ss.load_id, phase_of(ss)))
     for namespace, name in discovered:
         if state.find(namespace, name) is None:
             rows.append((_name(namespace, name), "-", "-", "-", "-", DISCOVERY))

@@ -80,11 +80,13 @@ class ResumableReader(Protocol):
 
 @dataclass
 class FullLoadPlan:
-    """A new full load: chunk bounds (exact, JSON-serialisable), keys to record in its state, and
+    """A new full load: chunk bounds (exact, JSON-serialisable), what they refer to (the state's
+    ``chunk_column``), the source's own keys to record in its state (``StreamState.source``), and
     about how many rows it will read (None: the planner does not know)."""
 
     bounds: list[tuple[Any, Any]]
-    extra: dict[str, Any] = field(default_factory=dict)
+    chunk_column: str | list[str] | None = None
+    source: dict[str, Any] = field(default_factory=dict)
     row_estimate: int | None = None
 
 

@@ -46,7 +46,7 @@ def merged_stream_state(committed: dict | None, ss: StreamState) -> dict:
     back; a replay of a load the destination already holds whole keeps the committed state)."""
     if committed is None:
         return ss.to_dict()
-    load_id = (ss.extra or {}).get("load_id")
+    load_id = ss.load_id
     if load_id and pending_chunks(committed, load_id) == set() and not load_complete(ss):
         return committed
     base = State(streams=[StreamState.from_dict(committed)])

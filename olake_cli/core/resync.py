@@ -13,24 +13,22 @@ apply later changes to nothing, so the stream is loaded anew instead.
 
 from __future__ import annotations
 
-from olake_cli.core.schema_drift import DRIFT
-from olake_cli.core.state import StreamState
+import copy
 
-_CATALOG_KEYS = ("sync_mode", "columns", DRIFT)
+from olake_cli.core.state import StreamState
 
 
 def resync_marker(name: str, namespace: str | None, sync_mode: str | None, columns: list | None) -> StreamState:
     """The state of a stream to load anew on the next run (``sync_mode`` and ``columns`` of its catalog
     entry, so that the next run does not mistake the marker for a catalog change)."""
-    extra = {key: value for key, value in (("sync_mode", sync_mode), ("columns", columns)) if value is not None}
-    return StreamState("full-load", name, namespace, None, [], extra)
+    return StreamState("full-load", name, namespace, None, [], sync_mode=sync_mode, columns=columns)
 
 
 def marker_replacing(ss: StreamState) -> StreamState:
     """The re-sync marker for the stream of ``ss``, keeping the catalog keys ``ss`` was started with
     (sync mode, columns, recorded schema drift)."""
-    marker = resync_marker(ss.stream_name, ss.stream_namespace, None, None)
-    marker.extra = {key: value for key, value in (ss.extra or {}).items() if key in _CATALOG_KEYS}
+    marker = resync_marker(ss.stream_name, ss.stream_namespace, ss.sync_mode, copy.deepcopy(ss.columns))
+    marker.schema_drift = copy.deepcopy(ss.schema_drift)
     return marker
 
 
@@ -45,9 +43,8 @@ def is_resync_marker(state: dict | None) -> bool:
 def lost_load(ss: StreamState, committed: dict | None) -> str | None:
     """Why the destination, whose committed stream entry is ``committed``, cannot continue ``ss``'s load
     (it holds none of the data ``ss`` says is there), or None when it can."""
-    extra = ss.extra or {}
     progressed = ss.sync_type in ("incremental", "cdc") or any(c.status == "succeed" for c in ss.chunks or [])
-    if not extra.get("load_id") or not progressed:
+    if not ss.load_id or not progressed:
         return None
     if committed is None:
         return (f"the state says '{ss.sync_type}' but the destination holds no data of its load "

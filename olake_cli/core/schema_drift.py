@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import Any
 
 from olake_cli.core.catalog import Catalog, CatalogStream
 from olake_cli.core.codec.types import element_property
@@ -113,7 +112,7 @@ def decimal_digits(prop: dict) -> tuple[int, int] | None:
 def apply_recorded(stream: CatalogStream, stream_state: StreamState | None) -> CatalogStream:
     """``stream`` with the drift its state records applied, for each column whose catalog property is
     still the recorded ``from`` (or already the ``to``); ``stream`` itself when nothing applies."""
-    recorded = ((stream_state.extra or {}).get(DRIFT) if stream_state is not None else None) or {}
+    recorded = (stream_state.schema_drift if stream_state is not None else None) or {}
     props = stream.json_schema.get("properties", {})
     kept = {name: change for name, change in recorded.items()
             if props.get(name) in (change.get("from"), change.get("to"))}
@@ -144,14 +143,12 @@ def explained(mine: CatalogStream, theirs: CatalogStream) -> set[str]:
 def record_in_state(stream_state: StreamState, stream: CatalogStream) -> StreamState:
     """A copy of ``stream_state`` recording the stream's drift (and its columns, a new one included)."""
     ss = stream_state.copy()
-    extra: dict[str, Any] = dict(ss.extra or {})
     if drift_of(stream):
-        extra[DRIFT] = copy.deepcopy(drift_of(stream))
-    if "columns" in extra:
-        extra["columns"] = stream.columns
-    if "column_types" in extra:  # the load goes on with the widened types (reload_reason compares them)
+        ss.schema_drift = copy.deepcopy(drift_of(stream))
+    if ss.columns is not None:
+        ss.columns = stream.columns
+    if ss.column_types is not None:  # the load goes on with the widened types (reload_reason compares them)
         props = stream.json_schema.get("properties", {})
-        extra["column_types"] = {**extra["column_types"],
-                                 **{name: olake_type_of(props.get(name)) for name in drift_of(stream)}}
-    ss.extra = extra
+        ss.column_types = {**ss.column_types,
+                           **{name: olake_type_of(props.get(name)) for name in drift_of(stream)}}
     return ss

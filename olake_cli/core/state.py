@@ -18,6 +18,7 @@ from typing import Any
 
 from olake_cli.core.errors import OlakeError, StateError
 from olake_cli.core.file_modes import new_file_mode
+from olake_cli.core.stream_state import Bound, Chunk, StreamState
 from olake_cli.core.validation import load_json_file, validate
 
 SYNC_TYPES = ("full-load", "incremental", "cdc")
@@ -27,88 +28,6 @@ CURRENT_VERSION = "v1"
 _STATUS_RANK = {"pending": 0, "failed": 1, "succeed": 2}
 _DIGITS = re.compile(r"([0-9]+)")
 _INTEGER = re.compile(r"-?[0-9]+")
-
-Bound = Any  # None | str | list[str | None]
-
-
-@dataclass
-class Chunk:
-    """One full-load range: rows with ``min <= key < max`` (None: unbounded)."""
-
-    status: str
-    min: Bound
-    max: Bound
-
-    @property
-    def bounds(self) -> tuple:
-        """Hashable (min, max) identifying the chunk."""
-        return (_hashable(self.min), _hashable(self.max))
-
-    def to_dict(self) -> dict:
-        """``{"status", "min", "max"}``."""
-        return {"status": self.status, "min": copy.deepcopy(self.min), "max": copy.deepcopy(self.max)}
-
-    @classmethod
-    def from_dict(cls, obj: dict) -> Chunk:
-        """Build from a validated chunk object."""
-        return cls(obj["status"], copy.deepcopy(obj["min"]), copy.deepcopy(obj["max"]))
-
-
-@dataclass
-class StreamState:
-    """The state of one stream; ``cursor_field`` is a POSITION (cursor value, LSN, resume token)."""
-
-    sync_type: str
-    stream_name: str
-    stream_namespace: str | None
-    cursor_field: Any = None
-    chunks: list[Chunk] | None = None
-    extra: dict = field(default_factory=dict)  # connector keys in stream_state (lsn, op_id, ...)
-
-    @property
-    def key(self) -> tuple[str | None, str]:
-        """(namespace, name)."""
-        return (self.stream_namespace, self.stream_name)
-
-    @property
-    def all_chunks_succeeded(self) -> bool:
-        """True when chunks are present and every one succeeded."""
-        return self.chunks is not None and all(c.status == "succeed" for c in self.chunks)
-
-    def to_dict(self) -> dict:
-        """The stream entry, keys in seed order; ``chunks`` only while a full load runs."""
-        stream_state: dict[str, Any] = {"cursor_field": copy.deepcopy(self.cursor_field)}
-        if self.chunks is not None:
-            stream_state["chunks"] = [c.to_dict() for c in self.chunks]
-        for key, value in self.extra.items():
-            stream_state[key] = copy.deepcopy(value)
-        return {"sync_type": self.sync_type, "stream_name": self.stream_name,
-                "stream_namespace": self.stream_namespace, "stream_state": stream_state}
-
-    @classmethod
-    def from_dict(cls, obj: dict) -> StreamState:
-        """Build from a validated stream entry."""
-        inner = obj["stream_state"]
-        chunks = inner.get("chunks")
-        return cls(
-            sync_type=obj["sync_type"], stream_name=obj["stream_name"],
-            stream_namespace=obj.get("stream_namespace"),
-            cursor_field=copy.deepcopy(inner.get("cursor_field")),
-            chunks=None if chunks is None else [Chunk.from_dict(c) for c in chunks],
-            extra={k: copy.deepcopy(v) for k, v in inner.items() if k not in ("cursor_field", "chunks")},
-        )
-
-    def copy(self) -> StreamState:
-        """A deep copy."""
-        return StreamState.from_dict(self.to_dict())
-
-    def position_text(self, limit: int = 40) -> str | None:
-        """The position as people read it (None when there is none), cut to ``limit`` characters."""
-        if self.cursor_field is None:
-            return None
-        text = str(self.cursor_field)
-        return text if len(text) <= limit else text[:limit - 3] + "..."
-
 
 @dataclass
 class State:
@@ -187,13 +106,11 @@ def merge_state(base: State, update: State) -> State:
 
 
 def _merge_stream(old: StreamState, new: StreamState) -> StreamState:
-    same_load = (old.extra or {}).get("load_id") == (new.extra or {}).get("load_id")
-    same_position = old.cursor_field == new.cursor_field and same_load
+    same_position = old.cursor_field == new.cursor_field and old.load_id == new.load_id
     if (same_position and old.sync_type == new.sync_type == "full-load"
             and old.chunks is not None and new.chunks is not None):
-        merged = new.copy()
+        merged = new.filled_from(old)
         merged.chunks = merge_chunks(old.chunks, new.chunks)
-        merged.extra = {**copy.deepcopy(old.extra), **merged.extra}
         return merged
     if (same_position and new.cursor_field is not None and old.sync_type in ("incremental", "cdc")
             and new.sync_type == "full-load" and new.chunks is not None):
@@ -213,10 +130,6 @@ def merge_chunks(first: list[Chunk], second: list[Chunk]) -> list[Chunk]:
         if current is None or _STATUS_RANK[chunk.status] > _STATUS_RANK[current.status]:
             best[chunk.bounds] = Chunk(chunk.status, copy.deepcopy(chunk.min), copy.deepcopy(chunk.max))
     return list(best.values())
-
-
-def _hashable(bound: Bound) -> Any:
-    return tuple(bound) if isinstance(bound, list) else bound
 
 
 def _bound_sort_key(bound: Bound, none_rank: int) -> tuple:

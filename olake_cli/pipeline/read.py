@@ -66,14 +66,12 @@ def decide_work(stream: CatalogStream, previous: StreamState | None) -> str:
 
 def reload_reason(stream: CatalogStream, previous: StreamState) -> str | None:
     """Why the catalog no longer matches the load ``previous`` belongs to (None: it still does)."""
-    extra = previous.extra or {}
-    if (extra.get("sync_mode", stream.sync_mode) != stream.sync_mode
-            or extra.get("columns", stream.columns) != stream.columns):
+    if previous.sync_mode not in (None, stream.sync_mode) or previous.columns not in (None, stream.columns):
         return "sync mode or columns changed"
-    if stream.sync_mode == "incremental" and extra.get("cursor_column", stream.cursor_column) != stream.cursor_column:
-        return f"cursor changed from '{extra['cursor_column']}' to '{stream.cursor_column}'"
+    if stream.sync_mode == "incremental" and previous.cursor_column not in (None, stream.cursor_column):
+        return f"cursor changed from '{previous.cursor_column}' to '{stream.cursor_column}'"
     current = column_types(stream)
-    for name, old in (extra.get("column_types") or {}).items():
+    for name, old in (previous.column_types or {}).items():
         if current.get(name) is not None and type_change(old, current[name]) == INCOMPATIBLE:
             return f"column '{name}' changed type from {old} to {current[name]} in the catalog"
     return None
@@ -83,7 +81,7 @@ def pass_op_id(previous: StreamState | None, now_ms: int) -> list[int]:
     """The operation id of an incremental pass's rows: the clock in milliseconds, yet always above the
     stream's previous pass (``pass_op_id`` in its state), so a clock stepping back never ranks newer
     rows below older ones."""
-    last = (previous.extra or {}).get("pass_op_id") if previous is not None else None
+    last = previous.pass_op_id if previous is not None else None
     return [max(now_ms, last[0] + 1 if last else 0), 0]
 
 
@@ -205,8 +203,8 @@ class ReadPipeline:
         else:
             self._log_reload(stream, previous)
             ss, estimate = self._new_load(stream, session)
-            if previous is not None and "pass_op_id" in (previous.extra or {}):
-                ss.extra["pass_op_id"] = previous.extra["pass_op_id"]  # later passes still rank above
+            if previous is not None:
+                ss.pass_op_id = previous.pass_op_id  # later passes still rank above
         self._publish(ss)
         if ss.chunks == []:
             # the source plans no load (DynamoDB's init_sync: skip): the destination first commits the
@@ -232,8 +230,7 @@ class ReadPipeline:
         captured now, without a full load (the destination already holds a copy)."""
         ss = StreamState(sync_type="cdc", stream_name=stream.name, stream_namespace=stream.namespace,
                          cursor_field=None, chunks=[],
-                         extra={"sync_mode": stream.sync_mode, "columns": stream.columns,
-                                "column_types": column_types(stream)})
+                         sync_mode=stream.sync_mode, columns=stream.columns, column_types=column_types(stream))
         ss = self.capture.with_position(ss, self.capture.start_position())
         self.log(f"{stream.label}: skip_initial_load: change capture starts at the current position, "
                  f"without a full load")
@@ -259,18 +256,18 @@ class ReadPipeline:
             self.out.write(messages.trace_estimate(stream.name, stream.namespace, plan.row_estimate))
         ss = StreamState(sync_type="full-load", stream_name=stream.name, stream_namespace=stream.namespace,
                          cursor_field=None, chunks=[Chunk("pending", lo, hi) for lo, hi in plan.bounds],
-                         extra={**plan.extra, "load_id": uuid.uuid4().hex[:12], "sync_mode": stream.sync_mode,
-                                "columns": stream.columns, "column_types": column_types(stream)})
+                         chunk_column=plan.chunk_column, load_id=uuid.uuid4().hex[:12], sync_mode=stream.sync_mode,
+                         columns=stream.columns, column_types=column_types(stream), source=dict(plan.source))
         ss = record_in_state(ss, stream)
         if stream.sync_mode == "incremental":
-            ss.extra["cursor_column"] = stream.cursor_column
+            ss.cursor_column = stream.cursor_column
             ss.cursor_field = session.max_cursor(stream) if stream.cursor_column else None
         if stream.sync_mode == "cdc" and self.capture is not None:
             # the load's rows rank at the position captured before it; see the capture's load_marks
             start = self.capture.start_position()
             ss = self.capture.with_position(ss, start)
-            ss.extra.update(self.capture.load_marks(session),
-                            load_op_key=self.capture.position_op(start).to_key())
+            ss.source.update(self.capture.load_marks(session))
+            ss.load_op_key = self.capture.position_op(start).to_key()
         rows = "" if plan.row_estimate is None else f", about {plan.row_estimate} rows"
         self.log(f"{stream.label}: full load in {len(ss.chunks)} chunk(s){rows}")
         return ss, plan.row_estimate
@@ -378,8 +375,7 @@ class ReadPipeline:
         if needs_reload(before, stream):
             self.log(f"{stream.label}: schema drift: {changes}; the stream is loaded anew with the new type(s)")
             ss, estimate = self._new_load(stream, session)
-            if "pass_op_id" in (run.state.extra or {}):
-                ss.extra["pass_op_id"] = run.state.extra["pass_op_id"]  # later passes still rank above
+            ss.pass_op_id = run.state.pass_op_id  # later passes still rank above
             again = StreamRun(stream, ss, row_estimate=estimate, drifted=True)
             indexes: list[int] = list(range(len(ss.chunks)))
             self.progress.stream_started(stream.label, len(indexes), estimate)
@@ -429,15 +425,14 @@ class ReadPipeline:
         """For sync: full-load tasks write their own files under the stream's load id."""
         if not self._tasks_write(run):
             return job
-        extra = run.state.extra or {}
-        return replace(job, sink=self.sink, load_id=extra.get("load_id"), load_op_key=extra.get("load_op_key"))
+        return replace(job, sink=self.sink, load_id=run.state.load_id, load_op_key=run.state.load_op_key)
 
     def _after_task(self, run: StreamRun, result, session: ReadSession) -> ChunkJob | None:
         if run.kind == "incremental":
             if result.error is None:
                 ss = run.state.copy()
                 ss.cursor_field = run.next_position
-                ss.extra = {**(ss.extra or {}), "pass_op_id": run.op_id}
+                ss.pass_op_id = run.op_id
                 run.state = ss
                 self._publish(ss)
             return None

@@ -87,12 +87,11 @@ class StreamBuffer:
 
     def observe(self, ss: StreamState) -> None:
         """Learn which load the rows that follow belong to (rows of an earlier one stay with it)."""
-        extra = ss.extra or {}
-        if extra.get("load_id") and extra["load_id"] != self.load_id:
+        if ss.load_id and ss.load_id != self.load_id:
             self._spill(whole_only=False)
-            self.load_id = extra["load_id"]
-        if extra.get("load_op_key"):
-            self.load_op_key = extra["load_op_key"]
+            self.load_id = ss.load_id
+        if ss.load_op_key:
+            self.load_op_key = ss.load_op_key
 
     def widen(self, stream: CatalogStream) -> None:
         """Later rows follow ``stream``'s wider schema. A destination that appends rows as they come
@@ -106,11 +105,10 @@ class StreamBuffer:
         """The batch committing the rows gathered so far with ``ss``; the buffer moves on to its state."""
         ss = self._marker_if_lost(ss)
         marker = is_resync_marker(ss.to_dict())
-        extra = ss.extra or {}
-        load_id = extra.get("load_id") or self.load_id
+        load_id = ss.load_id or self.load_id
         new_load = load_id_of(self.committed) != load_id
         newly = newly_done_chunks(self.committed, ss, load_id)
-        op_key = extra.get("load_op_key") or self.load_op_key
+        op_key = ss.load_op_key or self.load_op_key
         load, load_replayed, has_load = None, False, False
         if not marker:  # (a marker names no load: rows of one wait for the state that does)
             load, load_replayed, has_load = self._take_load(new_load, newly)

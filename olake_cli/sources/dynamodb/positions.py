@@ -61,25 +61,25 @@ def record_op(sequence_number: str) -> OpId:
 
 def cursor_of(ss: StreamState | None) -> tuple[TableCursor, OpId] | None:
     """The cursor and checkpoint op id a stream state holds, or None (no change position)."""
-    extra = (ss.extra or {}) if ss is not None else {}
     if ss is None or ss.sync_type == "incremental" or not isinstance(ss.cursor_field, str) \
-            or "stream_arn" not in extra:
+            or "stream_arn" not in ss.source:
         return None
+    keys = ss.source
     try:
-        cursor = TableCursor(str(extra["stream_arn"]), {str(k): str(v) for k, v in extra["shards"].items()},
-                             time_ms(ss.cursor_field), int(extra["floor_ms"]), int(extra.get("replay_until_ms", 0)))
+        cursor = TableCursor(str(keys["stream_arn"]), {str(k): str(v) for k, v in keys["shards"].items()},
+                             time_ms(ss.cursor_field), int(keys["floor_ms"]), int(keys.get("replay_until_ms", 0)))
     except (KeyError, TypeError, ValueError, AttributeError):
         raise StateError(f"stream '{ss.stream_name}': a DynamoDB position is a time ({time_text(0)}) in "
                          "cursor_field with 'stream_arn', 'shards' and 'floor_ms'") from None
-    return cursor, OpId.from_json(extra.get("op_id", [0, 0]))
+    return cursor, OpId.from_json(keys.get("op_id", [0, 0]))
 
 
 def with_cursor(ss: StreamState, cursor: TableCursor, op: OpId) -> StreamState:
     """A copy of ``ss`` holding ``cursor`` and checkpoint ``op``."""
     new = ss.copy()
     new.cursor_field = time_text(cursor.since_ms)
-    new.extra = {**(new.extra or {}), "stream_arn": cursor.stream_arn, "shards": dict(cursor.shards),
-                 "floor_ms": cursor.floor_ms, "replay_until_ms": cursor.replay_until_ms, "op_id": op.to_json()}
+    new.source.update(stream_arn=cursor.stream_arn, shards=dict(cursor.shards), floor_ms=cursor.floor_ms,
+                      replay_until_ms=cursor.replay_until_ms, op_id=op.to_json())
     return new
 
 

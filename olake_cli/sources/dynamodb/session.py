@@ -78,22 +78,21 @@ class DynamoReadSession:
     def plan_full_load(self, stream: Any) -> FullLoadPlan:
         """One chunk per scan segment (INIT_SYNC), or none with ``init_sync: skip`` for a cdc stream."""
         info = self.tables[stream.key]
-        extra = {"chunk_column": CHUNK_COLUMN, "table_id": info.table_id}
+        identity = {"table_id": info.table_id}
         if stream.sync_mode == "cdc" and self.settings.init_sync == "skip":
             self.log(f"{stream.label}: init_sync = skip: no INIT_SYNC; change capture starts at the "
                      "stream's current end")
-            return FullLoadPlan([], extra, 0)
+            return FullLoadPlan([], CHUNK_COLUMN, identity, 0)
         total = self.settings.segments
         self.log(f"{stream.label}: INIT_SYNC: parallel scan of table '{info.name}' in {total} segment(s)")
-        return FullLoadPlan([(segment_bound(i, i, total, None), None) for i in range(total)], extra,
-                            info.item_count)
+        return FullLoadPlan([(segment_bound(i, i, total, None), None) for i in range(total)], CHUNK_COLUMN,
+                            identity, info.item_count)
 
     def resume_blocker(self, stream: Any, previous: StreamState) -> str | None:
         """Segments keep their meaning unless the table was created again since the load began."""
-        extra = previous.extra or {}
-        if extra.get("chunk_column") != CHUNK_COLUMN:
+        if previous.chunk_column != CHUNK_COLUMN:
             return "its chunks are not DynamoDB scan segments"
-        if extra.get("table_id") != self.tables[stream.key].table_id:
+        if previous.source.get("table_id") != self.tables[stream.key].table_id:
             return "the table was deleted and created again since its INIT_SYNC began"
         try:
             for chunk in previous.chunks or []:

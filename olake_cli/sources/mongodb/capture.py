@@ -76,17 +76,16 @@ class MongoChangeCapture:
 
     def position_of(self, ss: StreamState | None) -> MongoPosition | None:
         """The change position a stream state holds (``cursor_field`` token plus ``op_id``), or None."""
-        extra = (ss.extra or {}) if ss is not None else {}
         if ss is None or ss.sync_type == "incremental" or not isinstance(ss.cursor_field, str) \
-                or "op_id" not in extra:
+                or "op_id" not in ss.source:
             return None
-        return MongoPosition(ss.cursor_field, OpId.from_json(extra["op_id"]))
+        return MongoPosition(ss.cursor_field, OpId.from_json(ss.source["op_id"]))
 
     def with_position(self, ss: StreamState, position: MongoPosition) -> StreamState:
         """A copy of ``ss`` positioned at ``position``."""
         new = ss.copy() if ss.key not in self.widened else record_in_state(ss, self.widened[ss.key])
         new.cursor_field = position.token
-        new.extra = {**(new.extra or {}), "op_id": position.op.to_json()}
+        new.source["op_id"] = position.op.to_json()
         return new
 
     def position_op(self, position: MongoPosition) -> OpId:

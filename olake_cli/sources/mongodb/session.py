@@ -96,13 +96,13 @@ class MongoReadSession:
         for warning in plan.warnings:
             self.log(f"{stream.label}: {warning}")
         self.log(f"{stream.label}: _id chunks by type: {plan.summary()}")
-        return FullLoadPlan(list(plan.bounds), {"chunk_column": "_id", "collection_uuid": uuid}, plan.estimate)
+        return FullLoadPlan(list(plan.bounds), "_id", {"collection_uuid": uuid}, plan.estimate)
 
     def resume_blocker(self, stream: Any, previous: StreamState) -> str | None:
         """``_id`` ranges keep their meaning; only chunks this source did not write cannot resume."""
-        if (previous.extra or {}).get("chunk_column", "_id") != "_id":
+        if previous.chunk_column not in (None, "_id"):
             return "its chunks are not MongoDB _id ranges"
-        recorded = (previous.extra or {}).get("collection_uuid")
+        recorded = previous.source.get("collection_uuid")
         if recorded is not None and recorded != self._uuid(stream):
             return ("the collection was dropped and created again (or replaced by a rename) since its full "
                     "load began, so its chunks no longer name the same documents")
@@ -117,7 +117,7 @@ class MongoReadSession:
         """The reader of chunk ``index``: documents whose ``_id`` lies in its bracket and range."""
         chunk = load.chunks[index]
         reader = self._reader(stream, brackets.chunk_filter(chunk.min, chunk.max), index)
-        return replace(reader, collection_uuid=(load.extra or {}).get("collection_uuid"))
+        return replace(reader, collection_uuid=load.source.get("collection_uuid"))
 
     def max_cursor(self, stream: Any) -> str | None:
         """The largest finite cursor value of the cursor's bracket now, as Extended JSON (or None)."""

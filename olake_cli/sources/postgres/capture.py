@@ -64,15 +64,15 @@ class PostgresChangeCapture:
             if ss.sync_type == "cdc":
                 raise
             return None
-        return OpId(lsn, int((ss.extra or {}).get("op_seq", 0)))
+        return OpId(lsn, int(ss.source.get("op_seq", 0)))
 
     def with_position(self, ss: StreamState, op: OpId) -> StreamState:
         """A copy of ``ss`` positioned at ``op``, with the publication rows last seen publishing its table."""
         new = ss.copy()
         new.cursor_field = format_lsn(op.commit)
-        new.extra = {**(new.extra or {}), "op_seq": op.seq}
+        new.source["op_seq"] = op.seq
         if ss.key in self._members:
-            new.extra[PUBLICATION_ROWS] = self._members[ss.key].rows()
+            new.source[PUBLICATION_ROWS] = self._members[ss.key].rows()
         return new
 
     def position_op(self, position: OpId) -> OpId:
@@ -197,9 +197,9 @@ class PostgresChangeCapture:
             ss = state.find(stream.namespace, stream.name)
             if self.position_of(ss) is None:
                 continue
-            gap = membership.gap((ss.extra or {}).get(PUBLICATION_ROWS))
+            gap = membership.gap(ss.source.get(PUBLICATION_ROWS))
             if gap is None:
-                ss.extra = {**(ss.extra or {}), PUBLICATION_ROWS: membership.rows()}
+                ss.source[PUBLICATION_ROWS] = membership.rows()
             else:
                 gaps.append((stream, _GAP_REASONS[gap].format(table=stream.label,
                                                               publication=self.settings.publication)))
@@ -379,7 +379,7 @@ def _load_horizon(ss: StreamState | None):
     """
     from olake_cli.sources.postgres.snapshot import SnapshotHorizon
 
-    extra = (ss.extra or {}) if ss is not None else {}
-    if not extra.get("snapshot_txns") or not extra.get("snapshot_upto"):
+    keys = ss.source if ss is not None else {}
+    if not keys.get("snapshot_txns") or not keys.get("snapshot_upto"):
         return None
-    return SnapshotHorizon(extra["snapshot_txns"]), parse_lsn(extra["snapshot_upto"])
+    return SnapshotHorizon(keys["snapshot_txns"]), parse_lsn(keys["snapshot_upto"])

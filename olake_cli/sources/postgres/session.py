@@ -91,25 +91,24 @@ class PostgresReadSession:
         """
         info, conn, rows = self._table(stream), self.snapshot.conn, self.settings.chunk_rows
         if info.relkind == "v":  # a view has no pages to split: one chunk, the whole view
-            return FullLoadPlan([(None, None)], {"chunk_column": chunking.CTID, "table_identity": {}})
+            return FullLoadPlan([(None, None)], chunking.CTID, {"table_identity": {}})
         key_present = not set(info.primary_key) & set(info.missing)
         estimate = _row_estimate(conn, info)
         if self.settings.chunk_strategy == "primary_key" and info.primary_key and key_present:
             bounds = chunking.plan_key_chunks(conn, info.schema, info.table, info.primary_key, rows)
-            return FullLoadPlan([(b.min, b.max) for b in bounds], {"chunk_column": list(info.primary_key)},
-                                estimate)
+            return FullLoadPlan([(b.min, b.max) for b in bounds], list(info.primary_key), {}, estimate)
         bounds = chunking.plan_ctid_chunks(conn, info.schema, info.table, rows)
-        return FullLoadPlan([(b.min, b.max) for b in bounds],
-                            {"chunk_column": chunking.CTID, "table_identity": self._identity(info)}, estimate)
+        return FullLoadPlan([(b.min, b.max) for b in bounds], chunking.CTID,
+                            {"table_identity": self._identity(info)}, estimate)
 
     def resume_blocker(self, stream: Any, previous: StreamState) -> str | None:
         """Why a ctid load cannot resume: the table was rewritten since its chunks were planned.
 
         Key-range chunks do not depend on the physical layout and always resume.
         """
-        if previous.extra.get("chunk_column", "ctid") != "ctid":
+        if previous.chunk_column not in (None, chunking.CTID):
             return None
-        recorded = previous.extra.get("table_identity")
+        recorded = previous.source.get("table_identity")
         if recorded == self._identity(self._table(stream)):
             return None
         if recorded is None:
@@ -121,7 +120,8 @@ class PostgresReadSession:
     def chunk_reader(self, stream: Any, load: StreamState, index: int) -> PostgresChunkReader:
         """The reader of chunk ``index`` of the load: rows of [min, max) on the load's chunk column."""
         chunk = load.chunks[index]
-        return self._reader(stream, index, load.extra.get("chunk_column", "ctid"), chunk.min, chunk.max)
+        column = chunking.CTID if load.chunk_column is None else load.chunk_column
+        return self._reader(stream, index, column, chunk.min, chunk.max)
 
     def max_cursor(self, stream: Any) -> str | None:
         """The largest FINITE cursor value now (text form); NaN and infinities never become a position."""
