@@ -169,7 +169,7 @@ def change_commits(root: Path, rows: int, changes: int, commits: int) -> tuple[l
             writer.add(key, batch[start:start + BATCH_ROWS])
         added = time.perf_counter()
         writer.commit(State("stream", streams=[StreamState("cdc", "bench", "public", f"p{commit + 1}", None,
-                                                           {"load_id": "L1", "load_op_key": "0" * 32})]))
+                                                           load_id="L1", load_op_key="0" * 32)]))
         out.append((added - started, time.perf_counter() - added))
     return out, destination.streams[key].table.scan().count()
 
