@@ -38,3 +38,10 @@ def test_ruff_finds_nothing():
     result = subprocess.run([str(ruff), "check", "--no-cache", "olake_cli", "tests", "bench"], cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+
+
+def test_no_module_is_over_400_lines():
+    """Small modules: a module past 400 lines is split along a seam, not squeezed."""
+    long = {str(path.relative_to(ROOT)): n for path in sorted((ROOT / "olake_cli").rglob("*.py"))
+            if (n := len(path.read_text().splitlines())) > 400}
+    assert not long, long

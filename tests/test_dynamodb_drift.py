@@ -14,7 +14,7 @@ from olake_cli.core.errors import SourceError
 from olake_cli.core.schema_drift import (DRIFT, INTEGER_DIGITS, apply_recorded, exact_number_widening, needs_reload,
                                          record_in_state, widened)
 from olake_cli.core.state import StreamState
-from olake_cli.pipeline.read import column_types, reload_reason
+from olake_cli.pipeline.stream_work import column_types, reload_reason
 from olake_cli.sources.dynamodb.batches import items_to_batch
 from olake_cli.sources.dynamodb.drift import widened_schema
 from olake_cli.sources.dynamodb.schema import infer_json_schema

@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 import random
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from olake_cli.core.contracts import (BinaryCopyReader, BinaryCopySink, ChunkReader, ChunkSink, ResumableReader,
                                      WireColumnsReader)
@@ -146,3 +147,15 @@ def _open_spool(job: ChunkJob, result: ScanResult):
     result.spool = job.spool or Spool()
     handle, result.spool_path = result.spool.create(job.chunk_index)
     return handle
+
+
+def in_a_thread(func: Callable[[Any], Any], items: list) -> Iterator[Any]:
+    """``map(func, items)``, each call made by a helper thread while the main thread waits for it: a
+    driver's blocking call in the main thread may take SIGINT over (ADBC cancels its query, and Ctrl-C
+    would read as a failed scan), and the wait itself ends at once on an interrupt."""
+    pool = ThreadPoolExecutor(1, thread_name_prefix="olake-pass")
+    try:
+        for item in items:
+            yield pool.submit(func, item).result()
+    finally:
+        pool.shutdown(wait=False)

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
-from collections.abc import Callable, Iterator
 
 from olake_cli.core import messages
 from olake_cli.core.catalog import Catalog, CatalogStream
@@ -20,86 +19,15 @@ from olake_cli.core.errors import OlakeError, SchemaDrift, SnapshotLostError, So
 from olake_cli.core.pipeline_identity import PipelineIdentity
 from olake_cli.core.contracts import ChangeCapture, ChunkRunner, ChunkSink, ReadSession, Source
 from olake_cli.core.resync import is_resync_marker
-from olake_cli.core.schema_change import INCOMPATIBLE, olake_type_of, type_change
 from olake_cli.core.schema_drift import (apply_to_catalog, changed_columns, column_type, needs_reload,
                                          record_in_state, widened)
 from olake_cli.core.state import Chunk, State, StreamState, finish_full_load_if_done
-from olake_cli.pipeline.chunk_job import ChunkJob, run_chunk_job
+from olake_cli.pipeline.chunk_job import ChunkJob, in_a_thread, run_chunk_job
 from olake_cli.pipeline.progress import LineView, Progress, ProgressView
+from olake_cli.pipeline.stream_work import (NEXT_SYNC_TYPE, StreamRun, column_types, decide_work, pass_op_id,
+                                            reload_reason)
 
-NEXT_SYNC_TYPE = {"full_refresh": "full-load", "incremental": "incremental", "cdc": "cdc"}
 _NO_STATE = StreamState("", "", None)
-
-
-@dataclass
-class StreamRun:
-    """Book-keeping for one stream during a run."""
-
-    stream: CatalogStream
-    state: StreamState
-    kind: str = "full"  # full | incremental | cdc
-    next_position: Any = None
-    upto: Any = None  # incremental: the cursor value the pass reads up to (None: only NaN/infinite ones)
-    op_id: list[int] | None = None  # incremental: the operation id of this pass's rows
-    jobs: list[ChunkJob] = field(default_factory=list)
-    row_estimate: int | None = None
-    failed: bool = False
-    drifted: bool = False  # its schema drifted in this run: its chunks go through the pipe, not a sink
-
-
-def decide_work(stream: CatalogStream, previous: StreamState | None) -> str:
-    """'resume', 'new' (full load) or 'continue' (incremental pass / change capture).
-
-    A stream whose sync mode, columns or cursor column changed since its load began is loaded anew:
-    its files and its position would not match the catalog any more.
-    """
-    if previous is None or reload_reason(stream, previous) is not None:
-        return "new"
-    if previous.sync_type == "full-load":
-        if previous.chunks and any(c.status != "succeed" for c in previous.chunks):
-            return "resume"
-        return "new"
-    if previous.sync_type == NEXT_SYNC_TYPE[stream.sync_mode]:
-        return "continue"
-    return "new"
-
-
-def reload_reason(stream: CatalogStream, previous: StreamState) -> str | None:
-    """Why the catalog no longer matches the load ``previous`` belongs to (None: it still does)."""
-    if previous.sync_mode not in (None, stream.sync_mode) or previous.columns not in (None, stream.columns):
-        return "sync mode or columns changed"
-    if stream.sync_mode == "incremental" and previous.cursor_column not in (None, stream.cursor_column):
-        return f"cursor changed from '{previous.cursor_column}' to '{stream.cursor_column}'"
-    current = column_types(stream)
-    for name, old in (previous.column_types or {}).items():
-        if current.get(name) is not None and type_change(old, current[name]) == INCOMPATIBLE:
-            return f"column '{name}' changed type from {old} to {current[name]} in the catalog"
-    return None
-
-
-def pass_op_id(previous: StreamState | None, now_ms: int) -> list[int]:
-    """The operation id of an incremental pass's rows: the clock in milliseconds, yet always above the
-    stream's previous pass (``pass_op_id`` in its state), so a clock stepping back never ranks newer
-    rows below older ones."""
-    last = previous.pass_op_id if previous is not None else None
-    return [max(now_ms, last[0] + 1 if last else 0), 0]
-
-
-def _in_a_thread(func: Callable[[Any], Any], items: list) -> Iterator[Any]:
-    """``map(func, items)``, each call made by a helper thread while the main thread waits for it: a
-    driver's blocking call in the main thread may take SIGINT over (ADBC cancels its query, and Ctrl-C
-    would read as a failed scan), and the wait itself ends at once on an interrupt."""
-    pool = ThreadPoolExecutor(1, thread_name_prefix="olake-pass")
-    try:
-        for item in items:
-            yield pool.submit(func, item).result()
-    finally:
-        pool.shutdown(wait=False)
-
-
-def column_types(stream: CatalogStream) -> dict[str, str | None]:
-    """Column name -> x-olake-type, as recorded with a load (a later widening needs no reload)."""
-    return {name: olake_type_of(prop) for name, prop in stream.json_schema.get("properties", {}).items()}
 
 
 class ReadPipeline:
@@ -320,7 +248,7 @@ class ReadPipeline:
         # resume_point) leaves its rest to a new chunk, scanned in the next batch.
         while jobs or passes:
             scans = self.runner.run(run_chunk_job, jobs)
-            results = itertools.chain(scans, _in_a_thread(run_chunk_job, passes))
+            results = itertools.chain(scans, in_a_thread(run_chunk_job, passes))
             jobs, passes = [], []
             for result in results:
                 run = by_key[(result.namespace, result.stream)]
