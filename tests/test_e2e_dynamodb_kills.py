@@ -29,6 +29,7 @@ from tests.support.cli import olake_cmd, olake_env, write_json
 from tests.support.current_view import iceberg_rows
 from tests.support.dynamo import (NAMESPACE, ItemWriter, age_position, assert_equals_table, discovered_catalog,
                                   dynamo_source, first_schema, parquet_current, seed_accounts)
+from tests.support.kills import wait_for_state_write
 from tests.support.verify import read_parquet
 
 SEED = int(os.environ.get("OLAKE_FAULT_SEED", "20261124"))
@@ -65,9 +66,7 @@ def _run(path: str, files: tuple[str, str, str, str], fault: tuple | None, log: 
         env.update(OLAKE_TEST_CRASH_AT=fault[1], OLAKE_TEST_CRASH_AFTER=str(fault[2]))
     procs = _start(path, files, env, log)
     if fault and fault[0] == "timer":
-        first = _stamp(files[3])
-        while any(p.poll() is None for p in procs) and _stamp(files[3]) == first:
-            time.sleep(0.02)
+        wait_for_state_write(files[3], procs)
         deadline = time.monotonic() + fault[1]
         while time.monotonic() < deadline and any(p.poll() is None for p in procs):
             time.sleep(0.02)
@@ -81,14 +80,6 @@ def _run(path: str, files: tuple[str, str, str, str], fault: tuple | None, log: 
         except ProcessLookupError:
             pass
     return codes
-
-
-def _stamp(state: str) -> tuple[int, int] | None:
-    try:
-        stat = os.stat(state)
-    except FileNotFoundError:
-        return None
-    return stat.st_ino, stat.st_mtime_ns
 
 
 def _load(state: Path) -> dict | None:

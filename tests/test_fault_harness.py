@@ -50,7 +50,7 @@ import pytest
 from tests.support.cdc import discover_catalog, make_accounts
 from tests.support.cli import olake_env, run_olake, write_json
 from tests.support.current_view import iceberg_rows
-from tests.support.kills import kill_run, start_run, wait_run
+from tests.support.kills import kill_run, start_run, wait_for_state_write, wait_run
 from tests.support.object_store import create_bucket, parquet_config, parquet_rows, unlisted_objects
 from tests.support.pg_compare import assert_same_rows, columns_of
 from tests.support.verify import assert_table_matches, latest_versions, read_parquet
@@ -243,23 +243,12 @@ def _run(path: str, files: tuple[str, str, str, str], fault: tuple | None, dest:
     if fault and fault[0] in ("timer", "load-timer"):
         kind, delay, victims = fault
         if kind == "load-timer":  # count from the state file's next write: the load's next chunk is running
-            first = _stamp(files[3])
-            while any(p.poll() is None for p in procs) and _stamp(files[3]) == first:
-                time.sleep(0.02)
+            wait_for_state_write(files[3], procs)
         deadline = time.monotonic() + delay
         while time.monotonic() < deadline and any(p.poll() is None for p in procs):
             time.sleep(0.02)
         kill_run([procs[index] for index in victims if index < len(procs) and procs[index].poll() is None])
     return wait_run(procs, stop_at_crash_point=in_task)
-
-
-def _stamp(state: str) -> tuple[int, int] | None:
-    """Which version of the state file is in place (it is replaced whole by each write)."""
-    try:
-        stat = os.stat(state)
-    except FileNotFoundError:
-        return None
-    return stat.st_ino, stat.st_mtime_ns
 
 
 def _pending_chunks(state: str) -> int | None:

@@ -1,5 +1,6 @@
 """Starting and SIGKILLing real olake runs for the kill tests (tests/test_fault_harness.py and the
-cluster's spool kill in tests/test_spark_cluster.py).
+cluster's spool kill in tests/test_spark_cluster.py; tests/test_e2e_dynamodb_kills.py waits for a
+state write with it).
 
 A run is ``olake sync`` or ``olake read | olake write``, each process in its own process group, so one
 ``killpg`` takes a process with its Spark JVM. PySpark's Python worker daemon makes a process group of
@@ -103,3 +104,19 @@ def wait_run(procs: list[subprocess.Popen], stop_at_crash_point: bool, timeout_s
     codes = [p.wait(timeout=120) for p in procs]
     kill_run(procs)  # a killed driver's JVM must not outlive it
     return codes
+
+
+def wait_for_state_write(state: str, procs: list[subprocess.Popen]) -> None:
+    """Wait until the state file is next written (it is replaced whole each time), or the run ends."""
+    first = _state_stamp(state)
+    while any(p.poll() is None for p in procs) and _state_stamp(state) == first:
+        time.sleep(0.02)
+
+
+def _state_stamp(state: str) -> tuple[int, int] | None:
+    """Which version of the state file is in place (None: none yet)."""
+    try:
+        stat = os.stat(state)
+    except FileNotFoundError:
+        return None
+    return stat.st_ino, stat.st_mtime_ns
