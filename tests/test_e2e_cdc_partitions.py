@@ -1,6 +1,7 @@
 """Change capture and partitioned tables: leaf changes reach the root stream; a partition's TRUNCATE reloads it.
 
-Each case runs the real commands (``read | write`` and ``sync``) against a real server and compares the
+The cases run the real commands (``read | write`` and ``sync``; each case through one of them by
+default, both with OLAKE_TEST_ALL_PATHS=1) against a real server and compare the
 current table (the README's DuckDB query) with the source value by value.
 """
 
@@ -10,6 +11,7 @@ import json
 
 import pytest
 
+from tests.support.matrix import cases
 from tests.test_e2e_cdc_stitching import MODES, Setup
 
 PARTITIONED = """
@@ -22,8 +24,8 @@ INSERT INTO events SELECT g, CASE WHEN g % 2 = 0 THEN 'eu' ELSE 'us' END, g, 'n'
 """
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("via_root", [False, True])
+@pytest.mark.parametrize("mode,via_root", cases([(m, v) for v in (False, True) for m in MODES],
+                                              [("sync", False), ("pipe", True)]))
 def test_changes_of_leaf_partitions_reach_the_root_stream(pg_cluster, pg_db, tmp_path, mode, via_root):
     setup = Setup(pg_cluster, pg_db, tmp_path, f"slot_part_{mode}_{int(via_root)}")
     setup.execute(PARTITIONED)
@@ -40,7 +42,8 @@ def test_changes_of_leaf_partitions_reach_the_root_stream(pg_cluster, pg_db, tmp
     setup.drop_slot()
 
 
-@pytest.mark.parametrize("mode", MODES)
+# tests/test_e2e_resync.py truncates a partition through sync by default
+@pytest.mark.parametrize("mode", cases(MODES, ["pipe"]))
 def test_truncating_one_partition_reloads_the_stream(pg_cluster, pg_db, tmp_path, mode):
     setup = Setup(pg_cluster, pg_db, tmp_path, f"slot_ptrunc_{mode}")
     setup.execute(PARTITIONED)
