@@ -240,13 +240,14 @@ def _small_oplog_server(tmp_path: Path):
     return SecantusDBServer(storage_path=str(tmp_path / "small-oplog"), oplog_max_entries=200)
 
 
-@pytest.mark.parametrize("on_lost", ["resync", "fail"])
-def test_lost_resume_token(mongo_server, tmp_path, on_lost):
+def test_lost_resume_token_fails_or_resyncs(mongo_server, tmp_path):
+    """With ``on_position_lost: fail`` the read stops with a config_error and leaves the state file alone;
+    the same state with ``resync`` loads the collection anew."""
     if mongo_server.real_mongod:
         pytest.skip("needs a server whose oplog can be rolled over quickly (SecantusDB with a 200-entry oplog)")
     with _small_oplog_server(tmp_path) as server:
         _seed(server.uri, "shop", "orders", 500)
-        src = _config(tmp_path, server.uri, "shop", on_position_lost=on_lost)
+        src = _config(tmp_path, server.uri, "shop", on_position_lost="resync")
         discover_catalog(src, tmp_path / "cat.json", {"orders": "cdc"}, only={"orders"})
         dst, root = _dest(tmp_path)
         state = tmp_path / "st.json"
@@ -256,14 +257,13 @@ def test_lost_resume_token(mongo_server, tmp_path, on_lost):
             client.shop.noise.insert_many([{"i": i} for i in range(1500)])  # pushes the position out
             client.shop.noise.bulk_write([UpdateOne({"i": i}, {"$set": {"j": i}}) for i in range(1100)])
         before = state.read_bytes()
-        if on_lost == "fail":
-            result = run_olake("read", "--config", src, "--catalog", str(tmp_path / "cat.json"), "--state", str(state))
-            assert result.returncode != 0
-            errors = trace_errors(result.stdout)
-            assert errors and errors[0]["trace"]["error"]["failure_type"] == "config_error"
-            assert "change position lost" in result.stderr.decode()
-            assert state.read_bytes() == before
-            return
+        failing = _config(tmp_path, server.uri, "shop", "src-fail.json", on_position_lost="fail")
+        result = run_olake("read", "--config", failing, "--catalog", str(tmp_path / "cat.json"), "--state", str(state))
+        assert result.returncode != 0
+        errors = trace_errors(result.stdout)
+        assert errors and errors[0]["trace"]["error"]["failure_type"] == "config_error"
+        assert "change position lost" in result.stderr.decode()
+        assert state.read_bytes() == before
         result = sync_once(src, tmp_path / "cat.json", dst, state)
         assert b"re-syncing with a fresh full load" in result.read_stderr
         _assert_current_equals_source(server.uri, "shop", "orders", root / "shop" / "orders")
