@@ -12,7 +12,6 @@ Parquet and to Iceberg) and compares the destination with the source value by va
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -24,16 +23,17 @@ from olake_cli.sources.mongodb.bson_types import documents_to_batch
 from tests.support.cdc import discover_catalog, make_accounts
 from tests.support.cli import messages, read_into_write, run_olake, with_stream_ends, write_json
 from tests.support.current_view import iceberg_rows, iceberg_table
+from tests.support.matrix import cases
 from tests.support.mongo import connect
 from tests.support.verify import assert_table_matches, latest_versions, read_parquet
 
 ALL_CASES = [("iceberg", "pipe"), ("iceberg", "sync"), ("parquet", "pipe"), ("parquet", "sync")]
-# By default each trigger runs into Iceberg (where these losses were found) through both read | write
-# and sync, and into Parquet through one of them, alternating between triggers; OLAKE_TEST_ALL_PATHS=1
-# runs every pairing.
-EVERY = os.environ.get("OLAKE_TEST_ALL_PATHS") == "1"
-CASES_A = ALL_CASES if EVERY else [("iceberg", "pipe"), ("iceberg", "sync"), ("parquet", "sync")]
-CASES_B = ALL_CASES if EVERY else [("iceberg", "pipe"), ("iceberg", "sync"), ("parquet", "pipe")]
+# The triggers are the source's (each destination's own part is in the conformance suite's re-sync case):
+# by default each runs once, the lost destination once per destination, so that every destination and
+# both paths appear; OLAKE_TEST_ALL_PATHS=1 runs every pairing (tests/support/matrix.py).
+TRUNCATED = cases(ALL_CASES, [("parquet", "sync")])
+REPLACED = cases(ALL_CASES, [("iceberg", "pipe")])
+LOST = cases(ALL_CASES, [("iceberg", "pipe"), ("parquet", "sync")])
 PARTITIONED = """
 CREATE TABLE events (id int, region text, v int, note text, PRIMARY KEY (id, region)) PARTITION BY LIST (region);
 CREATE TABLE events_eu PARTITION OF events FOR VALUES IN ('eu');
@@ -90,7 +90,7 @@ def _pg_matches(dsn: str, lake: Lake, schema: dict, name: str, key: list[str], s
         assert_table_matches(conn, namespace, table, schema, lake.rows("public", name, list(schema["properties"]), key))
 
 
-@pytest.mark.parametrize("dest,mode", CASES_A)
+@pytest.mark.parametrize("dest,mode", TRUNCATED)
 def test_a_truncated_partition_keeps_the_table_until_its_reload(pg_cluster, pg_db, tmp_path, dest, mode):
     dsn, slot = pg_cluster.dsn(pg_db), f"slot_rs_{dest}_{mode}"
     src = write_json(tmp_path / "src.json", pg_cluster.source_config(
@@ -134,7 +134,7 @@ def _mongo_source_rows(uri: str, database: str, stream: dict) -> dict:
     return {r["_id"]: r for r in documents_to_batch(docs, stream["json_schema"], stream["name"]).to_pylist()}
 
 
-@pytest.mark.parametrize("dest,mode", CASES_B)
+@pytest.mark.parametrize("dest,mode", REPLACED)
 def test_replaced_or_dropped_collections_keep_their_tables_until_the_reload(mongo_server, mongo_db, tmp_path,
                                                                              dest, mode):
     uri = mongo_server.uri
@@ -167,7 +167,7 @@ def test_replaced_or_dropped_collections_keep_their_tables_until_the_reload(mong
         assert _mongo_rows(lake, mongo_db, stream) == expected, stream["name"]
 
 
-@pytest.mark.parametrize("dest,mode", CASES_A)
+@pytest.mark.parametrize("dest,mode", LOST)
 def test_a_stream_whose_destination_lost_its_data_is_loaded_anew(pg_cluster, pg_db, tmp_path, dest, mode):
     dsn = pg_cluster.dsn(pg_db)
     slot = f"slot_lost_{dest}_{mode}"
