@@ -22,11 +22,13 @@ the rows lost and the physical duplicates; ``schedule.log`` and one stderr log p
 test's tmp folder.
 
     bash scripts/test.sh tests/test_fault_harness.py -s            # the short schedule (the suite's)
-    OLAKE_FAULT_SCHEDULE=long OLAKE_FAULT_SEED=7 bash scripts/test.sh -m fault_harness -s
+    OLAKE_TEST_LONG=1 OLAKE_FAULT_SEED=7 bash scripts/test.sh -m fault_harness -s
 
-The short schedule makes at least 10 kills per path (two rounds of 2 load and 3 change kills), 6 on
-the slower bucket and PostgreSQL paths (one round: each phase once); the long one 60 per path, and
-adds ``read | write`` into the bucket. The seed is printed, so a failure can be replayed.
+The short schedule runs three paths (``read | write`` into Parquet, ``sync`` into Iceberg and into
+PostgreSQL) with one round each: each load phase and each change phase once, at least 6 kills.
+``OLAKE_TEST_ALL_PATHS=1`` runs every path with that schedule; ``OLAKE_TEST_LONG=1`` runs every path
+with 60 kills, and adds ``read | write`` into the bucket (tests/support/matrix.py). The bucket's own
+kills are also in tests/test_object_storage.py. The seed is printed, so a failure can be replayed.
 """
 
 from __future__ import annotations
@@ -51,18 +53,17 @@ from tests.support.cdc import discover_catalog, make_accounts
 from tests.support.cli import olake_env, run_olake, write_json
 from tests.support.current_view import iceberg_rows
 from tests.support.kills import kill_run, start_run, wait_for_state_write, wait_run
+from tests.support.matrix import LONG, cases
 from tests.support.object_store import create_bucket, parquet_config, parquet_rows, unlisted_objects
 from tests.support.pg_compare import assert_same_rows, columns_of
 from tests.support.verify import assert_table_matches, latest_versions, read_parquet
 
 pytestmark = pytest.mark.fault_harness
 
-LONG = os.environ.get("OLAKE_FAULT_SCHEDULE", "short") == "long"
-KILLS = 60 if LONG else 10
 # per round: kills aimed at one full load, then at change capture (the short schedule: each change phase once)
 LOAD_KILLS, CHANGE_KILLS = 2, (5 if LONG else 3)
-# a slower path's short schedule: one round, each load phase and each change phase once
-ONE_ROUND = (KILLS, LOAD_KILLS) if LONG else (6, 3)
+# (kills, kills per round aimed at the full load); the short schedule: one round, each phase once
+KILLS = (60, LOAD_KILLS) if LONG else (6, 3)
 SEED = int(os.environ.get("OLAKE_FAULT_SEED", "20261124"))
 ROWS = 6_000
 LOAD_PHASES = ("full load", "chunk commit", "state write")
@@ -175,12 +176,10 @@ DESTINATIONS = {
                             task_steps=frozenset({"postgres-copy-block", "postgres-chunk-committed"}),
                             chunking="primary_key"),
 }
-# (destination, path, (kills, kills per round aimed at the full load))
-PATHS = [("iceberg", "pipe", (KILLS, LOAD_KILLS)), ("iceberg", "sync", (KILLS, LOAD_KILLS)),
-         ("parquet", "pipe", (KILLS, LOAD_KILLS)), ("parquet", "sync", (KILLS, LOAD_KILLS)),
-         ("parquet-s3", "sync", ONE_ROUND), ("postgres", "sync", ONE_ROUND)]
-if LONG:
-    PATHS.append(("parquet-s3", "pipe", ONE_ROUND))
+# (destination, path)
+PATHS = cases([("iceberg", "pipe"), ("iceberg", "sync"), ("parquet", "pipe"), ("parquet", "sync"),
+               ("parquet-s3", "sync"), ("postgres", "sync")] + [("parquet-s3", "pipe")] * LONG,
+              [("iceberg", "sync"), ("parquet", "pipe"), ("postgres", "sync")])
 
 
 @dataclass
@@ -329,8 +328,8 @@ def _schedule(rng: random.Random, path: str, dest: Destination, dsn: str, files:
     return tally
 
 
-@pytest.mark.parametrize("dest_name, path, kills", PATHS, ids=[f"{path}-{dest}" for dest, path, _ in PATHS])
-def test_kills_at_random_points_lose_nothing(pg_cluster, pg_db, tmp_path, request, dest_name, path, kills):
+@pytest.mark.parametrize("dest_name, path", PATHS, ids=[f"{path}-{dest}" for dest, path in PATHS])
+def test_kills_at_random_points_lose_nothing(pg_cluster, pg_db, tmp_path, request, dest_name, path):
     dest = DESTINATIONS[dest_name]
     rng = random.Random(f"{SEED}-{dest_name}-{path}")
     label = f"{dest_name} {path}"
@@ -345,7 +344,7 @@ def test_kills_at_random_points_lose_nothing(pg_cluster, pg_db, tmp_path, reques
     dst = write_json(tmp_path / "dst.json", dest.config(place, tmp_path / "out"))
     catalog = discover_catalog(src, tmp_path / "cat.json", {"acct": "cdc"}, only={"acct"})
     files = (src, dst, str(tmp_path / "cat.json"), str(tmp_path / "state.json"))
-    tally = _schedule(rng, path, dest, dsn, files, tmp_path, kills)
+    tally = _schedule(rng, path, dest, dsn, files, tmp_path, KILLS)
     for _ in range(2):  # catch up without faults: the last changes, then nothing left
         log = tmp_path / "catch-up.log"
         codes = _run(path, files, None, dest, log)
@@ -358,7 +357,7 @@ def test_kills_at_random_points_lose_nothing(pg_cluster, pg_db, tmp_path, reques
     print(f"fault harness [{label}]: {tally.kills} kills survived in {tally.runs} runs and {tally.loads} "
           f"full loads, by phase {dict(tally.phases)}, by fault {dict(tally.kinds)}; rows lost: {lost}; "
           f"physical duplicates: {current.duplicates} ({current.stored}); seed {SEED}")
-    assert tally.kills >= kills[0], f"only {tally.kills} kills landed in {tally.runs} runs"
+    assert tally.kills >= KILLS[0], f"only {tally.kills} kills landed in {tally.runs} runs"
     assert lost == 0
     current.assert_equal(dsn, schema)
     with psycopg.connect(dsn, autocommit=True) as conn:  # the slot would keep the cluster's WAL for good
