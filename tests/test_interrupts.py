@@ -17,6 +17,7 @@ import pytest
 
 from tests.support.cli import (olake_cmd, olake_env, read_into_write, run_olake, start_read_into_write,
                                write_json)
+from tests.support.matrix import cases
 from tests.support.verify import assert_table_matches, read_parquet
 
 ROWS = 200_000  # 20 chunks of CHUNK rows, read one at a time: the signal comes after two
@@ -31,8 +32,8 @@ def _succeeded_chunks(state_path) -> int:
     return sum(c["status"] == "succeed" for s in streams for c in s["stream_state"].get("chunks") or [])
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM] if os.environ.get("OLAKE_TEST_ALL_PATHS") == "1"
-                         else [signal.SIGTERM])  # SIGINT: the read | write test below; every signal opt-in
+@pytest.mark.parametrize("signum", cases([signal.SIGINT, signal.SIGTERM], [signal.SIGTERM]))  # SIGINT: the
+# read | write test below; every signal with OLAKE_TEST_ALL_PATHS=1
 def test_signal_stops_sync_cleanly_and_the_rerun_completes(pg_cluster, pg_db, tmp_path, signum):
     dsn = pg_cluster.dsn(pg_db)
     with psycopg.connect(dsn, autocommit=True) as conn:
