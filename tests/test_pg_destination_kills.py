@@ -5,9 +5,11 @@ row's ``v`` equals the source's, so no transaction was applied twice or lost.
 Faults: a named step of the destination's commit (``postgres-before-commit``, ``postgres-committed``,
 a Spark task's ``postgres-chunk-committed``, the state file's ``state-saved``), after a random number
 of passes, or a random moment of the run. The process group is killed (the driver with its Spark JVM
-and workers). The short schedule (the suite's) makes 3 kills per path; the long one 15:
+and workers). The short schedule (the suite's) makes 3 kills through ``read | write`` (``sync`` into
+PostgreSQL is killed at the same steps by tests/test_fault_harness.py); the long one 15 per path, through
+both (``OLAKE_TEST_ALL_PATHS=1``: both paths, short schedule; tests/support/matrix.py):
 
-    OLAKE_PG_KILLS=long OLAKE_PG_KILL_SEED=7 bash scripts/test.sh tests/test_pg_destination_kills.py -s
+    OLAKE_TEST_LONG=1 OLAKE_PG_KILL_SEED=7 bash scripts/test.sh tests/test_pg_destination_kills.py -s
 
 A load resumed after a kill reads its remaining chunks in a new snapshot: over ctid ranges, a row
 updated since an earlier chunk committed has moved to the table's last pages, so the last chunk brings
@@ -31,10 +33,10 @@ import pytest
 
 from tests.support.cdc import discover_catalog
 from tests.support.cli import olake_cmd, olake_env, read_into_write, run_olake, write_json
+from tests.support.matrix import LONG, cases
 from tests.support.pg_compare import assert_same_rows, table_texts
 from tests.support.pgcluster import create_database
 
-LONG = os.environ.get("OLAKE_PG_KILLS", "short") == "long"
 KILLS = 15 if LONG else 3
 SEED = int(os.environ.get("OLAKE_PG_KILL_SEED", "20261201"))
 ROWS = 3000
@@ -109,7 +111,7 @@ def _fault(path: str, rng: random.Random, loading: bool) -> tuple:
     return ("step", rng.choice(steps), rng.randint(0, 3))
 
 
-@pytest.mark.parametrize("path", ["pipe", "sync"])
+@pytest.mark.parametrize("path", cases(["pipe", "sync"], ["pipe"]))
 def test_sigkill_at_any_moment_applies_every_transaction_exactly_once(pg_cluster, pg_db, pg_target, target_db,
                                                                        tmp_path, path):
     rng = random.Random(f"{SEED}-{path}")
