@@ -12,10 +12,10 @@ again elsewhere and nothing is lost or doubled (into a local folder declared ``s
 way of running is covered once by default (PostgreSQL ``read | write`` into Iceberg on the master and
 ``sync`` into Parquet through Connect; MongoDB ``read | write`` into Parquet and ``sync`` into Iceberg
 through Connect; the kill test's ``sync`` on the master); ``OLAKE_TEST_CLUSTER_ALL=1`` adds the other
-pairings (about a minute more). ``read`` killed while its chunks sit in ``spark.spool`` (a bucket
+pairings (about a minute more; so does ``OLAKE_TEST_ALL_PATHS=1``). ``read`` killed while its chunks sit in ``spark.spool`` (a bucket
 prefix) is part of the fault harness's short schedule but lives here, as it needs this cluster (a local
 master spools beside the driver and ignores ``spark.spool``): seeded kills (``OLAKE_FAULT_SEED``; one in
-the short schedule, four with ``OLAKE_FAULT_SCHEDULE=long``), then a rerun; every row arrives and no
+the short schedule, four with ``OLAKE_TEST_LONG=1``), then a rerun; every row arrives and no
 spool object is left.
 """
 
@@ -37,12 +37,13 @@ import pytest
 
 from tests.support.cli import olake_cmd, olake_env, read_into_write, run_olake, write_json
 from tests.support.kills import kill_run, start_run, wait_run
+from tests.support.matrix import ALL_PATHS, LONG
 from tests.support.mongo import connect
 from tests.support.object_store import REGION, create_bucket, iceberg_bucket_rows, parquet_config, parquet_rows
 from tests.support.spark_cluster import cluster_spark_config
 from tests.support.verify import assert_table_matches, read_parquet
 
-EVERY_PAIRING = pytest.mark.skipif(os.environ.get("OLAKE_TEST_CLUSTER_ALL") != "1",
+EVERY_PAIRING = pytest.mark.skipif(not ALL_PATHS and os.environ.get("OLAKE_TEST_CLUSTER_ALL") != "1",
                                    reason="set OLAKE_TEST_CLUSTER_ALL=1 for every pairing of command and Spark")
 ROWS = 6000
 CONNECT_STOP_S = 10.0  # Ctrl-C through Connect: olake gone (its jobs cancelled on the server) within this
@@ -326,7 +327,7 @@ class WhenScanning(threading.Thread):
                 time.sleep(0.01)
 
 
-SPOOL_KILLS = 4 if os.environ.get("OLAKE_FAULT_SCHEDULE", "short") == "long" else 1
+SPOOL_KILLS = 4 if LONG else 1
 SPOOL_SEED = int(os.environ.get("OLAKE_FAULT_SEED", "20261124"))
 
 
