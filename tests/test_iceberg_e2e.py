@@ -14,6 +14,7 @@ import pyarrow as pa
 from tests.support.cdc import discover_catalog, make_accounts
 from tests.support.cli import messages, olake_cmd, olake_env, read_into_write, run_olake, write_json
 from tests.support.current_view import iceberg_rows, iceberg_table
+from tests.support.matrix import LONG
 from tests.support.mongo import connect
 from tests.support.verify import assert_table_matches
 
@@ -158,6 +159,8 @@ def _ids(root: Path, name: str) -> list[int]:
 
 
 def test_sync_sigkill_between_iceberg_commit_and_state_file(pg_cluster, pg_db, tmp_path):
+    """Killed right after an Iceberg commit, before the state file: in the first load (with
+    OLAKE_TEST_LONG=1), and in a second load of a stream, whose readers keep the first load whole."""
     dsn = pg_cluster.dsn(pg_db)
     make_accounts(dsn, "acct", 6000)
     make_accounts(dsn, "items", 2500)
@@ -170,11 +173,12 @@ def test_sync_sigkill_between_iceberg_commit_and_state_file(pg_cluster, pg_db, t
     streams = {s["name"]: s for s in catalog["streams"] if s["selected"]}
     cat, state = str(tmp_path / "cat.json"), tmp_path / "st.json"
 
-    # commits: acct opened, items opened, then one per chunk; killed right after the 4th
-    killed = _sync(src, dst, cat, state, _crash_after(3))
-    assert killed.returncode == -9, killed.stderr.decode()[-3000:]
-    ids = _ids(root, "acct")
-    assert 0 < len(ids) < 6000 and len(set(ids)) == len(ids), killed.stderr.decode()[-3000:]
+    if LONG:  # by default the fault harness kills sync into Iceberg at its load's commits
+        # commits: acct opened, items opened, then one per chunk; killed right after the 4th
+        killed = _sync(src, dst, cat, state, _crash_after(3))
+        assert killed.returncode == -9, killed.stderr.decode()[-3000:]
+        ids = _ids(root, "acct")
+        assert 0 < len(ids) < 6000 and len(set(ids)) == len(ids), killed.stderr.decode()[-3000:]
     done = _sync(src, dst, cat, state)
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     with psycopg.connect(dsn, autocommit=True) as conn:
