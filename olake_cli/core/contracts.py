@@ -12,7 +12,8 @@ operation id they cover.
 Optional abilities are small ``runtime_checkable`` Protocols (the *capabilities*: :class:`WireColumnsReader`,
 :class:`ResumableReader`, :class:`BinaryCopyReader`, :class:`BinaryCopySink`, :class:`SpillingTarget`,
 :class:`ChangeAppender`,
-:class:`BackgroundCommits`, :class:`RunSummary`, :class:`SlotOwner`), which the pipelines test with
+:class:`BackgroundCommits`, :class:`RunSummary`, :class:`SlotOwner`, :class:`FollowingCapture`,
+:class:`FollowCadence`), which the pipelines test with
 ``isinstance``; tests/test_capabilities.py lists which connector offers which.
 """
 
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from olake_cli.core.catalog import Catalog, CatalogStream
+    from olake_cli.core.follow import Follow
     from olake_cli.core.pipeline_identity import PipelineIdentity
     from olake_cli.core.state import State, StreamState
 
@@ -168,6 +170,25 @@ class ChangeCapture(Protocol):
         """Changes after the streams' committed positions up to the log's end at the call, in order;
         ``typed`` allows typed runs (``ChangeRun.typed``), which a source may give or not."""
         ...
+
+
+@runtime_checkable
+class FollowingCapture(Protocol):
+    """A change capture that can follow its log without an end (``--follow``, see ``core.follow``)."""
+
+    def follow(self, streams: list[CatalogStream], state: State, follow: Follow,
+               typed: bool = False) -> Iterator[ChangeBatch]:
+        """Changes after the streams' positions as they are made, with a checkpoint on ``follow``'s cadence,
+        until its stop request (then a last checkpoint); the log is let go only up to what
+        ``follow.committed()`` reports. A lost connection raises TransientError (the caller calls again)."""
+        ...
+
+
+@runtime_checkable
+class FollowCadence(Protocol):
+    """A destination's default seconds between commits of a run that follows its change log."""
+
+    follow_commit_interval_s: float
 
 
 class Source(Protocol):

@@ -7,6 +7,11 @@ each run's RECORD lines are laid out column by column, widened schemas are annou
 that need them, and after each checkpoint every captured stream's state moves to it. Given a
 ``tables`` hand-off (``sync``), the capture may give typed runs, which go on as change tables in
 their place among the lines, with no JSON in between.
+
+Following (``--follow``, ``core.follow``), the capture reads until the stop request; a transient failure
+of the source (connection lost or refused, server restarting) is logged and the capture is opened again
+after a backoff of RETRY_FIRST_S doubling up to RETRY_MAX_S, resuming after the last change emitted;
+failures that go on for RETRY_GIVE_UP_S without a change read in between end the run.
 """
 
 from __future__ import annotations
@@ -18,7 +23,10 @@ import orjson
 
 from olake_cli.core import messages
 from olake_cli.core.catalog import CatalogStream
-from olake_cli.core.contracts import ChangeBatch, ChangeCapture
+from olake_cli.core.contracts import ChangeBatch, ChangeCapture, FollowingCapture
+from olake_cli.core.errors import ConfigError, ConnectionFailed, TransientError
+from olake_cli.core.follow import Follow
+from olake_cli.core.interrupts import stop_on_signal
 from olake_cli.core.record_lines import encode_change_lines
 from olake_cli.core.resync import resync_marker
 from olake_cli.core.schema_drift import record_in_state
@@ -35,17 +43,20 @@ def capturing(streams: list[CatalogStream], state: State) -> list[CatalogStream]
 def run_change_phase(capture: ChangeCapture, streams: list[CatalogStream], state: State,
                      out: messages.MessageWriter, log: Callable[[str], None],
                      counted: Callable[[tuple, dict[str, int], int], None] = lambda key, counts, replayed: None,
-                     tables: Callable[[ChangeTable], None] | None = None) -> None:
+                     tables: Callable[[ChangeTable], None] | None = None, follow: Follow | None = None) -> None:
     """Read the capture's changes for the :func:`capturing` streams, and emit them; ``counted`` is told
     each stream's emitted changes by kind, and how many of them replay what its load holds; ``tables``
-    takes typed changes, after what ``out`` got before."""
+    takes typed changes, after what ``out`` got before; ``follow`` keeps reading until its stop request."""
     active = {s.key: s for s in capturing(streams, state)}
     if not active:
         return
     started = time.monotonic()
     emitter = _ChangeEmitter(capture, active, state, out, log, counted, tables)
-    for batch in capture.read(list(active.values()), state, typed=tables is not None):
-        emitter.emit(batch)
+    if follow is None:
+        for batch in capture.read(list(active.values()), state, typed=tables is not None):
+            emitter.emit(batch)
+    else:
+        _follow(require_following(capture), emitter, follow, log)
     elapsed = max(time.monotonic() - started, 1e-6)
     replayed = f", of which {emitter.replayed} {REPLAYED}" if emitter.replayed else ""
     log(f"change capture: {emitter.emitted} change(s){replayed} in {elapsed:.1f}s "
@@ -53,6 +64,42 @@ def run_change_phase(capture: ChangeCapture, streams: list[CatalogStream], state
 
 
 _NONE = StreamState("", "", None)
+RETRY_FIRST_S = 1.0
+RETRY_MAX_S = 30.0
+RETRY_GIVE_UP_S = 600.0
+
+
+def require_following(capture: ChangeCapture) -> FollowingCapture:
+    """The capture, if it can follow its log (``--follow``); a ConfigError otherwise."""
+    if not isinstance(capture, FollowingCapture):
+        raise ConfigError("--follow: this source's change capture reads bounded runs only; run it without "
+                          "--follow (from cron, for example)")
+    return capture
+
+
+def _follow(capture: FollowingCapture, emitter: _ChangeEmitter, follow: Follow, log: Callable[[str], None]) -> None:
+    """Emit the capture's changes until the stop request, opening it again after a transient failure.
+    From here on SIGTERM and SIGINT ask it to stop (during the loads before, they interrupt the run)."""
+    stop_on_signal(follow.stop)
+    log(f"following the change log: a commit every {follow.commit_interval_s:g}s; SIGTERM or Ctrl-C "
+        f"commits what was read and stops")
+    delay, failing_since = RETRY_FIRST_S, None
+    while not follow.stop.is_set():
+        try:
+            for batch in capture.follow(list(emitter.active.values()), emitter.state, follow,
+                                        typed=emitter.tables is not None):
+                emitter.emit(batch)
+                delay, failing_since = RETRY_FIRST_S, None
+            return
+        except (TransientError, ConnectionFailed) as exc:
+            failing_since = failing_since or time.monotonic()
+            if time.monotonic() - failing_since > RETRY_GIVE_UP_S:
+                raise
+            follow.retried(str(exc))
+            log(f"change capture: {exc}; trying again in {delay:.0f}s (--follow keeps running)")
+            if follow.stop.wait(delay):
+                return
+            delay = min(2 * delay, RETRY_MAX_S)
 
 
 class _ChangeEmitter:
@@ -66,6 +113,7 @@ class _ChangeEmitter:
         self.counted, self.tables = counted, tables
         self.emitted = self.replayed = 0  # changes emitted, and of those replays of a load
         self.positions = {k: self._op_of(state.find(*k)) for k in active}
+        self.emitted_upto: dict[tuple, object] = {}  # the last change emitted per stream (a reopened capture)
         self.prefixes = {k: _record_prefix(s) for k, s in active.items()}
 
     def _op_of(self, ss: StreamState | None):
@@ -83,9 +131,10 @@ class _ChangeEmitter:
             held = self.positions.get(run.stream, _GONE)
             if held is _GONE:
                 continue
-            run = run.after(held)
+            run = run.after(max(held, self.emitted_upto.get(run.stream, held), key=_op_rank))
             self.emitted += len(run)
             if len(run):
+                self.emitted_upto[run.stream] = run.last_op()
                 replayed = run.replay_count()
                 self.replayed += replayed
                 self.counted(run.stream, run.op_counts(), replayed)
@@ -129,6 +178,11 @@ class _ChangeEmitter:
 
 
 _GONE = object()
+
+
+def _op_rank(op):
+    """Orders operation ids with None (no position) first."""
+    return (0, 0, 0) if op is None else (1, op.commit, op.seq)
 
 
 def _record_prefix(stream: CatalogStream) -> bytes:

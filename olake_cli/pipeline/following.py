@@ -1,0 +1,90 @@
+"""Sets up a run that follows its change log (``--follow``): its commit cadence, SIGTERM and SIGINT as a
+stop request, and where it learns what the destination committed (see ``core.follow``).
+
+``sync`` hears of every commit from its own writer. ``read`` cannot see the writer on the other side of
+the pipe: it re-reads the ``--state`` file that ``write --state`` keeps, or else asks the
+``--state-from`` destination every DESTINATION_POLL_S seconds; with neither, the change log is let go
+only when the next run starts.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from olake_cli.core.catalog import Catalog
+from olake_cli.core.contracts import Destination, FollowCadence
+from olake_cli.core.errors import ConfigError, OlakeError
+from olake_cli.core.follow import CommittedStates, Follow, StateFileWatch
+from olake_cli.core.state import State, load_state
+from olake_cli.pipeline.recover import committed_entry
+
+READ_COMMIT_INTERVAL_S = 5.0  # read --follow's default: it does not know the destination
+DESTINATION_POLL_S = 10.0
+
+
+@dataclass
+class Following:
+    """A following ``sync``: the reader's :class:`Follow` and the writer's hook for each committed state."""
+
+    follow: Follow
+    committed: Callable[[State], None]
+
+
+def commit_interval(given: float | None, destination: object | None) -> float:
+    """``--commit-interval`` if given (checked), else the destination's default, else read's."""
+    if given is not None:
+        if not given > 0:
+            raise ConfigError(f"--commit-interval {given:g}: give a number of seconds above 0")
+        return given
+    if isinstance(destination, FollowCadence):
+        return destination.follow_commit_interval_s
+    return READ_COMMIT_INTERVAL_S
+
+
+def following_sync(destination: Destination, start: State, interval: float | None) -> Following:
+    """The set-up of ``sync --follow``: the writer reports each commit to the reader."""
+    states = CommittedStates(start)
+    return Following(Follow(commit_interval(interval, destination), committed=states.latest), states.add)
+
+
+def following_read(state_path: str | None, destination: Destination | None, catalog: Catalog,
+                   interval: float | None, log: Callable[[str], None]) -> Follow:
+    """The set-up of ``read --follow``: the committed state comes from ``--state`` or ``--state-from``."""
+    if state_path:
+        committed = StateFileWatch(state_path, load_state).latest
+    elif destination is not None:
+        committed = _DestinationWatch(destination, catalog).latest
+    else:
+        committed = _nothing
+        log("read --follow without --state or --state-from: the replication slot (or other change log) is let "
+            "go only when the next run starts; give the --state file 'olake write --state' keeps")
+    return Follow(commit_interval(interval, None), committed=committed)
+
+
+def _nothing() -> State | None:
+    return None
+
+
+class _DestinationWatch:
+    """The committed state as the destination records it, asked at most every DESTINATION_POLL_S seconds."""
+
+    def __init__(self, destination: Destination, catalog: Catalog) -> None:
+        self.destination, self.streams = destination, catalog.selected_streams()
+        self._asked = time.monotonic()
+
+    def latest(self) -> State | None:
+        """The destination's record if it is time to ask again, else None."""
+        if time.monotonic() - self._asked < DESTINATION_POLL_S:
+            return None
+        self._asked = time.monotonic()
+        state = State()
+        for stream in self.streams:
+            try:
+                entry = committed_entry(self.destination.committed_state, stream)
+            except OlakeError:  # the destination is away for now: ask again next time
+                return None
+            if entry is not None:
+                state.upsert(entry)
+        return state

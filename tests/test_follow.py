@@ -1,0 +1,195 @@
+"""``--follow``: a run that keeps capturing changes as a service, committing on a cadence.
+
+A writer keeps changing the source the whole time. ``sync --follow`` into PostgreSQL is SIGKILLed at a
+random moment and started again, then the source server is restarted under it (the run stays up and
+reconnects); once the writer stops, the target converges to the source value by value (every row's
+``v`` counts the increments, so a change lost or applied twice shows), and SIGTERM ends the run within
+10 s with exit 0. ``read --follow | write`` into Parquet converges the same way, its slot moves to what
+``write --state`` committed while it runs, and SIGTERM to the reader ends both cleanly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+
+from tests.support.cdc import discover_catalog
+from tests.support.cli import olake_cmd, olake_env, write_json
+from tests.support.pg_compare import table_texts
+from tests.support.verify import latest_versions, read_parquet
+
+ROWS = 400
+
+
+class Incrementer(threading.Thread):
+    """``UPDATE t SET v = v + 1`` on a few rows, an INSERT and a DELETE now and then, in small transactions;
+    reconnects when the server restarts."""
+
+    def __init__(self, dsn: str, seed: int) -> None:
+        super().__init__(daemon=True)
+        self.dsn, self.rng = dsn, random.Random(seed)
+        self.stop_event, self.transactions, self.next_id = threading.Event(), 0, ROWS + 1
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                with psycopg.connect(self.dsn, autocommit=True) as conn:
+                    while not self.stop_event.is_set():
+                        self._one(conn)
+                        time.sleep(0.005)
+            except psycopg.OperationalError:
+                time.sleep(0.2)  # the server restarts
+
+    def _one(self, conn: psycopg.Connection) -> None:
+        first = self.rng.randint(1, ROWS)
+        with conn.transaction():
+            conn.execute("UPDATE t SET v = v + 1 WHERE id BETWEEN %s AND %s", (first, first + 3))
+            if self.rng.random() < 0.1:
+                conn.execute("INSERT INTO t VALUES (%s, 1, 'new')", (self.next_id,))
+                self.next_id += 1
+            if self.rng.random() < 0.05:
+                conn.execute("DELETE FROM t WHERE id = %s", (self.rng.randint(1, ROWS),))
+        self.transactions += 1
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join(timeout=30)
+
+
+def _source(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v bigint NOT NULL, note text)")
+        conn.execute(f"INSERT INTO t SELECT g, 0, 'row ' || g FROM generate_series(1, {ROWS}) g")
+
+
+def _start(args: list[str], log: Path, **kw) -> subprocess.Popen:
+    with open(log, "ab") as err:
+        return subprocess.Popen(olake_cmd(*args), stderr=err, env=olake_env(), start_new_session=True, **kw)
+
+
+def _wait_until(check, what: str, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting until {what}")
+
+
+def _stop(proc: subprocess.Popen, signum: int = signal.SIGTERM) -> float:
+    """Send ``signum``; the seconds until the process ended."""
+    sent = time.monotonic()
+    proc.send_signal(signum)
+    proc.wait(timeout=60)
+    return time.monotonic() - sent
+
+
+def _restart(cluster) -> None:
+    log = os.path.join(os.path.dirname(cluster.datadir), "log")  # not our pipes: pg_ctl would hang
+    cluster._run([os.path.join(cluster.bin_dir, "pg_ctl"), "-D", cluster.datadir, "-l", log, "-m", "fast",
+                  "-w", "restart"])
+
+
+def _target_matches(source: str, target: str) -> bool:
+    try:
+        return table_texts(target, "public", "t", ["id", "v", "note"]) == table_texts(source, "public", "t",
+                                                                                     ["id", "v", "note"])
+    except psycopg.Error:
+        return False  # the table is not created yet
+
+
+def test_sync_follow_survives_a_kill_and_a_source_restart_and_stops_on_sigterm(
+        spare_cluster, pg_target, target_db, tmp_path):
+    from tests.support.pgcluster import create_database
+
+    create_database(spare_cluster, "follow_src")
+    source = spare_cluster.dsn("follow_src")
+    _source(source)
+    src = write_json(tmp_path / "src.json", spare_cluster.source_config(
+        "follow_src", replication_slot="follow_sync", publication="follow_sync_pub", create_slot_and_publication=True))
+    dst = write_json(tmp_path / "dst.json", pg_target.destination_config(target_db))
+    discover_catalog(src, tmp_path / "cat.json", {"t": "cdc"})
+    args = ["sync", "--source", src, "--destination", dst, "--catalog", str(tmp_path / "cat.json"),
+            "--state", str(tmp_path / "state.json"), "--follow", "--commit-interval", "0.5"]
+    log = tmp_path / "sync.log"
+    target = pg_target.dsn(target_db)
+    writer = Incrementer(source, seed=11)
+    writer.start()
+    try:
+        run = _start(args, log, stdout=subprocess.DEVNULL)
+        _wait_until(lambda: "following the change log" in log.read_text(), "the change phase starts")
+        time.sleep(random.Random(5).uniform(1.0, 4.0))
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait(timeout=30)
+        run = _start(args, log, stdout=subprocess.DEVNULL)
+        _wait_until(lambda: log.read_text().count("following the change log") == 2, "the rerun follows")
+        time.sleep(1.0)
+        _restart(spare_cluster)
+        _wait_until(lambda: "trying again in" in log.read_text(), "the run notices the restart")
+        time.sleep(3.0)
+        assert run.poll() is None, log.read_text()[-3000:]
+    finally:
+        writer.stop()
+    assert writer.transactions > 100
+    _wait_until(lambda: _target_matches(source, target), "the target equals the source")
+    took = _stop(run)
+    text = log.read_text()
+    assert run.returncode == 0 and took < 10, text[-3000:]
+    assert "stopped by SIGTERM" in text.splitlines()[-1] and "Traceback" not in text, text[-3000:]
+    assert _target_matches(source, target)
+
+
+def test_read_follow_into_write_moves_the_slot_and_ends_on_sigterm(pg_cluster, pg_db, tmp_path):
+    source = pg_cluster.dsn(pg_db)
+    _source(source)
+    src = write_json(tmp_path / "src.json", pg_cluster.source_config(
+        pg_db, replication_slot="follow_pipe", publication="follow_pipe_pub", create_slot_and_publication=True))
+    dst = write_json(tmp_path / "dst.json", {"type": "parquet", "path": str(tmp_path / "lake")})
+    discover_catalog(src, tmp_path / "cat.json", {"t": "cdc"})
+    state, log = tmp_path / "state.json", tmp_path / "pipe.log"
+    reader = _start(["read", "--config", src, "--catalog", str(tmp_path / "cat.json"), "--state", str(state),
+                     "--follow", "--commit-interval", "1"], log, stdout=subprocess.PIPE)
+    writer_proc = _start(["write", "--config", dst, "--state", str(state)], log, stdin=reader.stdout,
+                         stdout=subprocess.DEVNULL)
+    reader.stdout.close()
+    writer = Incrementer(source, seed=12)
+    writer.start()
+    try:
+        _wait_until(lambda: "following the change log" in log.read_text(), "the change phase starts")
+        time.sleep(4.0)
+    finally:
+        writer.stop()
+
+    def lake_matches() -> bool:
+        try:
+            rows = latest_versions(read_parquet(str(tmp_path / "lake" / "public" / "t")), ["id"])
+        except Exception:
+            return False
+        lake = sorted((str(i), str(v), n) for i, v, n in zip(rows["id"].to_pylist(), rows["v"].to_pylist(),
+                                                               rows["note"].to_pylist()))
+        return lake == table_texts(source, "public", "t", ["id", "v", "note"])
+
+    _wait_until(lake_matches, "the Parquet files equal the source")
+    committed = json.loads(state.read_text())["streams"][0]["stream_state"]["cursor_field"]
+
+    def slot_moved() -> bool:
+        with psycopg.connect(source, autocommit=True) as conn:
+            row = conn.execute("SELECT confirmed_flush_lsn >= %s::pg_lsn FROM pg_replication_slots "
+                               "WHERE slot_name = 'follow_pipe'", (committed,)).fetchone()
+        return bool(row and row[0])
+
+    _wait_until(slot_moved, "the slot reaches what write committed", timeout=30)
+    took = _stop(reader)
+    writer_proc.wait(timeout=60)
+    text = log.read_text()
+    assert reader.returncode == 0 and writer_proc.returncode == 0 and took < 10, text[-3000:]
+    assert "stopped by SIGTERM" in text and "Traceback" not in text, text[-3000:]
+    assert lake_matches()
