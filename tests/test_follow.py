@@ -14,9 +14,11 @@ import json
 import os
 import random
 import signal
+import socket
 import subprocess
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import psycopg
@@ -72,7 +74,8 @@ def _source(dsn: str) -> None:
 
 def _start(args: list[str], log: Path, **kw) -> subprocess.Popen:
     with open(log, "ab") as err:
-        return subprocess.Popen(olake_cmd(*args), stderr=err, env=olake_env(), start_new_session=True, **kw)
+        return subprocess.Popen(olake_cmd(*args), stderr=err, env={**olake_env(), "OLAKE_STATUS_EVERY_S": "2"},
+                                start_new_session=True, **kw)
 
 
 def _wait_until(check, what: str, timeout: float = 90) -> None:
@@ -98,6 +101,19 @@ def _restart(cluster) -> None:
                   "-w", "restart"])
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _metrics(port: int) -> dict[str, float]:
+    """The samples the run serves, by name with labels."""
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in body.splitlines()
+            if line and not line.startswith("#")}
+
+
 def _target_matches(source: str, target: str) -> bool:
     try:
         return table_texts(target, "public", "t", ["id", "v", "note"]) == table_texts(source, "public", "t",
@@ -118,9 +134,11 @@ def test_sync_follow_survives_a_kill_and_a_source_restart_and_stops_on_sigterm(
     dst = write_json(tmp_path / "dst.json", pg_target.destination_config(target_db))
     discover_catalog(src, tmp_path / "cat.json", {"t": "cdc"})
     args = ["sync", "--source", src, "--destination", dst, "--catalog", str(tmp_path / "cat.json"),
-            "--state", str(tmp_path / "state.json"), "--follow", "--commit-interval", "0.5"]
+            "--state", str(tmp_path / "state.json"), "--follow", "--commit-interval", "0.5",
+            "--metrics-port", str(port)]
     log = tmp_path / "sync.log"
     target = pg_target.dsn(target_db)
+    port = _free_port()
     writer = Incrementer(source, seed=11)
     writer.start()
     try:
@@ -136,6 +154,10 @@ def test_sync_follow_survives_a_kill_and_a_source_restart_and_stops_on_sigterm(
         _wait_until(lambda: "trying again in" in log.read_text(), "the run notices the restart")
         time.sleep(3.0)
         assert run.poll() is None, log.read_text()[-3000:]
+        metrics = _metrics(port)
+        assert metrics['olake_changes_total{op="u",stream="public.t"}'] > 0, metrics
+        assert metrics["olake_commits_total"] > 0 and metrics["olake_retries_total"] >= 1, metrics
+        assert metrics["olake_source_backlog_bytes"] > 0 and 0 <= metrics["olake_lag_seconds"] < 30, metrics
     finally:
         writer.stop()
     assert writer.transactions > 100
@@ -144,6 +166,7 @@ def test_sync_follow_survives_a_kill_and_a_source_restart_and_stops_on_sigterm(
     text = log.read_text()
     assert run.returncode == 0 and took < 10, text[-3000:]
     assert "stopped by SIGTERM" in text.splitlines()[-1] and "Traceback" not in text, text[-3000:]
+    assert "olake: following: " in text and " retries" in text, "a status line while running"
     assert _target_matches(source, target)
 
 

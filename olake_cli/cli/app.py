@@ -49,6 +49,9 @@ FOLLOW_OPT = typer.Option(False, "--follow", help="Keep running as a service aft
 INTERVAL_OPT = typer.Option(None, "--commit-interval", metavar="SECONDS", help="With --follow: seconds between "
                             "commits (default: the destination's, 1 for postgres, 30 for parquet, 60 for iceberg; "
                             "read: 5).")
+METRICS_OPT = typer.Option(None, "--metrics-port", min=1, max=65535, metavar="PORT", help="With --follow: serve "
+                           "Prometheus metrics on http://0.0.0.0:PORT/metrics (changes, commits, lag, source backlog, "
+                           "retries).")
 LogFormat = Enum("LogFormat", {name: name for name in LOG_FORMATS}, type=str)
 
 
@@ -128,7 +131,8 @@ def read(config: str = CONFIG_OPT, catalog: str = CATALOG_OPT, state: str | None
                                                   "the file differs, the destination's record wins)."),
          spark_master: str | None = MASTER_OPT, spark_remote: str | None = REMOTE_OPT,
          max_parallel: int | None = PARALLEL_OPT, full_refresh: list[str] | None = FULL_REFRESH_OPT,
-         follow: bool = FOLLOW_OPT, commit_interval: float | None = INTERVAL_OPT) -> None:
+         follow: bool = FOLLOW_OPT, commit_interval: float | None = INTERVAL_OPT,
+         metrics_port: int | None = METRICS_OPT) -> None:
     """Read the selected streams and print RECORD and STATE messages on stdout.
 
     Without --state or --state-from every stream starts from the beginning; to resume a pipe, give the
@@ -139,7 +143,7 @@ def read(config: str = CONFIG_OPT, catalog: str = CATALOG_OPT, state: str | None
     # command_guard: click would turn these into a silent exit 1 or "Aborted!"
     with command_guard(shutdown_engine), progress_view() as view:
         run_read(config, catalog, state, SparkOptions(spark_master, spark_remote), max_parallel, protocol_writer(),
-                 log, state_from, view, tuple(full_refresh or ()), _follow_options(follow, commit_interval))
+                 log, state_from, view, tuple(full_refresh or ()), _follow_options(follow, commit_interval, metrics_port))
     _stopped(follow)
 
 
@@ -162,7 +166,8 @@ def sync(source: str = typer.Option(..., "--source", metavar="FILE", help="Sourc
          catalog: str = CATALOG_OPT, state: str | None = STATE_OPT,
          spark_master: str | None = MASTER_OPT, spark_remote: str | None = REMOTE_OPT,
          max_parallel: int | None = PARALLEL_OPT, full_refresh: list[str] | None = FULL_REFRESH_OPT,
-         follow: bool = FOLLOW_OPT, commit_interval: float | None = INTERVAL_OPT) -> None:
+         follow: bool = FOLLOW_OPT, commit_interval: float | None = INTERVAL_OPT,
+         metrics_port: int | None = METRICS_OPT) -> None:
     """Read and write in one process (full-load chunks are written by the Spark tasks); prints STATEs.
 
     Resumes from the state the destination committed with its rows, with or without --state; a stream
@@ -172,17 +177,18 @@ def sync(source: str = typer.Option(..., "--source", metavar="FILE", help="Sourc
 
     with command_guard(shutdown_engine), progress_view() as view:
         run_sync(source, destination, catalog, state, SparkOptions(spark_master, spark_remote), max_parallel,
-                 protocol_writer(), log, view, tuple(full_refresh or ()), _follow_options(follow, commit_interval))
+                 protocol_writer(), log, view, tuple(full_refresh or ()), _follow_options(follow, commit_interval, metrics_port))
     _stopped(follow)
 
 
-def _follow_options(follow: bool, commit_interval: float | None):
-    """``--follow`` and ``--commit-interval`` as the use cases take them (None: a bounded run)."""
+def _follow_options(follow: bool, commit_interval: float | None, metrics_port: int | None):
+    """``--follow``, ``--commit-interval`` and ``--metrics-port`` as the use cases take them (None: a bounded run)."""
     from olake_cli.pipeline.connectors import FollowOptions
 
-    if commit_interval is not None and not follow:
-        raise ConfigError("--commit-interval applies to --follow runs only")
-    return FollowOptions(commit_interval) if follow else None
+    for given, name in ((commit_interval, "--commit-interval"), (metrics_port, "--metrics-port")):
+        if given is not None and not follow:
+            raise ConfigError(f"{name} applies to --follow runs only")
+    return FollowOptions(commit_interval, metrics_port) if follow else None
 
 
 def _stopped(follow: bool) -> None:

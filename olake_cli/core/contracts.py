@@ -13,7 +13,7 @@ Optional abilities are small ``runtime_checkable`` Protocols (the *capabilities*
 :class:`ResumableReader`, :class:`BinaryCopyReader`, :class:`BinaryCopySink`, :class:`SpillingTarget`,
 :class:`ChangeAppender`,
 :class:`BackgroundCommits`, :class:`RunSummary`, :class:`SlotOwner`, :class:`FollowingCapture`,
-:class:`FollowCadence`), which the pipelines test with
+:class:`FollowCadence`, :class:`SourceBacklog`), which the pipelines test with
 ``isinstance``; tests/test_capabilities.py lists which connector offers which.
 """
 
@@ -181,6 +181,15 @@ class FollowingCapture(Protocol):
         """Changes after the streams' positions as they are made, with a checkpoint on ``follow``'s cadence,
         until its stop request (then a last checkpoint); the log is let go only up to what
         ``follow.committed()`` reports. A lost connection raises TransientError (the caller calls again)."""
+        ...
+
+
+@runtime_checkable
+class SourceBacklog(Protocol):
+    """A change capture that can say how much of its log the source keeps for the pipeline."""
+
+    def backlog_bytes(self) -> int | None:
+        """Bytes the source keeps for this pipeline's change log (None: unknown)."""
         ...
 
 

@@ -30,7 +30,7 @@ class Follow:
     commit_interval_s: float
     stop: threading.Event = field(default_factory=threading.Event)
     committed: Callable[[], State | None] = lambda: None
-    retried: Callable[[str], None] = lambda reason: None  # told of each transient failure retried
+    metrics_port: int | None = None  # serve Prometheus metrics there (``pipeline.follow_status``)
 
 
 class CommittedStates:

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import orjson
+import pyarrow.compute as pc
 
 from olake_cli.core import messages
 from olake_cli.core.catalog import CatalogStream
-from olake_cli.core.contracts import ChangeBatch, ChangeCapture, FollowingCapture
+from olake_cli.core.contracts import ChangeBatch, ChangeCapture, FollowingCapture, SourceBacklog
 from olake_cli.core.errors import ConfigError, ConnectionFailed, TransientError
 from olake_cli.core.follow import Follow
 from olake_cli.core.interrupts import stop_on_signal
@@ -31,6 +33,7 @@ from olake_cli.core.record_lines import encode_change_lines
 from olake_cli.core.resync import resync_marker
 from olake_cli.core.schema_drift import record_in_state
 from olake_cli.core.state import State, StreamState
+from olake_cli.pipeline.follow_status import FollowStatus
 from olake_cli.pipeline.in_process import ChangeTable
 from olake_cli.pipeline.progress import REPLAYED
 
@@ -81,25 +84,49 @@ def _follow(capture: FollowingCapture, emitter: _ChangeEmitter, follow: Follow, 
     """Emit the capture's changes until the stop request, opening it again after a transient failure.
     From here on SIGTERM and SIGINT ask it to stop (during the loads before, they interrupt the run)."""
     stop_on_signal(follow.stop)
+    status = FollowStatus(follow.metrics_port, log, capture.backlog_bytes if isinstance(capture, SourceBacklog)
+                          else None, lambda state: _lowest_position(capture, emitter.active, state))
     log(f"following the change log: a commit every {follow.commit_interval_s:g}s; SIGTERM or Ctrl-C "
         f"commits what was read and stops")
+    follow = replace(follow, committed=_reporting(follow.committed, status))
+    emitter.status = status
     delay, failing_since = RETRY_FIRST_S, None
-    while not follow.stop.is_set():
-        try:
-            for batch in capture.follow(list(emitter.active.values()), emitter.state, follow,
-                                        typed=emitter.tables is not None):
-                emitter.emit(batch)
-                delay, failing_since = RETRY_FIRST_S, None
-            return
-        except (TransientError, ConnectionFailed) as exc:
-            failing_since = failing_since or time.monotonic()
-            if time.monotonic() - failing_since > RETRY_GIVE_UP_S:
-                raise
-            follow.retried(str(exc))
-            log(f"change capture: {exc}; trying again in {delay:.0f}s (--follow keeps running)")
-            if follow.stop.wait(delay):
+    try:
+        while not follow.stop.is_set():
+            try:
+                for batch in capture.follow(list(emitter.active.values()), emitter.state, follow,
+                                            typed=emitter.tables is not None):
+                    emitter.emit(batch)
+                    delay, failing_since = RETRY_FIRST_S, None
                 return
-            delay = min(2 * delay, RETRY_MAX_S)
+            except (TransientError, ConnectionFailed) as exc:
+                failing_since = failing_since or time.monotonic()
+                if time.monotonic() - failing_since > RETRY_GIVE_UP_S:
+                    raise
+                status.retried(str(exc))
+                log(f"change capture: {exc}; trying again in {delay:.0f}s (--follow keeps running)")
+                if follow.stop.wait(delay):
+                    return
+                delay = min(2 * delay, RETRY_MAX_S)
+    finally:
+        status.close()
+
+
+def _reporting(committed: Callable[[], State | None], status: FollowStatus) -> Callable[[], State | None]:
+    """``committed``, telling ``status`` of each new committed state."""
+    def latest() -> State | None:
+        state = committed()
+        if state is not None:
+            status.committed(state)
+        return state
+    return latest
+
+
+def _lowest_position(capture: ChangeCapture, active: dict[tuple, CatalogStream], state: State):
+    """The lowest operation id the followed streams hold in ``state`` (None: none holds one)."""
+    ops = [capture.position_op(p) for key in active
+           if (p := capture.position_of(state.find(*key))) is not None]
+    return min(ops, default=None)
 
 
 class _ChangeEmitter:
@@ -114,6 +141,8 @@ class _ChangeEmitter:
         self.emitted = self.replayed = 0  # changes emitted, and of those replays of a load
         self.positions = {k: self._op_of(state.find(*k)) for k in active}
         self.emitted_upto: dict[tuple, object] = {}  # the last change emitted per stream (a reopened capture)
+        self.status: FollowStatus | None = None  # following: told of changes and checkpoints
+        self.newest_commit_us = 0  # the newest source commit among the changes emitted
         self.prefixes = {k: _record_prefix(s) for k, s in active.items()}
 
     def _op_of(self, ss: StreamState | None):
@@ -135,6 +164,9 @@ class _ChangeEmitter:
             self.emitted += len(run)
             if len(run):
                 self.emitted_upto[run.stream] = run.last_op()
+                if self.status is not None:
+                    self.newest_commit_us = max(self.newest_commit_us, pc.max(run.commit_ts).as_py())
+                    self.status.counted(self.active[run.stream].label, run.op_counts())
                 replayed = run.replay_count()
                 self.replayed += replayed
                 self.counted(run.stream, run.op_counts(), replayed)
@@ -168,6 +200,8 @@ class _ChangeEmitter:
 
     def _checkpoint(self, position) -> None:
         op = self.capture.position_op(position)
+        if self.status is not None and self.newest_commit_us:
+            self.status.checkpointed(op, self.newest_commit_us / 1e6)
         for key in self.active:
             held = self.positions.get(key)
             if held is None or held < op:

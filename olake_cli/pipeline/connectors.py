@@ -23,9 +23,11 @@ DEFAULT_MAX_CONNECTIONS = 8  # chunks of one run reading the source at once, wha
 
 @dataclass(frozen=True)
 class FollowOptions:
-    """The command line's ``--follow``: seconds between commits (None: the destination's default)."""
+    """The command line's ``--follow``: seconds between commits (None: the destination's default), and
+    the port to serve Prometheus metrics on (None: none)."""
 
     commit_interval_s: float | None = None
+    metrics_port: int | None = None
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,7 @@ def run_read(config_path: str, catalog_path: str, state_path: str | None, spark:
         runner = _runner(_target(spark, config), max_parallel, config, log)
         try:
             pipeline = pipeline_identity("read", destination and destination.lock_path(), state_from, state_path)
-            following = following_read(state_path, destination, catalog, follow.commit_interval_s, log) \
+            following = following_read(state_path, destination, catalog, follow, log) \
                 if follow else None
             ReadPipeline(source, catalog, start.state, out, runner, log, view=view, on_source_open=source_open,
                          pipeline=pipeline, follow=following).run()
@@ -154,7 +156,7 @@ def run_sync(source_path: str, dest_path: str, catalog_path: str, state_path: st
             forget_marked(start.state, refresh)
 
         runner = _runner(target, max_parallel, source_config, log)
-        following = following_sync(destination, start.state, follow.commit_interval_s) if follow else None
+        following = following_sync(destination, start.state, follow) if follow else None
         try:
             run_in_process(source, destination, catalog, start.state, store, sink, runner, out, log, view,
                            on_source_open=open_destination,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from olake_cli.core.catalog import Catalog
 from olake_cli.core.contracts import Destination, FollowCadence
@@ -22,6 +23,13 @@ from olake_cli.pipeline.recover import committed_entry
 
 READ_COMMIT_INTERVAL_S = 5.0  # read --follow's default: it does not know the destination
 DESTINATION_POLL_S = 10.0
+
+
+class FollowOptions(Protocol):
+    """What the command line says about following (``connectors.FollowOptions``)."""
+
+    commit_interval_s: float | None
+    metrics_port: int | None
 
 
 @dataclass
@@ -43,14 +51,15 @@ def commit_interval(given: float | None, destination: object | None) -> float:
     return READ_COMMIT_INTERVAL_S
 
 
-def following_sync(destination: Destination, start: State, interval: float | None) -> Following:
+def following_sync(destination: Destination, start: State, options: FollowOptions) -> Following:
     """The set-up of ``sync --follow``: the writer reports each commit to the reader."""
     states = CommittedStates(start)
-    return Following(Follow(commit_interval(interval, destination), committed=states.latest), states.add)
+    return Following(Follow(commit_interval(options.commit_interval_s, destination), committed=states.latest,
+                            metrics_port=options.metrics_port), states.add)
 
 
 def following_read(state_path: str | None, destination: Destination | None, catalog: Catalog,
-                   interval: float | None, log: Callable[[str], None]) -> Follow:
+                   options: FollowOptions, log: Callable[[str], None]) -> Follow:
     """The set-up of ``read --follow``: the committed state comes from ``--state`` or ``--state-from``."""
     if state_path:
         committed = StateFileWatch(state_path, load_state).latest
@@ -60,7 +69,8 @@ def following_read(state_path: str | None, destination: Destination | None, cata
         committed = _nothing
         log("read --follow without --state or --state-from: the replication slot (or other change log) is let "
             "go only when the next run starts; give the --state file 'olake write --state' keeps")
-    return Follow(commit_interval(interval, None), committed=committed)
+    return Follow(commit_interval(options.commit_interval_s, None), committed=committed,
+                  metrics_port=options.metrics_port)
 
 
 def _nothing() -> State | None:

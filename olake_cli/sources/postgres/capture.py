@@ -139,6 +139,13 @@ class PostgresChangeCapture:
         for line in retained_wal_lines(slot, retained_wal_bytes(conn, slot), self.settings.slot_wal_warn_bytes):
             self.log(line)
 
+    def backlog_bytes(self) -> int | None:
+        """The WAL the slot retains on the source (see slot_wal.py)."""
+        from olake_cli.sources.postgres.slot_wal import retained_wal_bytes
+
+        with connect(self.settings) as conn:
+            return retained_wal_bytes(conn, self.settings.replication_slot)
+
     def _check_existing_slot(self, conn, info: dict | None, state: State) -> None:
         """A missing or invalidated slot loses every stream's position (before anything is created).
 
@@ -249,7 +256,7 @@ class PostgresChangeCapture:
                                       for s, reason in lost})
         if not active:
             return
-        self.log(decoding.describe())
+        self.log(decoding.describe(following=follow is not None))
         self._session_settings = decoding.session_settings()
         watch, moved = RelationWatch(lambda: connect(self.settings), self.log), MovedRowValues(self._feed_connection)
         progress = DecodingProgress(decoding, lambda: connect(self.settings), self.log)
