@@ -133,12 +133,12 @@ def test_sync_follow_survives_a_kill_and_a_source_restart_and_stops_on_sigterm(
         "follow_src", replication_slot="follow_sync", publication="follow_sync_pub", create_slot_and_publication=True))
     dst = write_json(tmp_path / "dst.json", pg_target.destination_config(target_db))
     discover_catalog(src, tmp_path / "cat.json", {"t": "cdc"})
+    port = _free_port()
     args = ["sync", "--source", src, "--destination", dst, "--catalog", str(tmp_path / "cat.json"),
             "--state", str(tmp_path / "state.json"), "--follow", "--commit-interval", "0.5",
             "--metrics-port", str(port)]
     log = tmp_path / "sync.log"
     target = pg_target.dsn(target_db)
-    port = _free_port()
     writer = Incrementer(source, seed=11)
     writer.start()
     try:

@@ -9,12 +9,8 @@ gathers the rows and hands them over as one :class:`CommitBatch` per stream and 
 opaque outside their source: the capture serialises them into a stream state and reads back the
 operation id they cover.
 
-Optional abilities are small ``runtime_checkable`` Protocols (the *capabilities*: :class:`WireColumnsReader`,
-:class:`ResumableReader`, :class:`BinaryCopyReader`, :class:`BinaryCopySink`, :class:`SpillingTarget`,
-:class:`ChangeAppender`,
-:class:`BackgroundCommits`, :class:`RunSummary`, :class:`SlotOwner`, :class:`FollowingCapture`,
-:class:`FollowCadence`, :class:`SourceBacklog`), which the pipelines test with
-``isinstance``; tests/test_capabilities.py lists which connector offers which.
+Optional abilities are small ``runtime_checkable`` Protocols (the *capabilities*), which the pipelines
+test with ``isinstance``; tests/test_capabilities.py lists which connector offers which.
 """
 
 from __future__ import annotations
@@ -174,29 +170,26 @@ class ChangeCapture(Protocol):
 
 @runtime_checkable
 class FollowingCapture(Protocol):
-    """A change capture that can follow its log without an end (``--follow``, see ``core.follow``)."""
+    """A change capture that can follow its log (``--follow``); TransientError when it loses the log."""
 
     def follow(self, streams: list[CatalogStream], state: State, follow: Follow,
                typed: bool = False) -> Iterator[ChangeBatch]:
-        """Changes after the streams' positions as they are made, with a checkpoint on ``follow``'s cadence,
-        until its stop request (then a last checkpoint); the log is let go only up to what
-        ``follow.committed()`` reports. A lost connection raises TransientError (the caller calls again)."""
+        """As ``read`` without an end, on ``follow``'s cadence until its stop request (see ``core.follow``)."""
         ...
 
 
 @runtime_checkable
 class SourceBacklog(Protocol):
-    """A change capture that can say how much of its log the source keeps for the pipeline."""
+    """A change capture that can say how many bytes of its log the source keeps for the pipeline."""
 
     def backlog_bytes(self) -> int | None:
-        """Bytes the source keeps for this pipeline's change log (None: unknown)."""
+        """Bytes kept now (None: unknown)."""
         ...
 
 
 @runtime_checkable
 class FollowCadence(Protocol):
     """A destination's default seconds between commits of a run that follows its change log."""
-
     follow_commit_interval_s: float
 
 
