@@ -216,3 +216,47 @@ def test_read_follow_into_write_moves_the_slot_and_ends_on_sigterm(pg_cluster, p
     assert reader.returncode == 0 and writer_proc.returncode == 0 and took < 10, text[-3000:]
     assert "stopped by SIGTERM" in text and "Traceback" not in text, text[-3000:]
     assert lake_matches()
+
+
+SOAK_S = float(os.environ.get("OLAKE_TEST_SOAK_S", "180"))  # 30 minutes: OLAKE_TEST_SOAK_S=1800
+WARM_UP_S = 30.0
+
+
+def _rss_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+
+
+def test_a_soak_with_a_steady_writer_keeps_memory_flat_and_the_copy_exact(pg_cluster, pg_db, pg_target, target_db,
+                                                                           tmp_path):
+    """``sync --follow`` into PostgreSQL for SOAK_S seconds under a steady writer: resident memory after the
+    warm-up grows by less than 10%, and the target ends equal to the source."""
+    source, target = pg_cluster.dsn(pg_db), pg_target.dsn(target_db)
+    _source(source)
+    src = write_json(tmp_path / "src.json", pg_cluster.source_config(
+        pg_db, replication_slot="follow_soak", publication="follow_soak_pub", create_slot_and_publication=True))
+    dst = write_json(tmp_path / "dst.json", pg_target.destination_config(target_db))
+    discover_catalog(src, tmp_path / "cat.json", {"t": "cdc"})
+    log = tmp_path / "soak.log"
+    run = _start(["sync", "--source", src, "--destination", dst, "--catalog", str(tmp_path / "cat.json"),
+                  "--follow", "--commit-interval", "1"], log, stdout=subprocess.DEVNULL)
+    writer = Incrementer(source, seed=13)
+    try:
+        _wait_until(lambda: "following the change log" in log.read_text(), "the change phase starts")
+        writer.start()
+        time.sleep(WARM_UP_S)
+        after_warm_up = _rss_kb(run.pid)
+        samples = []
+        deadline = time.monotonic() + SOAK_S - WARM_UP_S
+        while time.monotonic() < deadline and run.poll() is None:
+            time.sleep(5)
+            samples.append(_rss_kb(run.pid))
+    finally:
+        writer.stop()
+    assert run.poll() is None, log.read_text()[-3000:]
+    assert writer.transactions > SOAK_S * 20, writer.transactions
+    _wait_until(lambda: _target_matches(source, target), "the target equals the source")
+    assert _stop(run) < 10 and run.returncode == 0, log.read_text()[-3000:]
+    print(f"soak: {writer.transactions} transactions in {SOAK_S:.0f}s; RSS after warm-up {after_warm_up} kB, "
+          f"then up to {max(samples)} kB")
+    assert max(samples) < after_warm_up * 1.10, (after_warm_up, samples)
