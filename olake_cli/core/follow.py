@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -21,6 +22,8 @@ from olake_cli.core.errors import OlakeError
 from olake_cli.core.state import State, merge_state
 
 IDLE_CHECKPOINT_S = 10.0  # a checkpoint that only moves an idle stream's position, at most this often
+RETRY_FIRST_S, RETRY_MAX_S = 1.0, 30.0  # a transient failure's backoff: doubling from the first to the most
+RETRY_GIVE_UP_S = 600.0  # failures going on this long (with nothing done in between) end the run
 
 
 @dataclass
@@ -31,6 +34,29 @@ class Follow:
     stop: threading.Event = field(default_factory=threading.Event)
     committed: Callable[[], State | None] = lambda: None
     metrics_port: int | None = None  # serve Prometheus metrics there (``pipeline.follow_status``)
+
+
+class Backoff:
+    """When to try again after a transient failure of a following run, and when to give up: the delay
+    doubles from RETRY_FIRST_S to RETRY_MAX_S; :meth:`succeeded` starts over; failures going on for
+    RETRY_GIVE_UP_S end it."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self.delay, self.since = RETRY_FIRST_S, None
+
+    def failed(self) -> float | None:
+        """The seconds to wait before the next try, or None to give up."""
+        now = self._clock()
+        self.since = self.since if self.since is not None else now
+        if now - self.since > RETRY_GIVE_UP_S:
+            return None
+        delay, self.delay = self.delay, min(2 * self.delay, RETRY_MAX_S)
+        return delay
+
+    def succeeded(self) -> None:
+        """Something was done since the last failure: the next one starts a new series."""
+        self.delay, self.since = RETRY_FIRST_S, None
 
 
 class CommittedStates:

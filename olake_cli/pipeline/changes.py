@@ -10,8 +10,8 @@ their place among the lines, with no JSON in between.
 
 Following (``--follow``, ``core.follow``), the capture reads until the stop request; a transient failure
 of the source (connection lost or refused, server restarting) is logged and the capture is opened again
-after a backoff of RETRY_FIRST_S doubling up to RETRY_MAX_S, resuming after the last change emitted;
-failures that go on for RETRY_GIVE_UP_S without a change read in between end the run.
+after a backoff (``core.follow.Backoff``), resuming after the last change emitted; failures that go on
+for ten minutes without a change read in between end the run.
 """
 
 from __future__ import annotations
@@ -27,13 +27,12 @@ from olake_cli.core import messages
 from olake_cli.core.catalog import CatalogStream
 from olake_cli.core.contracts import ChangeBatch, ChangeCapture, FollowingCapture, SourceBacklog
 from olake_cli.core.errors import ConfigError, ConnectionFailed, TransientError
-from olake_cli.core.follow import Follow
+from olake_cli.core.follow import Backoff, Follow
 from olake_cli.core.interrupts import stop_on_signal
 from olake_cli.core.record_lines import encode_change_lines
 from olake_cli.core.resync import resync_marker
 from olake_cli.core.schema_drift import record_in_state
 from olake_cli.core.state import State, StreamState
-from olake_cli.pipeline.follow_status import FollowStatus
 from olake_cli.pipeline.in_process import ChangeTable
 from olake_cli.pipeline.progress import REPLAYED
 
@@ -67,9 +66,6 @@ def run_change_phase(capture: ChangeCapture, streams: list[CatalogStream], state
 
 
 _NONE = StreamState("", "", None)
-RETRY_FIRST_S = 1.0
-RETRY_MAX_S = 30.0
-RETRY_GIVE_UP_S = 600.0
 
 
 def require_following(capture: ChangeCapture) -> FollowingCapture:
@@ -83,6 +79,8 @@ def require_following(capture: ChangeCapture) -> FollowingCapture:
 def _follow(capture: FollowingCapture, emitter: _ChangeEmitter, follow: Follow, log: Callable[[str], None]) -> None:
     """Emit the capture's changes until the stop request, opening it again after a transient failure.
     From here on SIGTERM and SIGINT ask it to stop (during the loads before, they interrupt the run)."""
+    from olake_cli.pipeline.follow_status import FollowStatus
+
     stop_on_signal(follow.stop)
     status = FollowStatus(follow.metrics_port, log, capture.backlog_bytes if isinstance(capture, SourceBacklog)
                           else None, lambda state: _lowest_position(capture, emitter.active, state))
@@ -90,29 +88,28 @@ def _follow(capture: FollowingCapture, emitter: _ChangeEmitter, follow: Follow, 
         f"commits what was read and stops")
     follow = replace(follow, committed=_reporting(follow.committed, status))
     emitter.status = status
-    delay, failing_since = RETRY_FIRST_S, None
+    backoff = Backoff()
     try:
         while not follow.stop.is_set():
             try:
                 for batch in capture.follow(list(emitter.active.values()), emitter.state, follow,
                                             typed=emitter.tables is not None):
                     emitter.emit(batch)
-                    delay, failing_since = RETRY_FIRST_S, None
+                    backoff.succeeded()
                 return
             except (TransientError, ConnectionFailed) as exc:
-                failing_since = failing_since or time.monotonic()
-                if time.monotonic() - failing_since > RETRY_GIVE_UP_S:
+                delay = backoff.failed()
+                if delay is None:
                     raise
-                status.retried(str(exc))
+                status.retried(type(exc).__name__)
                 log(f"change capture: {exc}; trying again in {delay:.0f}s (--follow keeps running)")
                 if follow.stop.wait(delay):
                     return
-                delay = min(2 * delay, RETRY_MAX_S)
     finally:
         status.close()
 
 
-def _reporting(committed: Callable[[], State | None], status: FollowStatus) -> Callable[[], State | None]:
+def _reporting(committed: Callable[[], State | None], status) -> Callable[[], State | None]:
     """``committed``, telling ``status`` of each new committed state."""
     def latest() -> State | None:
         state = committed()
@@ -141,7 +138,7 @@ class _ChangeEmitter:
         self.emitted = self.replayed = 0  # changes emitted, and of those replays of a load
         self.positions = {k: self._op_of(state.find(*k)) for k in active}
         self.emitted_upto: dict[tuple, object] = {}  # the last change emitted per stream (a reopened capture)
-        self.status: FollowStatus | None = None  # following: told of changes and checkpoints
+        self.status = None  # following: a FollowStatus, told of changes and checkpoints
         self.newest_commit_us = 0  # the newest source commit among the changes emitted
         self.prefixes = {k: _record_prefix(s) for k, s in active.items()}
 

@@ -75,6 +75,21 @@ def run_read(config_path: str, catalog_path: str, state_path: str | None, spark:
     shows the progress (default: lines through ``log``). With ``--state`` the run holds the state file's
     read lock (``core.locks``).
     """
+    from olake_cli.pipeline.following import supervised
+
+    def attempt() -> None:
+        _read(config_path, catalog_path, state_path, spark, max_parallel, out, log, state_from, view, full_refresh,
+              follow)
+
+    if follow is None:
+        attempt()
+    else:
+        supervised(attempt, log)
+
+
+def _read(config_path: str, catalog_path: str, state_path: str | None, spark: SparkOptions,
+          max_parallel: int | None, out: MessageWriter, log: Callable[[str], None], state_from: str | None,
+          view, full_refresh: tuple[str, ...], follow: FollowOptions | None) -> None:
     from olake_cli.pipeline.following import following_read
     from olake_cli.pipeline.read import ReadPipeline
     from olake_cli.pipeline.recover import forget_marked, starting_state, streams_named
@@ -124,6 +139,21 @@ def run_sync(source_path: str, dest_path: str, catalog_path: str, state_path: st
     and checked: a source that fails leaves the destination untouched. A stream whose load the
     destination lost is then loaded anew (``recover.reload_lost_streams``).
     """
+    from olake_cli.pipeline.following import supervised
+
+    def attempt() -> None:
+        _sync(source_path, dest_path, catalog_path, state_path, spark, max_parallel, out, log, view, full_refresh,
+              follow)
+
+    if follow is None:
+        attempt()
+    else:
+        supervised(attempt, log)
+
+
+def _sync(source_path: str, dest_path: str, catalog_path: str, state_path: str | None, spark: SparkOptions,
+          max_parallel: int | None, out: MessageWriter, log: Callable[[str], None], view,
+          full_refresh: tuple[str, ...], follow: FollowOptions | None) -> None:
     from olake_cli.pipeline.following import following_sync
     from olake_cli.pipeline.recover import forget_marked, reload_lost_streams, starting_state, streams_named
     from olake_cli.pipeline.sync import run_in_process

@@ -31,13 +31,13 @@ STATUS_EVERY_S = float(os.environ.get("OLAKE_STATUS_EVERY_S", "60"))  # (tests m
 BACKLOG_EVERY_S = 15.0
 
 
-class FollowStatus:
-    """The metrics and status line of one following run (thread-safe; :meth:`close` stops its thread)."""
+class _Metrics:
+    """The process's metrics (one set, served once: a run started again after a failure adds to them)."""
 
-    def __init__(self, port: int | None, log: Callable[[str], None], backlog: Callable[[], int | None] | None,
-                 position_of: Callable[[State], OpId | None]) -> None:
-        self.log, self._backlog, self._position_of = log, backlog, position_of
+    def __init__(self) -> None:
         self.registry = registry = CollectorRegistry()
+        self.served: int | None = None  # the port they are served on
+        self.retried = 0  # transient failures retried (the status line's count)
         self.changes = Counter("olake_changes", "Changes captured and handed to the destination",
                                ["stream", "op"], registry=registry)
         self.commits = Counter("olake_commits", "States the destination committed", registry=registry)
@@ -49,24 +49,51 @@ class FollowStatus:
                              "the replication slot's retained WAL)", registry=registry)
         self.retries = Counter("olake_retries", "Transient failures retried", registry=registry)
         self.errors = Counter("olake_errors", "Failures met, by error", ["error"], registry=registry)
+
+    def serve(self, port: int, log: Callable[[str], None]) -> None:
+        """Serve the metrics on ``port`` (once per process)."""
+        if self.served is not None:
+            return
+        try:
+            start_http_server(port, registry=self.registry)
+        except OSError as exc:
+            raise ConfigError(f"--metrics-port {port}: cannot serve metrics there ({exc.strerror})") from None
+        self.served = port
+        log(f"metrics on http://0.0.0.0:{port}/metrics")
+
+
+_METRICS: _Metrics | None = None
+
+
+def metrics() -> _Metrics:
+    """The process's metrics, made on first use."""
+    global _METRICS
+    if _METRICS is None:
+        _METRICS = _Metrics()
+    return _METRICS
+
+
+class FollowStatus:
+    """The metrics and status line of one following change phase (thread-safe; :meth:`close` stops its
+    thread)."""
+
+    def __init__(self, port: int | None, log: Callable[[str], None], backlog: Callable[[], int | None] | None,
+                 position_of: Callable[[State], OpId | None]) -> None:
+        self.log, self._backlog, self._position_of = log, backlog, position_of
+        self.m = metrics()
         self._checkpoints: deque[tuple[OpId, float]] = deque()  # (position, newest source commit, epoch s)
         self._counted = self._counted_at_status = 0
         self._last_commit = self._lag = self._backlog_bytes = None  # for the status line
-        self._retries = 0
         self._lock, self._stop = threading.Lock(), threading.Event()
         if port is not None:
-            try:
-                start_http_server(port, registry=registry)
-            except OSError as exc:
-                raise ConfigError(f"--metrics-port {port}: cannot serve metrics there ({exc.strerror})") from None
-            log(f"metrics on http://0.0.0.0:{port}/metrics")
+            self.m.serve(port, log)
         self._thread = threading.Thread(target=self._report, name="olake-follow-status", daemon=True)
         self._thread.start()
 
     def counted(self, stream: str, counts: dict[str, int]) -> None:
         """Changes of ``stream`` handed to the destination, by kind."""
         for op, count in counts.items():
-            self.changes.labels(stream, op).inc(count)
+            self.m.changes.labels(stream, op).inc(count)
             self._counted += count
 
     def checkpointed(self, position: OpId, newest_commit_s: float | None) -> None:
@@ -78,8 +105,8 @@ class FollowStatus:
     def committed(self, state: State) -> None:
         """The destination committed ``state``: count it, and measure the lag of its newest change."""
         now = self._last_commit = time.time()
-        self.commits.inc()
-        self.last_commit.set(now)
+        self.m.commits.inc()
+        self.m.last_commit.set(now)
         position = self._position_of(state)
         newest = None
         with self._lock:
@@ -87,13 +114,13 @@ class FollowStatus:
                 newest = self._checkpoints.popleft()[1]
         if newest is not None:
             self._lag = max(0.0, now - newest)
-            self.lag.set(self._lag)
+            self.m.lag.set(self._lag)
 
     def retried(self, error: str) -> None:
-        """A transient failure, retried."""
-        self.retries.inc()
-        self._retries += 1
-        self.errors.labels(error.split(":", 1)[0][:60]).inc()
+        """A transient failure (``error``: its kind), retried."""
+        self.m.retries.inc()
+        self.m.retried += 1
+        self.m.errors.labels(error).inc()
 
     def close(self) -> None:
         """Stop the status thread (the metrics server ends with the process)."""
@@ -121,7 +148,7 @@ class FollowStatus:
             return
         if value is not None:
             self._backlog_bytes = value
-            self.backlog.set(value)
+            self.m.backlog.set(value)
 
     def _status_line(self) -> str:
         changes, self._counted_at_status = self._counted - self._counted_at_status, self._counted
@@ -132,4 +159,4 @@ class FollowStatus:
             parts.append(f"lag {self._lag:.1f}s")
         if self._backlog_bytes is not None:
             parts.append(f"source backlog {self._backlog_bytes:,} bytes")
-        return ", ".join(parts + [f"{self._retries} retries"])
+        return ", ".join(parts + [f"{self.m.retried} retries"])

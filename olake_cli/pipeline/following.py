@@ -5,10 +5,15 @@ stop request, and where it learns what the destination committed (see ``core.fol
 the pipe: it re-reads the ``--state`` file that ``write --state`` keeps, or else asks the
 ``--state-from`` destination every DESTINATION_POLL_S seconds; with neither, the change log is let go
 only when the next run starts.
+
+A following run that fails transiently (the source or the destination unreachable, a connection lost)
+is started again in the same process after a backoff (:func:`supervised`), from what the destination
+committed, as a restart by a service manager would.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,8 +21,9 @@ from typing import Protocol
 
 from olake_cli.core.catalog import Catalog
 from olake_cli.core.contracts import Destination, FollowCadence
-from olake_cli.core.errors import ConfigError, OlakeError
-from olake_cli.core.follow import CommittedStates, Follow, StateFileWatch
+from olake_cli.core.errors import ConfigError, ConnectionFailed, OlakeError, TransientError
+from olake_cli.core.follow import RETRY_MAX_S, Backoff, CommittedStates, Follow, StateFileWatch
+from olake_cli.core.interrupts import signal_caught, stop_on_signal
 from olake_cli.core.state import State, load_state
 from olake_cli.pipeline.recover import committed_entry
 
@@ -56,6 +62,36 @@ def following_sync(destination: Destination, start: State, options: FollowOption
     states = CommittedStates(start)
     return Following(Follow(commit_interval(options.commit_interval_s, destination), committed=states.latest,
                             metrics_port=options.metrics_port), states.add)
+
+
+def supervised(attempt: Callable[[], None], log: Callable[[str], None]) -> None:
+    """Run ``attempt`` (one following run); after a transient failure start it again after a backoff,
+    until it ends (a signal), or fails otherwise, or transient failures go on for ten minutes (an attempt
+    that ran a minute starts a new series)."""
+    backoff = Backoff()
+    while True:
+        started = time.monotonic()
+        try:
+            attempt()
+            return
+        except (TransientError, ConnectionFailed) as exc:
+            if signal_caught() is not None:
+                raise
+            if time.monotonic() - started > 2 * RETRY_MAX_S:
+                backoff.succeeded()
+            delay = backoff.failed()
+            if delay is None:
+                raise
+            from olake_cli.pipeline.follow_status import metrics
+
+            metrics().retries.inc()
+            metrics().retried += 1
+            metrics().errors.labels(type(exc).__name__).inc()
+            log(f"the run failed: {exc}; starting it again in {delay:.0f}s (--follow keeps running)")
+            stop = threading.Event()
+            stop_on_signal(stop)
+            if stop.wait(delay):
+                return
 
 
 def following_read(state_path: str | None, destination: Destination | None, catalog: Catalog,

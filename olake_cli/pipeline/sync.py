@@ -52,6 +52,8 @@ def run_in_process(source: Source, destination: Destination, catalog: Catalog, s
                           on_committed=following.committed if following else lambda state: None).run_items(pipe.items())
         except BaseException as exc:  # reported after the reader stops
             failures.append(exc)
+            if following is not None:  # a reader following an idle log would not notice the pipe close
+                following.follow.stop.set()
         finally:
             pipe.stop_reading()  # a reader still writing then gets BrokenPipeError instead of blocking
 
