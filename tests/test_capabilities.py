@@ -26,7 +26,7 @@ CAPABILITIES = [contracts.SlotOwner, *READER_CAPABILITIES, contracts.BinaryCopyS
 OFFERED = {
     ("source", "postgres"): {"SlotOwner", "WireColumnsReader", "BinaryCopyReader", "FollowingCapture", "SourceBacklog"},
     ("source", "mongodb"): set(),
-    ("source", "dynamodb"): {"ResumableReader"},
+    ("source", "dynamodb"): {"ResumableReader", "FollowingCapture"},
     ("destination", "parquet"): {"SpillingTarget", "ChangeAppender", "FollowCadence"},
     ("destination", "iceberg"): {"SpillingTarget", "FollowCadence"},
     ("destination", "postgres"): {"BinaryCopySink", "BackgroundCommits", "RunSummary", "FollowCadence"},
