@@ -19,12 +19,12 @@ import subprocess
 import threading
 import time
 import urllib.request
-from pathlib import Path
 
 import psycopg
 
 from tests.support.cdc import discover_catalog
-from tests.support.cli import olake_cmd, olake_env, write_json
+from tests.support.cli import write_json
+from tests.support.follow import start_olake, stop, wait_until
 from tests.support.pg_compare import table_texts
 from tests.support.verify import latest_versions, read_parquet
 
@@ -70,29 +70,6 @@ def _source(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE t (id int PRIMARY KEY, v bigint NOT NULL, note text)")
         conn.execute(f"INSERT INTO t SELECT g, 0, 'row ' || g FROM generate_series(1, {ROWS}) g")
-
-
-def _start(args: list[str], log: Path, **kw) -> subprocess.Popen:
-    with open(log, "ab") as err:
-        return subprocess.Popen(olake_cmd(*args), stderr=err, env={**olake_env(), "OLAKE_STATUS_EVERY_S": "2"},
-                                start_new_session=True, **kw)
-
-
-def _wait_until(check, what: str, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting until {what}")
-
-
-def _stop(proc: subprocess.Popen, signum: int = signal.SIGTERM) -> float:
-    """Send ``signum``; the seconds until the process ended."""
-    sent = time.monotonic()
-    proc.send_signal(signum)
-    proc.wait(timeout=60)
-    return time.monotonic() - sent
 
 
 def _restart(cluster) -> None:
@@ -142,20 +119,20 @@ def test_sync_follow_survives_a_kill_and_restarts_of_source_and_target_and_stops
     writer = Incrementer(source, seed=11)
     writer.start()
     try:
-        run = _start(args, log, stdout=subprocess.DEVNULL)
-        _wait_until(lambda: "following the change log" in log.read_text(), "the change phase starts")
+        run = start_olake(args, log, stdout=subprocess.DEVNULL)
+        wait_until(lambda: "following the change log" in log.read_text(), "the change phase starts")
         time.sleep(random.Random(5).uniform(1.0, 4.0))
         os.killpg(run.pid, signal.SIGKILL)
         run.wait(timeout=30)
-        run = _start(args, log, stdout=subprocess.DEVNULL)
-        _wait_until(lambda: log.read_text().count("following the change log") == 2, "the rerun follows")
+        run = start_olake(args, log, stdout=subprocess.DEVNULL)
+        wait_until(lambda: log.read_text().count("following the change log") == 2, "the rerun follows")
         time.sleep(1.0)
         _restart(spare_cluster)
-        _wait_until(lambda: "trying again in" in log.read_text(), "the run notices the restart")
+        wait_until(lambda: "trying again in" in log.read_text(), "the run notices the restart")
         time.sleep(2.0)
         _restart(pg_target)
-        _wait_until(lambda: "starting it again in" in log.read_text(), "the run notices the target's restart")
-        _wait_until(lambda: log.read_text().count("following the change log") == 3, "the run follows again")
+        wait_until(lambda: "starting it again in" in log.read_text(), "the run notices the target's restart")
+        wait_until(lambda: log.read_text().count("following the change log") == 3, "the run follows again")
         time.sleep(2.0)
         assert run.poll() is None, log.read_text()[-3000:]
         metrics = _metrics(port)
@@ -165,8 +142,8 @@ def test_sync_follow_survives_a_kill_and_restarts_of_source_and_target_and_stops
     finally:
         writer.stop()
     assert writer.transactions > 100
-    _wait_until(lambda: _target_matches(source, target), "the target equals the source")
-    took = _stop(run)
+    wait_until(lambda: _target_matches(source, target), "the target equals the source")
+    took = stop(run)
     text = log.read_text()
     assert run.returncode == 0 and took < 10, text[-3000:]
     assert "stopped by SIGTERM" in text.splitlines()[-1] and "Traceback" not in text, text[-3000:]
@@ -182,15 +159,15 @@ def test_read_follow_into_write_moves_the_slot_and_ends_on_sigterm(pg_cluster, p
     dst = write_json(tmp_path / "dst.json", {"type": "parquet", "path": str(tmp_path / "lake")})
     discover_catalog(src, tmp_path / "cat.json", {"t": "cdc"})
     state, log = tmp_path / "state.json", tmp_path / "pipe.log"
-    reader = _start(["read", "--config", src, "--catalog", str(tmp_path / "cat.json"), "--state", str(state),
+    reader = start_olake(["read", "--config", src, "--catalog", str(tmp_path / "cat.json"), "--state", str(state),
                      "--follow", "--commit-interval", "1"], log, stdout=subprocess.PIPE)
-    writer_proc = _start(["write", "--config", dst, "--state", str(state)], log, stdin=reader.stdout,
+    writer_proc = start_olake(["write", "--config", dst, "--state", str(state)], log, stdin=reader.stdout,
                          stdout=subprocess.DEVNULL)
     reader.stdout.close()
     writer = Incrementer(source, seed=12)
     writer.start()
     try:
-        _wait_until(lambda: "following the change log" in log.read_text(), "the change phase starts")
+        wait_until(lambda: "following the change log" in log.read_text(), "the change phase starts")
         time.sleep(4.0)
     finally:
         writer.stop()
@@ -204,7 +181,7 @@ def test_read_follow_into_write_moves_the_slot_and_ends_on_sigterm(pg_cluster, p
                                                                rows["note"].to_pylist()))
         return lake == table_texts(source, "public", "t", ["id", "v", "note"])
 
-    _wait_until(lake_matches, "the Parquet files equal the source")
+    wait_until(lake_matches, "the Parquet files equal the source")
     committed = json.loads(state.read_text())["streams"][0]["stream_state"]["cursor_field"]
 
     def slot_moved() -> bool:
@@ -213,8 +190,8 @@ def test_read_follow_into_write_moves_the_slot_and_ends_on_sigterm(pg_cluster, p
                                "WHERE slot_name = 'follow_pipe'", (committed,)).fetchone()
         return bool(row and row[0])
 
-    _wait_until(slot_moved, "the slot reaches what write committed", timeout=30)
-    took = _stop(reader)
+    wait_until(slot_moved, "the slot reaches what write committed", timeout=30)
+    took = stop(reader)
     writer_proc.wait(timeout=60)
     text = log.read_text()
     assert reader.returncode == 0 and writer_proc.returncode == 0 and took < 10, text[-3000:]
@@ -242,11 +219,11 @@ def test_a_soak_with_a_steady_writer_keeps_memory_flat_and_the_copy_exact(pg_clu
     dst = write_json(tmp_path / "dst.json", pg_target.destination_config(target_db))
     discover_catalog(src, tmp_path / "cat.json", {"t": "cdc"})
     log = tmp_path / "soak.log"
-    run = _start(["sync", "--source", src, "--destination", dst, "--catalog", str(tmp_path / "cat.json"),
+    run = start_olake(["sync", "--source", src, "--destination", dst, "--catalog", str(tmp_path / "cat.json"),
                   "--follow", "--commit-interval", "1"], log, stdout=subprocess.DEVNULL)
     writer = Incrementer(source, seed=13)
     try:
-        _wait_until(lambda: "following the change log" in log.read_text(), "the change phase starts")
+        wait_until(lambda: "following the change log" in log.read_text(), "the change phase starts")
         writer.start()
         time.sleep(WARM_UP_S)
         after_warm_up = _rss_kb(run.pid)
@@ -259,8 +236,8 @@ def test_a_soak_with_a_steady_writer_keeps_memory_flat_and_the_copy_exact(pg_clu
         writer.stop()
     assert run.poll() is None, log.read_text()[-3000:]
     assert writer.transactions > SOAK_S * 20, writer.transactions
-    _wait_until(lambda: _target_matches(source, target), "the target equals the source")
-    assert _stop(run) < 10 and run.returncode == 0, log.read_text()[-3000:]
+    wait_until(lambda: _target_matches(source, target), "the target equals the source")
+    assert stop(run) < 10 and run.returncode == 0, log.read_text()[-3000:]
     print(f"soak: {writer.transactions} transactions in {SOAK_S:.0f}s; RSS after warm-up {after_warm_up} kB, "
           f"then up to {max(samples)} kB")
     assert max(samples) < after_warm_up * 1.10, (after_warm_up, samples)

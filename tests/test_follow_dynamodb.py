@@ -10,24 +10,10 @@ import signal
 import subprocess
 import time
 
-from tests.support.cli import olake_cmd, olake_env, write_json
+from tests.support.cli import write_json
+from tests.support.follow import start_olake, stop, wait_until
 from tests.support.dynamo import (ItemWriter, assert_equals_table, discovered_catalog, dynamo_source, first_schema,
                                   parquet_current, seed_accounts)
-
-
-def _start(args: list[str], log) -> subprocess.Popen:
-    with open(log, "ab") as err:
-        return subprocess.Popen(olake_cmd(*args), stdout=subprocess.DEVNULL, stderr=err, env=olake_env(),
-                                start_new_session=True)
-
-
-def _wait_until(check, what: str, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting until {what}")
 
 
 def test_sync_follow_of_a_dynamodb_table_converges_across_a_kill_and_stops_on_sigterm(moto_server, dynamo_table,
@@ -42,15 +28,15 @@ def test_sync_follow_of_a_dynamodb_table_converges_across_a_kill_and_stops_on_si
             str(tmp_path / "state.json"), "--follow", "--commit-interval", "1"]
     log = tmp_path / "sync.log"
     writer = ItemWriter(moto_server, dynamo_table, 100, pause=0.02)
-    run = _start(args, log)
+    run = start_olake(args, log, stdout=subprocess.DEVNULL)
     try:
-        _wait_until(lambda: "following the change log" in log.read_text(), "the change phase starts")
+        wait_until(lambda: "following the change log" in log.read_text(), "the change phase starts")
         writer.start()
         time.sleep(random.Random(9).uniform(1.0, 3.0))
         os.killpg(run.pid, signal.SIGKILL)
         run.wait(timeout=30)
-        run = _start(args, log)
-        _wait_until(lambda: log.read_text().count("following the change log") == 2, "the rerun follows")
+        run = start_olake(args, log, stdout=subprocess.DEVNULL)
+        wait_until(lambda: log.read_text().count("following the change log") == 2, "the rerun follows")
         time.sleep(3.0)
     finally:
         writer.stop()
@@ -63,11 +49,9 @@ def test_sync_follow_of_a_dynamodb_table_converges_across_a_kill_and_stops_on_si
             return False
         return True
 
-    _wait_until(converged, "the Parquet copy equals the table")
-    sent = time.monotonic()
-    run.send_signal(signal.SIGTERM)
-    run.wait(timeout=60)
+    wait_until(converged, "the Parquet copy equals the table")
+    took = stop(run)
     text = log.read_text()
-    assert run.returncode == 0 and time.monotonic() - sent < 10, text[-3000:]
+    assert run.returncode == 0 and took < 10, text[-3000:]
     assert "stopped by SIGTERM" in text.splitlines()[-1] and "Traceback" not in text, text[-3000:]
     assert_equals_table(parquet_current(root, dynamo_table), moto_server, dynamo_table, schema)
