@@ -1,7 +1,8 @@
 """Which optional abilities (the capabilities of core/contracts.py) each connector of the registry offers.
 
 ``OFFERED`` is the declaration, per registry entry: what the connector itself offers and what the objects
-it hands out offer (a destination's chunk sink and its stream targets, a source's chunk readers). The
+it hands out offer (a destination's chunk sink and its stream targets, a source's change capture and
+chunk readers). The
 test asserts it against ``isinstance`` (``issubclass`` for a chunk reader class: a reader needs a live
 source to exist), so a new capability, or a new connector, must be declared here first.
 """
@@ -20,16 +21,18 @@ from olake_cli.core.registry import DESTINATIONS, SOURCES, make_destination, mak
 
 READER_CAPABILITIES = [contracts.WireColumnsReader, contracts.ResumableReader, contracts.BinaryCopyReader]
 CAPABILITIES = [contracts.SlotOwner, *READER_CAPABILITIES, contracts.BinaryCopySink, contracts.SpillingTarget,
-                contracts.ChangeAppender, contracts.BackgroundCommits, contracts.RunSummary]
+                contracts.ChangeAppender, contracts.BackgroundCommits, contracts.RunSummary,
+                contracts.FollowingCapture, contracts.SourceBacklog, contracts.FollowCadence]
 OFFERED = {
-    ("source", "postgres"): {"SlotOwner", "WireColumnsReader", "BinaryCopyReader"},
+    ("source", "postgres"): {"SlotOwner", "WireColumnsReader", "BinaryCopyReader", "FollowingCapture", "SourceBacklog"},
     ("source", "mongodb"): set(),
-    ("source", "dynamodb"): {"ResumableReader"},
-    ("destination", "parquet"): {"SpillingTarget", "ChangeAppender"},
-    ("destination", "iceberg"): {"SpillingTarget"},
-    ("destination", "postgres"): {"BinaryCopySink", "BackgroundCommits", "RunSummary"},
+    ("source", "dynamodb"): {"ResumableReader", "FollowingCapture"},
+    ("destination", "parquet"): {"SpillingTarget", "ChangeAppender", "FollowCadence"},
+    ("destination", "iceberg"): {"SpillingTarget", "FollowCadence"},
+    ("destination", "postgres"): {"BinaryCopySink", "BackgroundCommits", "RunSummary", "FollowCadence"},
 }
-CONFIGS = {"postgres": {"host": "127.0.0.1", "port": 5432, "database": "d", "username": "u", "password": "p"},
+CONFIGS = {"postgres": {"host": "127.0.0.1", "port": 5432, "database": "d", "username": "u", "password": "p",
+                        "replication_slot": "s", "publication": "p"},
            "mongodb": {"uri": "mongodb://127.0.0.1:27017", "database": "d"},
            "dynamodb": {"region": "us-east-1", "tables": ["t"]}}
 STREAM = {"name": "t", "namespace": "public", "sync_mode": "cdc", "supported_sync_modes": ["cdc"],
@@ -47,7 +50,8 @@ def test_every_capability_and_every_connector_is_declared():
 @pytest.mark.parametrize("kind", list(SOURCES))
 def test_a_source_offers_what_it_declares(kind):
     source = make_source(kind, {"type": kind, **CONFIGS[kind]})
-    offered = {c.__name__ for c in CAPABILITIES if isinstance(source, c)}
+    capture = source.change_capture(parse_catalog({"streams": [STREAM]}).streams, lambda line: None)
+    offered = {c.__name__ for c in CAPABILITIES for o in (source, capture) if isinstance(o, c)}
     for reader in _reader_classes(f"olake_cli.sources.{kind}"):
         offered |= {c.__name__ for c in READER_CAPABILITIES if issubclass(reader, c)}
     assert offered == OFFERED[("source", kind)]

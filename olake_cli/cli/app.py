@@ -43,6 +43,15 @@ REMOTE_OPT = typer.Option(None, "--spark-remote", metavar="URL",
                           help="Spark Connect server, sc://host:port (or $OLAKE_SPARK_REMOTE), instead of a master.")
 PARALLEL_OPT = typer.Option(None, "--max-parallel", min=1, metavar="N",
                             help="Chunks scanned at once (default: Spark's parallelism).")
+FOLLOW_OPT = typer.Option(False, "--follow", help="Keep running as a service after the loads: capture changes as "
+                          "they are made and commit them every --commit-interval seconds, until SIGTERM (exit 0) or "
+                          "SIGINT (exit 130), which commit what was read first. Needs a cdc stream.")
+INTERVAL_OPT = typer.Option(None, "--commit-interval", metavar="SECONDS", help="With --follow: seconds between "
+                            "commits (default: the destination's, 1 for postgres, 30 for parquet, 60 for iceberg; "
+                            "read: 5).")
+METRICS_OPT = typer.Option(None, "--metrics-port", min=1, max=65535, metavar="PORT", help="With --follow: serve "
+                           "Prometheus metrics on http://0.0.0.0:PORT/metrics (changes, commits, lag, source backlog, "
+                           "retries).")
 LogFormat = Enum("LogFormat", {name: name for name in LOG_FORMATS}, type=str)
 
 
@@ -121,7 +130,9 @@ def read(config: str = CONFIG_OPT, catalog: str = CATALOG_OPT, state: str | None
                                                   "from the state the destination committed (with --state: where "
                                                   "the file differs, the destination's record wins)."),
          spark_master: str | None = MASTER_OPT, spark_remote: str | None = REMOTE_OPT,
-         max_parallel: int | None = PARALLEL_OPT, full_refresh: list[str] | None = FULL_REFRESH_OPT) -> None:
+         max_parallel: int | None = PARALLEL_OPT, full_refresh: list[str] | None = FULL_REFRESH_OPT,
+         follow: bool = FOLLOW_OPT, commit_interval: float | None = INTERVAL_OPT,
+         metrics_port: int | None = METRICS_OPT) -> None:
     """Read the selected streams and print RECORD and STATE messages on stdout.
 
     Without --state or --state-from every stream starts from the beginning; to resume a pipe, give the
@@ -132,7 +143,8 @@ def read(config: str = CONFIG_OPT, catalog: str = CATALOG_OPT, state: str | None
     # command_guard: click would turn these into a silent exit 1 or "Aborted!"
     with command_guard(shutdown_engine), progress_view() as view:
         run_read(config, catalog, state, SparkOptions(spark_master, spark_remote), max_parallel, protocol_writer(),
-                 log, state_from, view, tuple(full_refresh or ()))
+                 log, state_from, view, tuple(full_refresh or ()), _follow_options(follow, commit_interval, metrics_port))
+    _stopped(follow)
 
 
 @app.command()
@@ -153,7 +165,9 @@ def sync(source: str = typer.Option(..., "--source", metavar="FILE", help="Sourc
          destination: str = typer.Option(..., "--destination", metavar="FILE", help="Destination config JSON file."),
          catalog: str = CATALOG_OPT, state: str | None = STATE_OPT,
          spark_master: str | None = MASTER_OPT, spark_remote: str | None = REMOTE_OPT,
-         max_parallel: int | None = PARALLEL_OPT, full_refresh: list[str] | None = FULL_REFRESH_OPT) -> None:
+         max_parallel: int | None = PARALLEL_OPT, full_refresh: list[str] | None = FULL_REFRESH_OPT,
+         follow: bool = FOLLOW_OPT, commit_interval: float | None = INTERVAL_OPT,
+         metrics_port: int | None = METRICS_OPT) -> None:
     """Read and write in one process (full-load chunks are written by the Spark tasks); prints STATEs.
 
     Resumes from the state the destination committed with its rows, with or without --state; a stream
@@ -163,7 +177,29 @@ def sync(source: str = typer.Option(..., "--source", metavar="FILE", help="Sourc
 
     with command_guard(shutdown_engine), progress_view() as view:
         run_sync(source, destination, catalog, state, SparkOptions(spark_master, spark_remote), max_parallel,
-                 protocol_writer(), log, view, tuple(full_refresh or ()))
+                 protocol_writer(), log, view, tuple(full_refresh or ()), _follow_options(follow, commit_interval, metrics_port))
+    _stopped(follow)
+
+
+def _follow_options(follow: bool, commit_interval: float | None, metrics_port: int | None):
+    """``--follow``, ``--commit-interval`` and ``--metrics-port`` as the use cases take them (None: a bounded run)."""
+    from olake_cli.pipeline.connectors import FollowOptions
+
+    for given, name in ((commit_interval, "--commit-interval"), (metrics_port, "--metrics-port")):
+        if given is not None and not follow:
+            raise ConfigError(f"{name} applies to --follow runs only")
+    return FollowOptions(commit_interval, metrics_port) if follow else None
+
+
+def _stopped(follow: bool) -> None:
+    """A following run that a signal ended: one line; exit 0 for SIGTERM (a service stopped), 130 for SIGINT."""
+    signum = signal_caught()
+    if not follow or signum is None:
+        return
+    log(f"stopped by {signal.Signals(signum).name} after a last checkpoint; running the same command again "
+        f"resumes from there")
+    if signum == signal.SIGINT:
+        raise typer.Exit(130)
 
 
 @app.command()

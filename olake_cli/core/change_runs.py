@@ -62,6 +62,10 @@ class ChangeRun:
         """How many of the changes replay what the stream's full load already holds (see ``replayed``)."""
         return 0 if self.replayed is None else pc.sum(self.replayed).as_py() or 0
 
+    def last_op(self) -> OpId:
+        """The operation id of the run's last change (the run is not empty)."""
+        return OpId(self.commit[-1].as_py(), self.seq[-1].as_py())
+
     def after(self, op_id: OpId | None) -> ChangeRun:
         """The changes whose operation id is above ``op_id`` (all of them for None)."""
         if op_id is None or len(self) == 0:

@@ -9,11 +9,8 @@ gathers the rows and hands them over as one :class:`CommitBatch` per stream and 
 opaque outside their source: the capture serialises them into a stream state and reads back the
 operation id they cover.
 
-Optional abilities are small ``runtime_checkable`` Protocols (the *capabilities*: :class:`WireColumnsReader`,
-:class:`ResumableReader`, :class:`BinaryCopyReader`, :class:`BinaryCopySink`, :class:`SpillingTarget`,
-:class:`ChangeAppender`,
-:class:`BackgroundCommits`, :class:`RunSummary`, :class:`SlotOwner`), which the pipelines test with
-``isinstance``; tests/test_capabilities.py lists which connector offers which.
+Optional abilities are small ``runtime_checkable`` Protocols (the *capabilities*), which the pipelines
+test with ``isinstance``; tests/test_capabilities.py lists which connector offers which.
 """
 
 from __future__ import annotations
@@ -32,6 +29,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from olake_cli.core.catalog import Catalog, CatalogStream
+    from olake_cli.core.follow import Follow
     from olake_cli.core.pipeline_identity import PipelineIdentity
     from olake_cli.core.state import State, StreamState
 
@@ -168,6 +166,31 @@ class ChangeCapture(Protocol):
         """Changes after the streams' committed positions up to the log's end at the call, in order;
         ``typed`` allows typed runs (``ChangeRun.typed``), which a source may give or not."""
         ...
+
+
+@runtime_checkable
+class FollowingCapture(Protocol):
+    """A change capture that can follow its log (``--follow``); TransientError when it loses the log."""
+
+    def follow(self, streams: list[CatalogStream], state: State, follow: Follow,
+               typed: bool = False) -> Iterator[ChangeBatch]:
+        """As ``read`` without an end, on ``follow``'s cadence until its stop request (see ``core.follow``)."""
+        ...
+
+
+@runtime_checkable
+class SourceBacklog(Protocol):
+    """A change capture that can say how many bytes of its log the source keeps for the pipeline."""
+
+    def backlog_bytes(self) -> int | None:
+        """Bytes kept now (None: unknown)."""
+        ...
+
+
+@runtime_checkable
+class FollowCadence(Protocol):
+    """A destination's default seconds between commits of a run that follows its change log."""
+    follow_commit_interval_s: float
 
 
 class Source(Protocol):

@@ -1,4 +1,5 @@
-"""SIGINT and SIGTERM as an exception in the main thread, held back while a commit runs.
+"""SIGINT and SIGTERM as an exception in the main thread, held back while a commit runs (or, for a
+run that follows its change log, as a stop request it honours at its next checkpoint).
 
 Ctrl-C at a terminal reaches every process of the pipeline at once (``read`` and ``write``); each
 stops through its normal cleanup, except that a commit under way (destination, ``--state`` file,
@@ -15,6 +16,7 @@ from collections.abc import Iterator
 
 _held: list[int] | None = None  # signals that arrived while the main thread ran a held block
 _caught: list[int] = []  # every SIGINT or SIGTERM caught, in order
+_stop: threading.Event | None = None  # a following run's stop request: the first signal only sets it
 
 
 class Interrupted(KeyboardInterrupt):
@@ -29,6 +31,9 @@ def catch_signals() -> None:
     """Turn SIGINT and SIGTERM into :class:`Interrupted`, so a run stops through its normal cleanup."""
     def handler(signum: int, frame: object) -> None:
         _caught.append(signum)
+        if _stop is not None and not _stop.is_set():  # a following run ends at its next checkpoint
+            _stop.set()
+            return
         if _held is not None and not _held:  # the first one waits for the held block; a second does not
             _held.append(signum)
             return
@@ -37,6 +42,13 @@ def catch_signals() -> None:
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
     logging.getLogger().addFilter(_not_an_interrupt)
+
+
+def stop_on_signal(stop: threading.Event) -> None:
+    """From now on the first SIGINT or SIGTERM sets ``stop`` instead of raising (a run that follows its
+    change log commits what it read and ends); a second one raises :class:`Interrupted` as before."""
+    global _stop
+    _stop = stop
 
 
 def _not_an_interrupt(record: logging.LogRecord) -> bool:

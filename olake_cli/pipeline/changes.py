@@ -7,18 +7,28 @@ each run's RECORD lines are laid out column by column, widened schemas are annou
 that need them, and after each checkpoint every captured stream's state moves to it. Given a
 ``tables`` hand-off (``sync``), the capture may give typed runs, which go on as change tables in
 their place among the lines, with no JSON in between.
+
+Following (``--follow``, ``core.follow``), the capture reads until the stop request; a transient failure
+of the source (connection lost or refused, server restarting) is logged and the capture is opened again
+after a backoff (``core.follow.Backoff``), resuming after the last change emitted; failures that go on
+for ten minutes without a change read in between end the run.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import orjson
+import pyarrow.compute as pc
 
 from olake_cli.core import messages
 from olake_cli.core.catalog import CatalogStream
-from olake_cli.core.contracts import ChangeBatch, ChangeCapture
+from olake_cli.core.contracts import ChangeBatch, ChangeCapture, FollowingCapture, SourceBacklog
+from olake_cli.core.errors import ConfigError, ConnectionFailed, TransientError
+from olake_cli.core.follow import Backoff, Follow
+from olake_cli.core.interrupts import stop_on_signal
 from olake_cli.core.record_lines import encode_change_lines
 from olake_cli.core.resync import resync_marker
 from olake_cli.core.schema_drift import record_in_state
@@ -35,17 +45,20 @@ def capturing(streams: list[CatalogStream], state: State) -> list[CatalogStream]
 def run_change_phase(capture: ChangeCapture, streams: list[CatalogStream], state: State,
                      out: messages.MessageWriter, log: Callable[[str], None],
                      counted: Callable[[tuple, dict[str, int], int], None] = lambda key, counts, replayed: None,
-                     tables: Callable[[ChangeTable], None] | None = None) -> None:
+                     tables: Callable[[ChangeTable], None] | None = None, follow: Follow | None = None) -> None:
     """Read the capture's changes for the :func:`capturing` streams, and emit them; ``counted`` is told
     each stream's emitted changes by kind, and how many of them replay what its load holds; ``tables``
-    takes typed changes, after what ``out`` got before."""
+    takes typed changes, after what ``out`` got before; ``follow`` keeps reading until its stop request."""
     active = {s.key: s for s in capturing(streams, state)}
     if not active:
         return
     started = time.monotonic()
     emitter = _ChangeEmitter(capture, active, state, out, log, counted, tables)
-    for batch in capture.read(list(active.values()), state, typed=tables is not None):
-        emitter.emit(batch)
+    if follow is None:
+        for batch in capture.read(list(active.values()), state, typed=tables is not None):
+            emitter.emit(batch)
+    else:
+        _follow(require_following(capture), emitter, follow, log)
     elapsed = max(time.monotonic() - started, 1e-6)
     replayed = f", of which {emitter.replayed} {REPLAYED}" if emitter.replayed else ""
     log(f"change capture: {emitter.emitted} change(s){replayed} in {elapsed:.1f}s "
@@ -53,6 +66,64 @@ def run_change_phase(capture: ChangeCapture, streams: list[CatalogStream], state
 
 
 _NONE = StreamState("", "", None)
+
+
+def require_following(capture: ChangeCapture) -> FollowingCapture:
+    """The capture, if it can follow its log (``--follow``); a ConfigError otherwise."""
+    if not isinstance(capture, FollowingCapture):
+        raise ConfigError("--follow: this source's change capture reads bounded runs only; run it without "
+                          "--follow (from cron, for example)")
+    return capture
+
+
+def _follow(capture: FollowingCapture, emitter: _ChangeEmitter, follow: Follow, log: Callable[[str], None]) -> None:
+    """Emit the capture's changes until the stop request, opening it again after a transient failure.
+    From here on SIGTERM and SIGINT ask it to stop (during the loads before, they interrupt the run)."""
+    from olake_cli.pipeline.follow_status import FollowStatus
+
+    stop_on_signal(follow.stop)
+    status = FollowStatus(follow.metrics_port, log, capture.backlog_bytes if isinstance(capture, SourceBacklog)
+                          else None, lambda state: _lowest_position(capture, emitter.active, state))
+    log(f"following the change log: a commit every {follow.commit_interval_s:g}s; SIGTERM or Ctrl-C "
+        f"commits what was read and stops")
+    follow = replace(follow, committed=_reporting(follow.committed, status))
+    emitter.status = status
+    backoff = Backoff()
+    try:
+        while not follow.stop.is_set():
+            try:
+                for batch in capture.follow(list(emitter.active.values()), emitter.state, follow,
+                                            typed=emitter.tables is not None):
+                    emitter.emit(batch)
+                    backoff.succeeded()
+                return
+            except (TransientError, ConnectionFailed) as exc:
+                delay = backoff.failed()
+                if delay is None:
+                    raise
+                status.retried(type(exc).__name__)
+                log(f"change capture: {exc}; trying again in {delay:.0f}s (--follow keeps running)")
+                if follow.stop.wait(delay):
+                    return
+    finally:
+        status.close()
+
+
+def _reporting(committed: Callable[[], State | None], status) -> Callable[[], State | None]:
+    """``committed``, telling ``status`` of each new committed state."""
+    def latest() -> State | None:
+        state = committed()
+        if state is not None:
+            status.committed(state)
+        return state
+    return latest
+
+
+def _lowest_position(capture: ChangeCapture, active: dict[tuple, CatalogStream], state: State):
+    """The lowest operation id the followed streams hold in ``state`` (None: none holds one)."""
+    ops = [capture.position_op(p) for key in active
+           if (p := capture.position_of(state.find(*key))) is not None]
+    return min(ops, default=None)
 
 
 class _ChangeEmitter:
@@ -66,6 +137,9 @@ class _ChangeEmitter:
         self.counted, self.tables = counted, tables
         self.emitted = self.replayed = 0  # changes emitted, and of those replays of a load
         self.positions = {k: self._op_of(state.find(*k)) for k in active}
+        self.emitted_upto: dict[tuple, object] = {}  # the last change emitted per stream (a reopened capture)
+        self.status = None  # following: a FollowStatus, told of changes and checkpoints
+        self.newest_commit_us = 0  # the newest source commit among the changes emitted
         self.prefixes = {k: _record_prefix(s) for k, s in active.items()}
 
     def _op_of(self, ss: StreamState | None):
@@ -83,9 +157,13 @@ class _ChangeEmitter:
             held = self.positions.get(run.stream, _GONE)
             if held is _GONE:
                 continue
-            run = run.after(held)
+            run = run.after(max(held, self.emitted_upto.get(run.stream, held), key=_op_rank))
             self.emitted += len(run)
             if len(run):
+                self.emitted_upto[run.stream] = run.last_op()
+                if self.status is not None:
+                    self.newest_commit_us = max(self.newest_commit_us, pc.max(run.commit_ts).as_py())
+                    self.status.counted(self.active[run.stream].label, run.op_counts())
                 replayed = run.replay_count()
                 self.replayed += replayed
                 self.counted(run.stream, run.op_counts(), replayed)
@@ -119,6 +197,8 @@ class _ChangeEmitter:
 
     def _checkpoint(self, position) -> None:
         op = self.capture.position_op(position)
+        if self.status is not None and self.newest_commit_us:
+            self.status.checkpointed(op, self.newest_commit_us / 1e6)
         for key in self.active:
             held = self.positions.get(key)
             if held is None or held < op:
@@ -129,6 +209,11 @@ class _ChangeEmitter:
 
 
 _GONE = object()
+
+
+def _op_rank(op):
+    """Orders operation ids with None (no position) first."""
+    return (0, 0, 0) if op is None else (1, op.commit, op.seq)
 
 
 def _record_prefix(stream: CatalogStream) -> bytes:

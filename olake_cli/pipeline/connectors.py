@@ -22,6 +22,15 @@ DEFAULT_MAX_CONNECTIONS = 8  # chunks of one run reading the source at once, wha
 
 
 @dataclass(frozen=True)
+class FollowOptions:
+    """The command line's ``--follow``: seconds between commits (None: the destination's default), and
+    the port to serve Prometheus metrics on (None: none)."""
+
+    commit_interval_s: float | None = None
+    metrics_port: int | None = None
+
+
+@dataclass(frozen=True)
 class SparkOptions:
     """The command line's Spark choice: a classic master URL or a Spark Connect URL (None: the environment's)."""
 
@@ -55,8 +64,10 @@ def run_discover(config_path: str, previous_path: str | None, log: Callable[[str
 
 def run_read(config_path: str, catalog_path: str, state_path: str | None, spark: SparkOptions,
              max_parallel: int | None, out: MessageWriter, log: Callable[[str], None],
-             state_from: str | None = None, view=None, full_refresh: tuple[str, ...] = ()) -> None:
-    """``olake read``: validate every input first, then start Spark and stream the messages.
+             state_from: str | None = None, view=None, full_refresh: tuple[str, ...] = (),
+             follow: FollowOptions | None = None) -> None:
+    """``olake read``: validate every input first, then start Spark and stream the messages (``follow``:
+    change capture goes on until SIGTERM or SIGINT, see ``pipeline.following``).
 
     ``state_from`` (a destination config) resumes from the state the destination committed, and with
     ``state_path`` too, takes the destination's record for each stream the file disagrees on (the file
@@ -64,6 +75,22 @@ def run_read(config_path: str, catalog_path: str, state_path: str | None, spark:
     shows the progress (default: lines through ``log``). With ``--state`` the run holds the state file's
     read lock (``core.locks``).
     """
+    from olake_cli.pipeline.following import supervised
+
+    def attempt() -> None:
+        _read(config_path, catalog_path, state_path, spark, max_parallel, out, log, state_from, view, full_refresh,
+              follow)
+
+    if follow is None:
+        attempt()
+    else:
+        supervised(attempt, log)
+
+
+def _read(config_path: str, catalog_path: str, state_path: str | None, spark: SparkOptions,
+          max_parallel: int | None, out: MessageWriter, log: Callable[[str], None], state_from: str | None,
+          view, full_refresh: tuple[str, ...], follow: FollowOptions | None) -> None:
+    from olake_cli.pipeline.following import following_read
     from olake_cli.pipeline.read import ReadPipeline
     from olake_cli.pipeline.recover import forget_marked, starting_state, streams_named
 
@@ -90,16 +117,20 @@ def run_read(config_path: str, catalog_path: str, state_path: str | None, spark:
         runner = _runner(_target(spark, config), max_parallel, config, log)
         try:
             pipeline = pipeline_identity("read", destination and destination.lock_path(), state_from, state_path)
+            following = following_read(state_path, destination, catalog, follow, log) \
+                if follow else None
             ReadPipeline(source, catalog, start.state, out, runner, log, view=view, on_source_open=source_open,
-                         pipeline=pipeline).run()
+                         pipeline=pipeline, follow=following).run()
         finally:
             runner.close()
 
 
 def run_sync(source_path: str, dest_path: str, catalog_path: str, state_path: str | None,
              spark: SparkOptions, max_parallel: int | None, out: MessageWriter,
-             log: Callable[[str], None], view=None, full_refresh: tuple[str, ...] = ()) -> None:
-    """``olake sync``: read and write in one process; full-load chunks are written by the tasks.
+             log: Callable[[str], None], view=None, full_refresh: tuple[str, ...] = (),
+             follow: FollowOptions | None = None) -> None:
+    """``olake sync``: read and write in one process; full-load chunks are written by the tasks (``follow``:
+    change capture goes on until SIGTERM or SIGINT, see ``pipeline.following``).
 
     Starts from what the destination committed for each selected stream (``recover``): with
     ``state_path``, a stream whose entry in the file differs takes the destination's, and the file is
@@ -108,6 +139,22 @@ def run_sync(source_path: str, dest_path: str, catalog_path: str, state_path: st
     and checked: a source that fails leaves the destination untouched. A stream whose load the
     destination lost is then loaded anew (``recover.reload_lost_streams``).
     """
+    from olake_cli.pipeline.following import supervised
+
+    def attempt() -> None:
+        _sync(source_path, dest_path, catalog_path, state_path, spark, max_parallel, out, log, view, full_refresh,
+              follow)
+
+    if follow is None:
+        attempt()
+    else:
+        supervised(attempt, log)
+
+
+def _sync(source_path: str, dest_path: str, catalog_path: str, state_path: str | None, spark: SparkOptions,
+          max_parallel: int | None, out: MessageWriter, log: Callable[[str], None], view,
+          full_refresh: tuple[str, ...], follow: FollowOptions | None) -> None:
+    from olake_cli.pipeline.following import following_sync
     from olake_cli.pipeline.recover import forget_marked, reload_lost_streams, starting_state, streams_named
     from olake_cli.pipeline.sync import run_in_process
 
@@ -139,10 +186,12 @@ def run_sync(source_path: str, dest_path: str, catalog_path: str, state_path: st
             forget_marked(start.state, refresh)
 
         runner = _runner(target, max_parallel, source_config, log)
+        following = following_sync(destination, start.state, follow) if follow else None
         try:
             run_in_process(source, destination, catalog, start.state, store, sink, runner, out, log, view,
                            on_source_open=open_destination,
-                           pipeline=pipeline_identity("sync", destination.lock_path(), dest_path, state_path))
+                           pipeline=pipeline_identity("sync", destination.lock_path(), dest_path, state_path),
+                           following=following)
         finally:
             runner.close()
 

@@ -15,13 +15,15 @@ from typing import Any
 
 from olake_cli.core import messages
 from olake_cli.core.catalog import Catalog, CatalogStream
-from olake_cli.core.errors import OlakeError, SchemaDrift, SnapshotLostError, SourceChangedError
+from olake_cli.core.errors import ConfigError, OlakeError, SchemaDrift, SnapshotLostError, SourceChangedError
+from olake_cli.core.follow import Follow
 from olake_cli.core.pipeline_identity import PipelineIdentity
 from olake_cli.core.contracts import ChangeCapture, ChunkRunner, ChunkSink, ReadSession, Source
 from olake_cli.core.resync import is_resync_marker
 from olake_cli.core.schema_drift import (apply_to_catalog, changed_columns, column_type, needs_reload,
                                          record_in_state, widened)
 from olake_cli.core.state import Chunk, State, StreamState, finish_full_load_if_done
+from olake_cli.pipeline.changes import capturing, require_following, run_change_phase
 from olake_cli.pipeline.chunk_job import ChunkJob, in_a_thread, run_chunk_job
 from olake_cli.pipeline.progress import LineView, Progress, ProgressView
 from olake_cli.pipeline.stream_work import (NEXT_SYNC_TYPE, StreamRun, column_types, decide_work, pass_op_id,
@@ -37,7 +39,8 @@ class ReadPipeline:
                  runner: ChunkRunner, log: Callable[[str], None], sink: ChunkSink | None = None,
                  view: ProgressView | None = None,
                  clock: Callable[[], int] = messages.now_ms, on_source_open: Callable[[], None] = lambda: None,
-                 tables: Callable[[Any], None] | None = None, pipeline: PipelineIdentity | None = None) -> None:
+                 tables: Callable[[Any], None] | None = None, pipeline: PipelineIdentity | None = None,
+                 follow: Follow | None = None) -> None:
         self.source, self.catalog, self.state, self.out = source, catalog, state, out
         self.runner, self.log = runner, log
         self.sink = sink  # sync: full-load chunks are written by the tasks themselves
@@ -51,6 +54,7 @@ class ReadPipeline:
         self.on_source_open = on_source_open  # sync: locks and opens the destination, once the source is open
         self.tables = tables  # sync: takes typed changes (pipeline.in_process) in their place among the lines
         self.pipeline = pipeline  # what claims a change log only one reader may move (a replication slot)
+        self.follow = follow  # --follow: the change phase runs until the stop request
         apply_to_catalog(catalog, state)  # columns a source widened in earlier runs
 
     def run(self) -> None:
@@ -66,8 +70,12 @@ class ReadPipeline:
             self.log(warning)
         cdc_streams = [s for s in streams if s.sync_mode == "cdc"]
         held = {ss.key for ss in self.state.streams}
+        if self.follow is not None and not cdc_streams:
+            raise ConfigError("--follow needs at least one selected stream with sync_mode 'cdc' (nothing else is followed)")
         if cdc_streams:
             self.capture = self.source.change_capture(cdc_streams, self.log)
+            if self.follow is not None:
+                require_following(self.capture)
             self.capture.preflight(self.state, self.pipeline)  # may reset lost streams: before planning
         self.on_source_open()  # sync: may drop streams whose load the destination lost
         self.lost = held - {ss.key for ss in self.state.streams}
@@ -83,8 +91,6 @@ class ReadPipeline:
 
     def _run_streams(self, streams: list[CatalogStream], session: ReadSession) -> None:
         """Full loads and incremental passes, then change capture; a final STATE; raise the first error."""
-        from olake_cli.pipeline.changes import capturing, run_change_phase
-
         cdc_streams = [s for s in streams if s.sync_mode == "cdc"]
         if any(decide_work(s, self.state.find(s.namespace, s.name)) != "continue" and not self._skips_load(s)
                for s in streams):
@@ -101,7 +107,7 @@ class ReadPipeline:
             self.progress.capture_started(s.label for s in capturing(cdc_streams, self.state))
             run_change_phase(self.capture, cdc_streams, self.state, self.out, self.log,
                              lambda key, counts, replayed: self.progress.changes(labels[key], counts, replayed),
-                             self.tables)
+                             self.tables, self.follow)
         self.out.write(messages.state_message(self.state))
         self.out.flush()
         if self.errors:

@@ -36,7 +36,7 @@ def recover_state(committed_state: CommittedState, catalog: Catalog, log: Callab
     """A global state for the selected streams from ``committed_state(stream)`` (a stream entry or None)."""
     state = State()
     for stream in catalog.selected_streams():
-        ss = _committed(committed_state, stream)
+        ss = committed_entry(committed_state, stream)
         if ss is None:
             log(f"{stream.label}: nothing to resume from; the next run copies it in full")
             continue
@@ -80,7 +80,7 @@ def resume_from_destination(state: State, committed_state: CommittedState, catal
     run resumes from."""
     notes, resumed, fresh = [], [], []
     for stream in catalog.selected_streams():
-        held, ss = state.find(stream.namespace, stream.name), _committed(committed_state, stream)
+        held, ss = state.find(stream.namespace, stream.name), committed_entry(committed_state, stream)
         if ss is None:
             if held is None:
                 fresh.append(stream)
@@ -107,7 +107,7 @@ def _reset_in_file(held: StreamState | None, committed: StreamState) -> bool:
     return held is not None and is_resync_marker(held.to_dict()) and not is_resync_marker(committed.to_dict())
 
 
-def _committed(committed_state: CommittedState, stream: CatalogStream) -> StreamState | None:
+def committed_entry(committed_state: CommittedState, stream: CatalogStream) -> StreamState | None:
     """The destination's committed entry of ``stream``, checked against the state schema (or None)."""
     entry = committed_state(stream)
     if entry is None:

@@ -46,7 +46,8 @@ class WritePipeline:
 
     def __init__(self, destination: Destination, catalog: Catalog | None, state_store: FileStateStore | None,
                  out: messages.MessageWriter, log: Callable[[str], None], rows_by_tasks: Callable[[], int] = int,
-                 pass_traces: bool = False, before_open: Callable[[], None] = lambda: None) -> None:
+                 pass_traces: bool = False, before_open: Callable[[], None] = lambda: None,
+                 on_committed: Callable[[State], None] = lambda state: None) -> None:
         self.destination, self.catalog, self.store = destination, catalog, state_store
         self.out, self.log = out, log
         self.buffers = StreamBuffers(destination, log)  # each stream's rows until a STATE commits them
@@ -65,6 +66,7 @@ class WritePipeline:
         self.rows_by_tasks = rows_by_tasks  # sync: rows the Spark tasks wrote themselves
         self.pass_traces = pass_traces  # sync: the reader's ESTIMATE and STREAM_STATUS traces go on to stdout
         self.before_open = before_open  # write: takes the destination's lock
+        self.on_committed = on_committed  # sync --follow: the reader lets its change log go up to it
         self.opened = False  # the destination is opened when the input first needs it, not before
         if catalog is not None:
             self._adopt(catalog)
@@ -282,6 +284,7 @@ class WritePipeline:
         if self.store is not None:
             self.store.merge_and_save(state)
             crash_point("state-saved")
+        self.on_committed(state)
         self.out.write(msg)
         self.out.flush()
         self.states += 1

@@ -32,6 +32,8 @@ from olake_cli.destinations.iceberg.tables import (check_table, create_table, ev
 class IcebergDestination:
     """Each STATE commits the rows before it with that state, one table transaction per stream."""
 
+    follow_commit_interval_s = 60.0  # --follow's default cadence: each commit is a snapshot with new data and delete files
+
     def __init__(self, config: dict[str, Any], log: Callable[[str], None]) -> None:
         self.cfg = parse_config(config)
         self.log = log

@@ -116,6 +116,8 @@ class ParquetStream:
 class ParquetDestination:
     """Each STATE commits the rows before it with a manifest per stream (see manifest.py)."""
 
+    follow_commit_interval_s = 30.0  # --follow's default cadence: each commit writes new files and the manifest
+
     def __init__(self, config: dict[str, Any], log: Callable[[str], None]) -> None:
         self.root = config["path"]
         self.store = make_store(config)

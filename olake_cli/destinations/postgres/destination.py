@@ -39,6 +39,8 @@ class PostgresDestination:
     """Each STATE commits the rows before it with that state, one transaction per stream, on a commit
     thread of its own."""
 
+    follow_commit_interval_s = 1.0  # --follow's default cadence: a commit is one transaction per stream
+
     def __init__(self, config: dict[str, Any], log: Callable[[str], None]) -> None:
         self.settings = TargetSettings.from_config(config)
         self.log = log

@@ -36,6 +36,7 @@ from olake_cli.core.change_runs import ChangeRun
 from olake_cli.core.codec.types import olake_type_of
 from olake_cli.core.contracts import ChangeBatch
 from olake_cli.core.errors import ConfigError, PositionLostError, SourceError
+from olake_cli.core.follow import Follow
 from olake_cli.core.schema_drift import changed_columns, column_type, record_in_state, widened
 from olake_cli.core.opid import OpId
 from olake_cli.core.pipeline_identity import PipelineIdentity
@@ -169,15 +170,33 @@ class DynamoChangeCapture:
 
     # -- reading -----------------------------------------------------------------------------
 
-    def read(self, streams: list[CatalogStream], state: State, typed: bool = False) -> Iterator[ChangeBatch]:
-        """Records after the tables' positions, up to the time of the call, table after table."""
+    def read(self, streams: list[CatalogStream], state: State, typed: bool = False,
+             quiet: bool = False) -> Iterator[ChangeBatch]:
+        """Records after the tables' positions, up to the time of the call, table after table (``quiet``:
+        without the line saying so)."""
         upto = dt.datetime.now(dt.UTC)
         client = self.settings.client("dynamodbstreams")
         tables = {s.name: self.position_of(state.find(s.namespace, s.name)).tables[s.name] for s in streams}
-        self.log(f"change capture: {len(streams)} DynamoDB stream(s) up to {upto.isoformat(timespec='seconds')}")
+        if not quiet:
+            self.log(f"change capture: {len(streams)} DynamoDB stream(s) up to {upto.isoformat(timespec='seconds')}")
         for stream in streams:
             reader = _TableReader(self, client, self.widened.get(stream.key, stream), tables, upto)
             yield from reader.batches()
+
+
+    def follow(self, streams: list[CatalogStream], state: State, follow: Follow,
+               typed: bool = False) -> Iterator[ChangeBatch]:
+        """A bounded read up to now every ``follow.commit_interval_s`` seconds (each lists the shards again,
+        so new ones are read in lineage order as they appear) until ``follow.stop``; a table whose position
+        is lost leaves the cycle. Each read ends with every table's checkpoint."""
+        streams, quiet = list(streams), False
+        while streams:
+            for batch in self.read(streams, state, typed, quiet):
+                streams = [s for s in streams if s.key not in batch.resync]
+                yield batch
+            quiet = True
+            if follow.stop.wait(follow.commit_interval_s):
+                return
 
 
 class _TableReader:

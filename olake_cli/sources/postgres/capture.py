@@ -10,16 +10,15 @@ run that resumes inside a transaction replays exactly the rest.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 from collections.abc import Callable, Iterator
 
-import numpy as np
 import psycopg
 
 from olake_cli.core.catalog import CatalogStream
 from olake_cli.core.contracts import ChangeBatch
 from olake_cli.core.errors import ConfigError, StateError
+from olake_cli.core.follow import Follow
 from olake_cli.core.opid import OpId
 from olake_cli.core.pipeline_identity import PipelineIdentity
 from olake_cli.core.position_lost import handle_lost_position
@@ -28,11 +27,6 @@ from olake_cli.sources.postgres.connection import PostgresSettings, connect
 from olake_cli.sources.postgres.lsn import format_lsn, parse_lsn
 from olake_cli.sources.postgres.publication import PUBLICATION_ROWS, Membership, publication_members
 
-# Changes between checkpoints (at transaction ends; inside one huge transaction every 5x as many).
-# OLAKE_CDC_CHECKPOINT_EVERY overrides it (tests use a small value to checkpoint mid-transaction).
-CHECKPOINT_EVERY = max(1, int(os.environ.get("OLAKE_CDC_CHECKPOINT_EVERY", "20000")))
-BATCH_CHANGES = 1000
-_TRUNCATE = ord("t")
 
 
 class PostgresChangeCapture:
@@ -47,6 +41,7 @@ class PostgresChangeCapture:
         self._start: OpId | None = None
         self._members: dict[tuple, Membership] = {}  # stream key -> the publication rows last seen
         self._session_settings: dict[str, str] = {}  # set on the feed's connection (decoding memory)
+        self._committed: State | None = None  # following: the state the destination last committed
 
     # -- positions ---------------------------------------------------------------------------
 
@@ -144,6 +139,13 @@ class PostgresChangeCapture:
         for line in retained_wal_lines(slot, retained_wal_bytes(conn, slot), self.settings.slot_wal_warn_bytes):
             self.log(line)
 
+    def backlog_bytes(self) -> int | None:
+        """The WAL the slot retains on the source (see slot_wal.py)."""
+        from olake_cli.sources.postgres.slot_wal import retained_wal_bytes
+
+        with connect(self.settings) as conn:
+            return retained_wal_bytes(conn, self.settings.replication_slot)
+
     def _check_existing_slot(self, conn, info: dict | None, state: State) -> None:
         """A missing or invalidated slot loses every stream's position (before anything is created).
 
@@ -210,13 +212,34 @@ class PostgresChangeCapture:
     def read(self, streams: list[CatalogStream], state: State, typed: bool = False) -> Iterator[ChangeBatch]:
         """Read the slot's changes up to the WAL position now (as typed runs when ``typed``), confirming
         the committed positions to the slot on the way (the walsender's flush position)."""
+        return self._read(streams, state, typed, None)
+
+    def follow(self, streams: list[CatalogStream], state: State, follow: Follow,
+               typed: bool = False) -> Iterator[ChangeBatch]:
+        """Read the slot's changes as they are committed, checkpointing on ``follow``'s cadence, until its
+        stop request; the slot moves to what ``follow.committed()`` reports (see ``core.follow``)."""
+        return self._read(streams, state, typed, follow)
+
+    def note_committed(self, state: State) -> int | None:
+        """Following: the state the destination committed (a retried read starts from it); returns the
+        lowest position of the capture's streams in it, where the slot may move."""
+        self._committed = state
+        return self._confirmed_lsn(state)
+
+    def _confirmed_lsn(self, state: State) -> int | None:
+        """The lowest committed position of the capture's streams in ``state`` (None: none holds one)."""
+        held = [self.position_of(state.find(s.namespace, s.name)) for s in self.streams]
+        return min((p.commit for p in held if p is not None), default=None)
+
+    def _read(self, streams: list[CatalogStream], state: State, typed: bool,
+              follow: Follow | None) -> Iterator[ChangeBatch]:
         from olake_cli.sources.postgres.change_feed import RUN_ROWS, current_wal_lsn, read_changes
+        from olake_cli.sources.postgres.change_reader import CHECKPOINT_EVERY, ChangeReader
         from olake_cli.sources.postgres.decoding import DecodingProgress, measure
         from olake_cli.sources.postgres.moved_rows import MovedRowValues
         from olake_cli.sources.postgres.relation_watch import RelationWatch
 
-        held = [self.position_of(state.find(s.namespace, s.name)) for s in self.streams]
-        confirm = min(p.commit for p in held if p is not None)
+        confirm = self._confirmed_lsn(self._committed or state)
         active = {s.key: s for s in streams}
         slot = self.settings.replication_slot
         with connect(self.settings) as conn:
@@ -233,14 +256,16 @@ class PostgresChangeCapture:
                                       for s, reason in lost})
         if not active:
             return
-        self.log(decoding.describe())
+        self.log(decoding.describe(following=follow is not None))
         self._session_settings = decoding.session_settings()
         watch, moved = RelationWatch(lambda: connect(self.settings), self.log), MovedRowValues(self._feed_connection)
         progress = DecodingProgress(decoding, lambda: connect(self.settings), self.log)
         try:
-            with read_changes(self._feed_connection, slot, self.settings.publication, upto, routing=routing,
-                              run_rows=min(RUN_ROWS, CHECKPOINT_EVERY), waiting=progress, confirm_lsn=confirm) as feed:
-                yield from _ChangeReader(self, active, state, watch, moved, typed).batches(feed)
+            with read_changes(self._feed_connection, slot, self.settings.publication, None if follow else upto,
+                              routing=routing, run_rows=min(RUN_ROWS, CHECKPOINT_EVERY), waiting=progress,
+                              confirm_lsn=confirm) as feed:
+                reader = ChangeReader(self, active, state, watch, moved, typed)
+                yield from (reader.follow(feed, follow) if follow else reader.batches(feed))
             if feed.skipped_transactions:
                 self.log(f"change capture: left out {feed.skipped_transactions} transaction(s) applied under "
                          f"skipped origins (skip_origins)")
@@ -275,111 +300,3 @@ _GAP_REASONS = {
     "rejoined": "{table} left publication '{publication}' and joined it again after the stream's position, so "
                 "the changes made while it was out were never published",
 }
-
-
-class _ChangeReader:
-    """Turns the slot's runs into ChangeBatches: kept rows as columns, checkpoints, schema changes."""
-
-    def __init__(self, capture: PostgresChangeCapture, active: dict[tuple, CatalogStream], state: State,
-                 watch, moved, typed: bool) -> None:
-        self.capture, self.active, self.watch, self.moved = capture, dict(active), watch, moved
-        self.typed = typed
-        self.positions = {k: capture.position_of(state.find(*k)) for k in active}
-        self.horizons = {k: _load_horizon(state.find(*k)) for k in active}
-        self.records = {k: self._records(s) for k, s in active.items()}
-        self.relation_seen: dict[tuple, int] = {}
-        self.since = self.size = 0  # changes since the last checkpoint, and in the batch being built
-
-    def _records(self, stream: CatalogStream):
-        """The run converter of a stream; its errors name the stream, the column and the row's key."""
-        from olake_cli.sources.postgres.run_records import RunRecords
-
-        return RunRecords(stream, tuple(self.capture.tables[stream.key].primary_key), self.typed)
-
-    def batches(self, feed) -> Iterator[ChangeBatch]:
-        """The feed's runs as batches of about BATCH_CHANGES changes, checkpoints at their ends."""
-        batch, self.since, self.size = ChangeBatch(), 0, 0
-        for run in feed.runs():
-            key = (run.relation.namespace, run.relation.name)
-            keep = self._keep(run, key) if key in self.active else np.zeros(len(run), bool)
-            inside = 5 * CHECKPOINT_EVERY - self.since  # a huge transaction: checkpoint inside it
-            while 0 < inside < keep.sum():
-                at = int(np.flatnonzero(keep)[inside - 1]) + 1
-                head, run = run.split(at)
-                batch = yield from self._add(key, head, keep[:at], batch)
-                keep, inside = keep[at:], 5 * CHECKPOINT_EVERY
-                batch.position, self.since = head.op_id(at - 1), 0
-                yield batch
-                batch, self.size = ChangeBatch(), 0
-            batch = yield from self._add(key, run, keep, batch)
-            if run.ends_at is not None and self.since >= CHECKPOINT_EVERY:
-                batch.position, self.since = OpId(run.ends_at, 0), 0
-            elif self.since >= 5 * CHECKPOINT_EVERY:
-                batch.position, self.since = run.op_id(len(run) - 1), 0
-            if batch.position is not None or self.size >= BATCH_CHANGES:
-                yield batch
-                batch, self.size = ChangeBatch(), 0
-        if feed.resume_lsn:
-            batch.position = OpId(feed.resume_lsn, 0)
-        yield batch
-
-    def _add(self, key: tuple, run, keep: np.ndarray, batch: ChangeBatch):
-        """Add the run's kept rows to the batch (after announcing a widened stream); returns the batch."""
-        if not keep.any():
-            return batch
-        if self.relation_seen.get(key) != id(run.relation.columns):
-            batch = yield from self._check_relation(key, run, batch)
-        if run.ops[0] == _TRUNCATE and run.relation.partition is not None:
-            del self.active[key]
-            batch.resync[key] = (f"partition {run.relation.partition} was truncated; the destination cannot "
-                                 f"remove just that partition's rows, so the stream is loaded anew on the next run")
-        else:
-            if run.moved is not None:  # key updates: values they did not send come from the table
-                run = self.moved.fill(self.capture.tables[key], run, keep)
-            batch.runs.append(self.records[key].change_run(run, keep))
-            kept = int(keep.sum())
-            self.since, self.size = self.since + kept, self.size + kept
-        return batch
-
-    def _keep(self, run, key: tuple) -> np.ndarray:
-        """Rows above the stream's committed position that its full load's snapshot did not hold."""
-        keep = np.ones(len(run), bool)
-        held = self.positions[key]
-        if held is not None:
-            keep = (run.commit > held.commit) | ((run.commit == held.commit) & (run.seq > held.seq))
-        horizon = self.horizons[key]
-        if horizon is not None:
-            below = run.commit < horizon[1]
-            seen = [x for x in np.unique(run.xid[below]).tolist() if horizon[0].contains(x)]
-            if seen:  # the full load's snapshot already holds these transactions
-                keep &= ~(below & np.isin(run.xid, seen))
-        return keep
-
-    def _check_relation(self, key: tuple, run, batch: ChangeBatch):
-        """Announce a widened stream before its rows (the batch so far goes out first)."""
-        self.relation_seen[key] = id(run.relation.columns)
-        widened = self.watch.check(self.active[key], run.relation.columns)
-        if widened is None:
-            return batch
-        self.active[key] = widened
-        self.records[key] = self._records(widened)
-        if batch.runs:
-            yield batch
-            batch = ChangeBatch()
-        batch.widened.append(widened)
-        return batch
-
-
-def _load_horizon(ss: StreamState | None):
-    """(snapshot horizon, WAL position after it) of the stream's full load, or None.
-
-    A replayed transaction below that position that the load's snapshot already saw is skipped: the
-    full-load rows hold it, and an older image replayed over them could be incomplete. Everything else
-    ranks above the full-load rows (they carry the slot's start position as their operation id).
-    """
-    from olake_cli.sources.postgres.snapshot import SnapshotHorizon
-
-    keys = ss.source if ss is not None else {}
-    if not keys.get("snapshot_txns") or not keys.get("snapshot_upto"):
-        return None
-    return SnapshotHorizon(keys["snapshot_txns"]), parse_lsn(keys["snapshot_upto"])

@@ -37,7 +37,7 @@ from olake_cli.sources.postgres.lsn import format_lsn
 from olake_cli.sources.postgres.feed_runs import (ChangeEvent, ColumnInfo, FeedRun, PendingRun, add_stretch, seq_after,
                                                   truncate_run)
 from olake_cli.sources.postgres.pgoutput import Begin, Commit, Origin, Relation, Truncate, decode
-from olake_cli.sources.postgres.replication import (Batch, ReplicationConnection, StreamReader, Waiting,
+from olake_cli.sources.postgres.replication import (Batch, Idle, ReplicationConnection, StreamReader, Waiting,
                                                     replication_conninfo, session_statements, wait_released)
 
 ConnectionSource = psycopg.Connection | Callable[[], psycopg.Connection]
@@ -108,7 +108,7 @@ def advance_slot(conn: psycopg.Connection, slot: str, lsn: int) -> None:
         raise classify_error(exc, slot) from None
 
 
-def read_changes(source: ConnectionSource, slot: str, publication: str, upto_lsn: int,
+def read_changes(source: ConnectionSource, slot: str, publication: str, upto_lsn: int | None,
                  batch_size: int = 10000, routing: FeedRouting | None = None, run_rows: int = RUN_ROWS,
                  waiting: Waiting | None = None, confirm_lsn: int | None = None) -> ChangeStream:
     """Stream committed changes of ``slot`` (pgoutput, ``publication``) up to ``upto_lsn``, in commit order.
@@ -121,6 +121,10 @@ def read_changes(source: ConnectionSource, slot: str, publication: str, upto_lsn
     per change; it also reports the last commit seen and, once exhausted, the position the whole
     range was read to. ``waiting`` is told how long the feed has waited for the server, every
     ``waiting.every_s`` seconds. ``batch_size``: at most this many messages are decoded at once.
+
+    Without ``upto_lsn`` the read follows the slot until closed: ``runs()`` then also yields None
+    whenever the server is idle between transactions, with :attr:`ChangeStream.idle_lsn` saying how far
+    everything has been delivered, and :meth:`ChangeStream.confirm` moves the slot on the way.
     """
     return ChangeStream(source, slot, publication, upto_lsn, batch_size, routing or FeedRouting(),
                         max(1, run_rows), waiting, confirm_lsn)
@@ -129,7 +133,7 @@ def read_changes(source: ConnectionSource, slot: str, publication: str, upto_lsn
 class ChangeStream:
     """Runs of changes (or ChangeEvents) from one bounded read; its attributes tell how far it got."""
 
-    def __init__(self, source: ConnectionSource, slot: str, publication: str, upto_lsn: int, batch_size: int,
+    def __init__(self, source: ConnectionSource, slot: str, publication: str, upto_lsn: int | None, batch_size: int,
                  routing: FeedRouting, run_rows: int, waiting: Waiting | None, confirm_lsn: int | None) -> None:
         self.slot, self.publication, self.upto_lsn = slot, publication, upto_lsn
         self.read_upto_lsn: int | None = None  # upto_lsn clamped to the flushed WAL
@@ -139,16 +143,23 @@ class ChangeStream:
         self.transactions = 0
         self.skipped_transactions = 0  # applied under an origin the routing skips
         self.finished = False
+        self.idle_lsn = 0  # following: every transaction committed before it has been delivered
+        self._replication: ReplicationConnection | None = None
         self._source, self._batch_size, self._waiting = source, batch_size, waiting
         self._routing, self._run_rows, self._confirm = routing, run_rows, confirm_lsn or 0
         self._runs = self._generate()
 
-    def runs(self) -> Iterator[FeedRun]:
-        """The changes as runs, in log order (the fast path)."""
+    def runs(self) -> Iterator[FeedRun | None]:
+        """The changes as runs, in log order (the fast path); following, None marks an idle moment."""
         return self._runs
 
+    def confirm(self, lsn: int) -> None:
+        """Following: the destination committed everything before ``lsn``; the slot may move there."""
+        if self._replication is not None and lsn > self._replication.flush:
+            self._replication.flush = lsn
+
     def __iter__(self) -> Iterator[ChangeEvent]:
-        return (event for run in self._runs for event in run.events())
+        return (event for run in self._runs if run is not None for event in run.events())
 
     def __enter__(self) -> ChangeStream:
         return self
@@ -173,7 +184,8 @@ class ChangeStream:
         owned = not isinstance(self._source, psycopg.Connection)
         conn = self._source() if owned else self._source
         try:
-            self.read_upto_lsn = _flush_wal(conn, self.upto_lsn)
+            if self.upto_lsn is not None:
+                self.read_upto_lsn = _flush_wal(conn, self.upto_lsn)
             encoding, confirmed = _check_ready(conn, self.slot, self.publication)
             yield from self._stream(conn, max(confirmed, self._confirm), encoding)
             self.finished = True
@@ -188,6 +200,7 @@ class ChangeStream:
         released the slot when this returns."""
         replication = ReplicationConnection(replication_conninfo(conn))
         replication.flush, walsender = start, replication.pid
+        self._replication = replication
         try:
             for statement in session_statements(conn):
                 replication.execute(statement)
@@ -197,7 +210,8 @@ class ChangeStream:
             replication.close()
             raise
         try:
-            with StreamReader(replication, self.read_upto_lsn, self._batch_size, self._waiting) as batches:
+            upto = None if self.upto_lsn is None else self.read_upto_lsn
+            with StreamReader(replication, upto, self._batch_size, self._waiting) as batches:
                 yield from self._decode_rows(batches, encoding)
         finally:
             try:
@@ -205,7 +219,7 @@ class ChangeStream:
             except psycopg.Error:
                 pass  # the error that ended the read is the one to report
 
-    def _decode_rows(self, batches: Iterator[Batch], encoding: str) -> Iterator[FeedRun]:
+    def _decode_rows(self, batches: Iterator[Batch | Idle], encoding: str) -> Iterator[FeedRun | None]:
         """Turn batches of pgoutput messages into runs of changes stamped with (commit_lsn, seq)."""
         try:
             yield from self._stamp_runs(batches, encoding)
@@ -214,12 +228,22 @@ class ChangeStream:
         except (IndexError, ValueError, struct.error) as exc:
             raise SourceError(f"pgoutput: malformed message: {exc}") from None
 
-    def _stamp_runs(self, batches: Iterator[Batch], encoding: str) -> Iterator[FeedRun]:
+    def _stamp_runs(self, batches: Iterator[Batch | Idle], encoding: str) -> Iterator[FeedRun | None]:
         relations: dict[int, _RelationView] = {}
         pending: PendingRun | None = None
         commit_lsn = seq = ts = xid = 0
         skipping = False  # the transaction came from an origin the routing skips
-        for lsns, datas in batches:  # the row changes between two other messages are taken a stretch at a time
+        inside = False  # between a Begin and its Commit
+        for item in batches:  # the row changes between two other messages are taken a stretch at a time
+            if type(item) is Idle:
+                if not inside:
+                    if pending is not None:
+                        yield pending.finish(encoding)
+                        pending = None
+                    self.idle_lsn = max(self.idle_lsn, item.wal_end, self.last_end_lsn or 0)
+                    yield None
+                continue
+            lsns, datas = item
             others = np.flatnonzero(~_IS_ROW_CHANGE[np.frombuffer(bytes(map(_FIRST, datas)), np.uint8)]).tolist()
             start = 0
             for at in others + [len(datas)]:
@@ -235,7 +259,7 @@ class ChangeStream:
                     if self.last_commit_lsn is not None and msg.final_lsn <= self.last_commit_lsn:
                         raise SourceError(f"pgoutput: transaction at {format_lsn(msg.final_lsn)} out of commit order")
                     commit_lsn, ts, seq, xid = msg.final_lsn, msg.commit_ts_us, 0, msg.xid
-                    skipping = False
+                    skipping, inside = False, True
                     if pending is not None:
                         pending.begin(commit_lsn, ts, xid)
                 elif kind is Origin:
@@ -243,6 +267,7 @@ class ChangeStream:
                     self.skipped_transactions += skipping
                 elif kind is Commit:
                     self._on_commit(msg, commit_lsn)
+                    inside = False
                     if pending is not None:
                         pending.ends_at = msg.end_lsn
                         if len(pending) >= self._run_rows:

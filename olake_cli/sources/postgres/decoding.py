@@ -43,9 +43,11 @@ class SlotDecoding:
         """The settings the feed's session needs (none when the server's own memory setting is enough)."""
         return {"logical_decoding_work_mem": f"{self.work_mem_kb}kB"} if self.raise_work_mem else {}
 
-    def describe(self) -> str:
-        """The line logged before the read: the bound, the WAL to decode and the memory it gets."""
-        line = f"change capture: reading slot '{self.slot}' up to {format_lsn(self.upto)}"
+    def describe(self, following: bool = False) -> str:
+        """The line logged before the read: the bound (following: the WAL's end now), the WAL to decode
+        and the memory it gets."""
+        line = (f"change capture: following slot '{self.slot}' (the WAL ends at {format_lsn(self.upto)} now)"
+                if following else f"change capture: reading slot '{self.slot}' up to {format_lsn(self.upto)}")
         if self.restart_lsn is None:
             return line
         line += (f"; the server decodes {_mb(self.upto - self.restart_lsn)} of WAL from the slot's restart_lsn "

@@ -28,6 +28,11 @@ Begin), or at a keepalive saying the server has sent everything before it (asked
 update whenever the server has nothing to send). Closing ends COPY cleanly (CopyDone both ways), so
 the walsender releases the slot before the next run starts; failing that within
 :data:`CLOSE_WAIT_S` seconds the connection is dropped.
+
+An unbounded read (``upto`` None: ``--follow``) never completes; whenever the server has nothing to
+send, the thread hands on an :class:`Idle` mark carrying the last keepalive's walEnd (every transaction
+committed before it has been sent, since the walsender moves that position only after sending one), and
+a position the caller confirmed is reported within :data:`CONFIRM_EVERY_S` seconds.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ import select
 import struct
 import threading
 import time
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 from collections.abc import Iterator
 
 import psycopg
@@ -48,6 +53,7 @@ from olake_cli.sources.postgres.lsn import format_lsn
 STATUS_EVERY_S = 10.0  # standby status updates while the feed is busy (wal_sender_timeout: 60 s by default)
 REPLY_POLL_S = 0.1  # at most this often, ask the server where it is when it sends nothing
 CLOSE_WAIT_S = 5.0  # a clean end of COPY may take this long before the connection is dropped
+CONFIRM_EVERY_S = 1.0  # a newly confirmed position is reported at most this often
 _WAKE_S = 0.2  # the thread checks for a stop this often
 _GATHER_S = 0.005  # a batch is handed on once the server has sent nothing more for this long (or it is full)
 _Q = struct.Struct(">Q").unpack_from
@@ -60,6 +66,13 @@ SESSION_SETTINGS = ("TimeZone", "DateStyle", "IntervalStyle", "extra_float_digit
                     "lc_monetary", "logical_decoding_work_mem")
 
 Batch = tuple[list[int], list[bytes]]  # per message: the LSN it carries, and its pgoutput payload
+_NO_END = (1 << 64) - 1  # the ``upto`` of an unbounded read
+
+
+class Idle(NamedTuple):
+    """The server has nothing more to send now; every transaction committed before ``wal_end`` was sent."""
+
+    wal_end: int
 
 
 class Waiting(Protocol):
@@ -96,6 +109,8 @@ class ReplicationConnection:
             raise psycopg.OperationalError(message)
         self.flush = 0  # the position reported as flushed (and applied): what the destination committed
         self.received = 0  # the highest LSN a message carried
+        self.server_end = 0  # the walEnd of the last keepalive: every commit before it was sent
+        self._reported = 0  # the flush position last reported
         self.asked = False  # a status update asked for a reply that has not come yet
         self.sending = False  # the range ended at a Begin: the server is sending that transaction
         self._asked_at = self._status_at = float("-inf")
@@ -163,14 +178,14 @@ class ReplicationConnection:
         if ask and not self.asked and now - self._asked_at >= REPLY_POLL_S:
             self._asked_at, self.asked = now, True
             self.send_status(reply=True)
-        elif now - self._status_at >= self.status_every:
+        elif now - self._status_at >= (CONFIRM_EVERY_S if self.flush > self._reported else self.status_every):
             self.send_status()
 
     def send_status(self, reply: bool = False) -> None:
         """A standby status update: written = received, flushed = applied = :attr:`flush`."""
         self._status_at = time.monotonic()
         clock = time.time_ns() // 1000 - _PG_EPOCH_US
-        flush = self.flush
+        flush = self._reported = self.flush
         self.pg.put_copy_data(_STATUS(b"r", max(self.received, flush), flush, flush, clock, reply))
         if self.pg.flush() != 0:
             raise psycopg.OperationalError(self.pg.get_error_message())
@@ -208,7 +223,7 @@ class ReplicationConnection:
     def _keepalive(self, buf: Any) -> int:
         """Note a keepalive; answer it at once when the server asks. Returns its walEnd."""
         wal_end, _, reply = _KEEPALIVE(buf, 1)
-        self.asked = False
+        self.asked, self.server_end = False, max(self.server_end, wal_end)
         if reply:
             self.send_status()
         return wal_end
@@ -223,10 +238,13 @@ class ReplicationConnection:
 
 class StreamReader:
     """A thread reading a started :class:`ReplicationConnection` one batch ahead of its consumer
-    (iterate inside ``with``); it closes the connection when it stops. ``waiting`` hears of long waits."""
+    (iterate inside ``with``); it closes the connection when it stops. ``waiting`` hears of long waits.
+    Without ``upto`` it reads until stopped, handing on an :class:`Idle` mark when the server is idle."""
 
-    def __init__(self, connection: ReplicationConnection, upto: int, limit: int, waiting: Waiting | None) -> None:
-        self.connection, self.upto, self.limit, self._waiting = connection, upto, limit, waiting
+    def __init__(self, connection: ReplicationConnection, upto: int | None, limit: int,
+                 waiting: Waiting | None) -> None:
+        self.connection, self.limit, self._waiting = connection, limit, waiting
+        self.upto, self.follows = (_NO_END, True) if upto is None else (upto, False)
         self._queue: queue.Queue = queue.Queue(maxsize=1)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._work, name="olake-slot-stream", daemon=True)
@@ -243,13 +261,13 @@ class StreamReader:
             except queue.Empty:
                 pass
 
-    def _batches(self) -> Iterator[Batch]:
+    def _batches(self) -> Iterator[Batch | Idle]:
         while (item := self._next()) is not None:
             if isinstance(item, BaseException):
                 raise item
             yield item
 
-    def _next(self) -> Batch | BaseException | None:
+    def _next(self) -> Batch | Idle | BaseException | None:
         """The next batch, telling ``waiting`` every ``every_s`` seconds while it is awaited."""
         if self._waiting is None:
             return self._queue.get()
@@ -272,6 +290,8 @@ class StreamReader:
                     self._put(None)
                     return
                 if not batch[1]:
+                    if self.follows and self._queue.empty():
+                        self._queue.put_nowait(Idle(conn.server_end))  # (only this thread puts)
                     conn.keep_alive(ask=True)
                     conn.wait(_WAKE_S)
         except BaseException as exc:  # handed to the consumer, raised there

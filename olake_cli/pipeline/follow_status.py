@@ -1,0 +1,162 @@
+"""What a run that follows its change log reports while it runs: Prometheus metrics (``--metrics-port``,
+served by prometheus_client) and, when stderr is not a terminal, one status line every STATUS_EVERY_S.
+
+Metrics (one registry per run):
+
+- ``olake_changes_total{stream,op}``: changes captured and handed to the destination;
+- ``olake_commits_total`` and ``olake_last_commit_timestamp_seconds``: states the destination committed;
+- ``olake_lag_seconds``: from the source's commit of the newest change in the last destination commit to
+  that commit;
+- ``olake_source_backlog_bytes``: what the source keeps for the pipeline (PostgreSQL: the slot's retained WAL),
+  asked every BACKLOG_EVERY_S;
+- ``olake_retries_total`` and ``olake_errors_total{error}``: transient failures met and retried.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+from olake_cli.core.errors import ConfigError
+from olake_cli.core.opid import OpId
+from olake_cli.core.state import State
+
+STATUS_EVERY_S = float(os.environ.get("OLAKE_STATUS_EVERY_S", "60"))  # (tests make it short)
+BACKLOG_EVERY_S = 15.0
+
+
+class _Metrics:
+    """The process's metrics (one set, served once: a run started again after a failure adds to them)."""
+
+    def __init__(self) -> None:
+        self.registry = registry = CollectorRegistry()
+        self.served: int | None = None  # the port they are served on
+        self.retried = 0  # transient failures retried (the status line's count)
+        self.changes = Counter("olake_changes", "Changes captured and handed to the destination",
+                               ["stream", "op"], registry=registry)
+        self.commits = Counter("olake_commits", "States the destination committed", registry=registry)
+        self.last_commit = Gauge("olake_last_commit_timestamp_seconds", "When the destination last committed",
+                                 registry=registry)
+        self.lag = Gauge("olake_lag_seconds", "Source commit to destination commit of the newest change in the "
+                         "last commit", registry=registry)
+        self.backlog = Gauge("olake_source_backlog_bytes", "What the source keeps for this pipeline (PostgreSQL: "
+                             "the replication slot's retained WAL)", registry=registry)
+        self.retries = Counter("olake_retries", "Transient failures retried", registry=registry)
+        self.errors = Counter("olake_errors", "Failures met, by error", ["error"], registry=registry)
+
+    def serve(self, port: int, log: Callable[[str], None]) -> None:
+        """Serve the metrics on ``port`` (once per process)."""
+        if self.served is not None:
+            return
+        try:
+            start_http_server(port, registry=self.registry)
+        except OSError as exc:
+            raise ConfigError(f"--metrics-port {port}: cannot serve metrics there ({exc.strerror})") from None
+        self.served = port
+        log(f"metrics on http://0.0.0.0:{port}/metrics")
+
+
+_METRICS: _Metrics | None = None
+
+
+def metrics() -> _Metrics:
+    """The process's metrics, made on first use."""
+    global _METRICS
+    if _METRICS is None:
+        _METRICS = _Metrics()
+    return _METRICS
+
+
+class FollowStatus:
+    """The metrics and status line of one following change phase (thread-safe; :meth:`close` stops its
+    thread)."""
+
+    def __init__(self, port: int | None, log: Callable[[str], None], backlog: Callable[[], int | None] | None,
+                 position_of: Callable[[State], OpId | None]) -> None:
+        self.log, self._backlog, self._position_of = log, backlog, position_of
+        self.m = metrics()
+        self._checkpoints: deque[tuple[OpId, float]] = deque()  # (position, newest source commit, epoch s)
+        self._counted = self._counted_at_status = 0
+        self._last_commit = self._lag = self._backlog_bytes = None  # for the status line
+        self._lock, self._stop = threading.Lock(), threading.Event()
+        if port is not None:
+            self.m.serve(port, log)
+        self._thread = threading.Thread(target=self._report, name="olake-follow-status", daemon=True)
+        self._thread.start()
+
+    def counted(self, stream: str, counts: dict[str, int]) -> None:
+        """Changes of ``stream`` handed to the destination, by kind."""
+        for op, count in counts.items():
+            self.m.changes.labels(stream, op).inc(count)
+            self._counted += count
+
+    def checkpointed(self, position: OpId, newest_commit_s: float | None) -> None:
+        """A checkpoint at ``position``; the newest source commit (epoch seconds) of the changes before it."""
+        if newest_commit_s is not None:
+            with self._lock:
+                self._checkpoints.append((position, newest_commit_s))
+
+    def committed(self, state: State) -> None:
+        """The destination committed ``state``: count it, and measure the lag of its newest change."""
+        now = self._last_commit = time.time()
+        self.m.commits.inc()
+        self.m.last_commit.set(now)
+        position = self._position_of(state)
+        newest = None
+        with self._lock:
+            while position is not None and self._checkpoints and self._checkpoints[0][0] <= position:
+                newest = self._checkpoints.popleft()[1]
+        if newest is not None:
+            self._lag = max(0.0, now - newest)
+            self.m.lag.set(self._lag)
+
+    def retried(self, error: str) -> None:
+        """A transient failure (``error``: its kind), retried."""
+        self.m.retries.inc()
+        self.m.retried += 1
+        self.m.errors.labels(error).inc()
+
+    def close(self) -> None:
+        """Stop the status thread (the metrics server ends with the process)."""
+        self._stop.set()
+
+    def _report(self) -> None:
+        asked = status_at = time.monotonic()
+        self._ask_backlog()
+        while not self._stop.wait(1.0):
+            now = time.monotonic()
+            if now - asked >= BACKLOG_EVERY_S:
+                asked = now
+                self._ask_backlog()
+            if now - status_at >= STATUS_EVERY_S:
+                status_at = now
+                if not sys.stderr.isatty():
+                    self.log(self._status_line())
+
+    def _ask_backlog(self) -> None:
+        if self._backlog is None:
+            return
+        try:
+            value = self._backlog()
+        except Exception:  # the source is away: the next ask may work; the change phase reports failures
+            return
+        if value is not None:
+            self._backlog_bytes = value
+            self.m.backlog.set(value)
+
+    def _status_line(self) -> str:
+        changes, self._counted_at_status = self._counted - self._counted_at_status, self._counted
+        parts = [f"following: {changes} change(s) in the last {STATUS_EVERY_S:.0f}s",
+                 "nothing committed yet" if self._last_commit is None
+                 else f"last commit {time.time() - self._last_commit:.0f}s ago"]
+        if self._lag is not None:
+            parts.append(f"lag {self._lag:.1f}s")
+        if self._backlog_bytes is not None:
+            parts.append(f"source backlog {self._backlog_bytes:,} bytes")
+        return ", ".join(parts + [f"{self.m.retried} retries"])
