@@ -23,7 +23,7 @@ import urllib.request
 import psycopg
 
 from tests.support.cdc import discover_catalog
-from tests.support.cli import write_json
+from tests.support.cli import run_olake, trace_errors, write_json
 from tests.support.follow import start_olake, stop, wait_until
 from tests.support.pg_compare import table_texts
 from tests.support.verify import latest_versions, read_parquet
@@ -241,3 +241,20 @@ def test_a_soak_with_a_steady_writer_keeps_memory_flat_and_the_copy_exact(pg_clu
     print(f"soak: {writer.transactions} transactions in {SOAK_S:.0f}s; RSS after warm-up {after_warm_up} kB, "
           f"then up to {max(samples)} kB")
     assert max(samples) < after_warm_up * 1.10, (after_warm_up, samples)
+
+
+def test_follow_options_are_checked_before_anything_runs(pg_cluster, pg_db, tmp_path):
+    _source(pg_cluster.dsn(pg_db))
+    src = write_json(tmp_path / "src.json", pg_cluster.source_config(pg_db))
+    dst = write_json(tmp_path / "dst.json", {"type": "parquet", "path": str(tmp_path / "lake")})
+    discover_catalog(src, tmp_path / "cat.json", {"t": "full_refresh"})
+    sync = ["sync", "--source", src, "--destination", dst, "--catalog", str(tmp_path / "cat.json")]
+    for args, expected in ((sync + ["--commit-interval", "5"], "--commit-interval applies to --follow runs only"),
+                           (sync + ["--metrics-port", "9999"], "--metrics-port applies to --follow runs only"),
+                           (sync + ["--follow", "--commit-interval", "0"], "--commit-interval 0: give a number"),
+                           (sync + ["--follow"], "--follow needs at least one selected stream with sync_mode 'cdc'")):
+        result = run_olake(*args)
+        lines = result.stderr.decode().strip().splitlines()
+        assert result.returncode != 0 and expected in lines[-1], (args, lines)
+        assert [m["trace"]["error"]["failure_type"] for m in trace_errors(result.stdout)] == ["config_error"]
+    assert not (tmp_path / "lake").exists(), "nothing was written"
