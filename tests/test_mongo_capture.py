@@ -12,7 +12,8 @@ import json
 
 from olake_cli.core.catalog import CatalogStream
 from olake_cli.core.state import State, StreamState
-from olake_cli.sources.mongodb.capture import _EventReader, cluster_op
+from olake_cli.sources.mongodb.change_events import ChangeEventReader
+from olake_cli.sources.mongodb.change_positions import cluster_op
 from olake_cli.sources.mongodb.source import MongoSource
 from tests.support.cdc import discover_catalog
 from tests.support.cli import write_json
@@ -81,8 +82,8 @@ def test_a_gone_document_makes_the_run_read_past_its_bound_to_the_delete(mongo_s
         coll.update_one({"_id": 2}, {"$set": {"v": 1}})  # after the delete: not part of this run
         position = capture.position_of(state.find(mongo_db, "things"))
         with capture._watch(client, {"_data": position.token}) as change_stream:
-            reader = _EventReader(capture, [stream], bound, capture._database(client))
-            batches = list(reader.batches(change_stream))
+            reader = ChangeEventReader(capture, [stream], capture._database(client))
+            batches = list(reader.batches(change_stream, bound))
     assert [(op, _id) for op, _id, _ in _changes(batches)] == [("u", 3), ("d", 1)]
     assert batches[-1].position.op > bound
     assert all(batch.position is None for batch in batches[:-1])
