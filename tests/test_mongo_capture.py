@@ -3,7 +3,9 @@
 A change stream's ``updateLookup`` gives ``fullDocument: null`` when the lookup finds nothing (the
 document was deleted before it, or, on SecantusDB, a document whose ``_id`` is null). Such an update
 is looked up again by key; when the document is gone the update is skipped only once its delete has
-been read in the same run, even when that delete lies beyond the run's bound.
+been read in the same run, even when that delete lies beyond the run's bound. Following a quiet
+collection while the rest of the database changes moves its position to the post-batch resume token,
+and nothing made after such a position is taken for a change already read.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from __future__ import annotations
 import json
 
 from olake_cli.core.catalog import CatalogStream
+from olake_cli.core.follow import Follow
 from olake_cli.core.state import State, StreamState
+from olake_cli.sources.mongodb import change_events
 from olake_cli.sources.mongodb.change_events import ChangeEventReader
 from olake_cli.sources.mongodb.change_positions import cluster_op
 from olake_cli.sources.mongodb.source import MongoSource
@@ -114,3 +118,27 @@ def test_updates_without_a_post_image_reach_both_destinations(mongo_server, mong
         run(src, tmp_path / "cat.json", dst, state)
         got = {r["_id"]: r["v"] for r in rows().select(["_id", "v"]).to_pylist()}
         assert got == {"null": 2, '{"$numberInt": "1"}': 2}  # _id is bson (null, ints): canonical EJSON
+
+
+def test_following_a_quiet_collection_moves_to_the_post_batch_token_and_misses_nothing(
+        mongo_server, mongo_db, monkeypatch):
+    """Only another collection changes: each idle checkpoint carries a newer post-batch token with a
+    growing op id, and a change made after the last one is read from it and kept above its op id."""
+    monkeypatch.setattr(change_events, "IDLE_CHECKPOINT_S", 0.2)  # 10 s in a run
+    with connect(mongo_server.uri) as client:
+        client[mongo_db].things.insert_one({"_id": 1, "v": 0})
+        capture, stream, state = _capture(mongo_server, mongo_db, "things")
+        follow, idle = Follow(commit_interval_s=0.1), []
+        for batch in capture.follow([stream], state, follow):
+            assert not batch.runs and batch.position is not None
+            idle.append(batch.position)
+            client[mongo_db].other.insert_one({"n": len(idle)})  # the rest of the database moves on
+            if len({p.token for p in idle}) == 3:
+                follow.stop.set()
+        client[mongo_db].things.update_one({"_id": 1}, {"$set": {"v": 1}})
+    ops = [p.op for p in idle]
+    assert ops == sorted(set(ops)) and ops[0] > capture.start_position().op
+    resumed = State(streams=[capture.with_position(state.find(mongo_db, "things"), idle[-1])])
+    batches = list(capture.read([stream], resumed))
+    assert [(op, _id, data["v"]) for op, _id, data in _changes(batches)] == [("u", 1, 1)]
+    assert sum(len(run.after(idle[-1].op)) for batch in batches for run in batch.runs) == 1
