@@ -14,10 +14,11 @@ import json
 
 from olake_cli.core.catalog import CatalogStream
 from olake_cli.core.follow import Follow
+from olake_cli.core.opid import OpId
 from olake_cli.core.state import State, StreamState
 from olake_cli.sources.mongodb import change_events
 from olake_cli.sources.mongodb.change_events import ChangeEventReader
-from olake_cli.sources.mongodb.change_positions import cluster_op
+from olake_cli.sources.mongodb.change_positions import MongoPosition, cluster_op, idle_position, token_time
 from olake_cli.sources.mongodb.source import MongoSource
 from tests.support.cdc import discover_catalog
 from tests.support.cli import write_json
@@ -142,3 +143,17 @@ def test_following_a_quiet_collection_moves_to_the_post_batch_token_and_misses_n
     batches = list(capture.read([stream], resumed))
     assert [(op, _id, data["v"]) for op, _id, data in _changes(batches)] == [("u", 1, 1)]
     assert sum(len(run.after(idle[-1].op)) for batch in batches for run in batch.runs) == 1
+
+
+def test_an_idle_token_never_covers_more_than_the_cluster_time_it_names():
+    """A MongoDB (KeyString) token resuming at an earlier cluster time than the one read before its empty
+    batch (a lagging majority point) is paired with its own; SecantusDB's (BSON) tokens name none."""
+    mongod = "82612E8513000000012B022C0100296E5A1004A5093ABB38FE4B9EA67F01BB1A96D812463C5F6964003C5F5F5F78000004"
+    named = (1630438675 << 32) | 1
+    assert token_time(mongod) == named
+    assert idle_position(mongod, OpId(named + 5, 0), None).op == OpId(named, 0)
+    assert idle_position(mongod, OpId(named - 5, 0), None).op == OpId(named - 5, 0)
+    assert idle_position(mongod, OpId(named - 5, 0), MongoPosition("x", OpId(named, 3))).op == OpId(named, 3)
+    secantus = "3b0000001073000200000011740007000000d67c0a6b026e001500000070726f62652e24636d642e6167677265676174650003" \
+               "6b00050000000000"
+    assert token_time(secantus) is None and idle_position(secantus, OpId(9, 0), None).op == OpId(9, 0)

@@ -19,7 +19,7 @@ from typing import Any
 
 from olake_cli.core.opid import OpId
 
-_KEYSTRING_TIMESTAMP = "82"
+_KEYSTRING_TIMESTAMP = 0x82  # KeyString type byte of a Timestamp
 
 
 @dataclass(frozen=True)
@@ -38,12 +38,13 @@ def cluster_op(ts: Any, seq: int = 0) -> OpId:
 def token_time(token: str) -> int | None:
     """The cluster time (``seconds << 32 | increment``) a MongoDB resume token resumes at, or None when
     the token is not in MongoDB's KeyString form (another server's, or an older version's)."""
-    if not token[:2].upper() == _KEYSTRING_TIMESTAMP or len(token) < 18:
-        return None
     try:
-        return int(token[2:18], 16)
+        raw = bytes.fromhex(token)
     except ValueError:
         return None
+    if len(raw) < 9 or raw[0] != _KEYSTRING_TIMESTAMP or int.from_bytes(raw[:4], "little") == len(raw):
+        return None  # (a token that is one whole BSON document, as SecantusDB's, is not a KeyString)
+    return int.from_bytes(raw[1:9], "big")
 
 
 def idle_position(token: str, read_before: OpId, last: MongoPosition | None) -> MongoPosition:
