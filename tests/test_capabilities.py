@@ -25,7 +25,7 @@ CAPABILITIES = [contracts.SlotOwner, *READER_CAPABILITIES, contracts.BinaryCopyS
                 contracts.FollowingCapture, contracts.SourceBacklog, contracts.FollowCadence]
 OFFERED = {
     ("source", "postgres"): {"SlotOwner", "WireColumnsReader", "BinaryCopyReader", "FollowingCapture", "SourceBacklog"},
-    ("source", "mongodb"): set(),
+    ("source", "mongodb"): {"FollowingCapture"},
     ("source", "dynamodb"): {"ResumableReader", "FollowingCapture"},
     ("destination", "parquet"): {"SpillingTarget", "ChangeAppender", "FollowCadence"},
     ("destination", "iceberg"): {"SpillingTarget", "FollowCadence"},

@@ -13,7 +13,6 @@ import os
 import random
 import signal
 import subprocess
-import threading
 import uuid
 from pathlib import Path
 
@@ -25,8 +24,8 @@ from pymongo import UpdateOne
 from olake_cli.sources.mongodb.bson_types import documents_to_batch
 from tests.support.cdc import discover_catalog, sync_once
 from tests.support.cli import kill_read_after_chunks, olake_cmd, olake_env, run_olake, trace_errors, write_json
-from tests.support.mongo import connect
-from tests.support.verify import latest_versions, read_parquet
+from tests.support.mongo import MongoWriter, assert_lake_equals_collection, connect, seed_documents
+from tests.support.verify import read_parquet
 
 DOCS = 3000
 
@@ -116,60 +115,8 @@ def test_full_load_of_mixed_ids_and_every_bson_type(mongo_server, mongo_db, tmp_
     _assert_matches_source(sync_root / mongo_db / "things", source_docs, stream)
 
 
-class MongoWriter(threading.Thread):
-    """Inserts, updates, replaces and deletes documents of ``coll`` until stopped."""
-
-    def __init__(self, uri: str, database: str, coll: str, max_id: int) -> None:
-        super().__init__(daemon=True)
-        self.uri, self.database, self.coll, self.max_id = uri, database, coll, max_id
-        self.rng, self.next_id, self.ops = random.Random(5), max_id + 1, 0
-        self.stop_event, self.error = threading.Event(), None
-
-    def run(self) -> None:
-        try:
-            with connect(self.uri) as client:
-                coll = client[self.database][self.coll]
-                while not self.stop_event.is_set():
-                    self._one(coll)
-                    self.ops += 1
-        except BaseException as exc:  # surfaced by stop()
-            self.error = exc
-
-    def _one(self, coll) -> None:
-        action, target = self.rng.random(), self.rng.randint(1, self.max_id)
-        if action < 0.3:
-            coll.insert_one({"_id": self.next_id, "v": self.next_id, "note": "new"})
-            self.next_id += 1
-        elif action < 0.6:
-            coll.update_one({"_id": target}, {"$inc": {"v": 1}, "$set": {"note": "updated"}})
-        elif action < 0.8:
-            coll.replace_one({"_id": target}, {"v": -target, "note": "replaced"})
-        else:
-            coll.delete_one({"_id": target})
-
-    def stop(self) -> None:
-        """Stop and re-raise any error the writer hit."""
-        self.stop_event.set()
-        self.join(timeout=30)
-        if self.error:
-            raise self.error
-
-
-def _seed(uri: str, database: str, coll: str, count: int) -> None:
-    with connect(uri) as client:
-        client[database][coll].insert_many([{"_id": i, "v": i, "note": "seed"} for i in range(1, count + 1)])
-
-
-def _assert_current_equals_source(uri: str, database: str, coll: str, folder: Path) -> None:
-    with connect(uri) as client:
-        source = {d["_id"]: (d.get("v"), d.get("note")) for d in client[database][coll].find()}
-    current = latest_versions(read_parquet(str(folder)), ["_id"]).to_pylist()
-    got = {r["_id"]: (r["v"], r["note"]) for r in current}
-    assert got == source
-
-
 def test_changes_during_full_load_converge_through_cdc(mongo_server, mongo_db, tmp_path):
-    _seed(mongo_server.uri, mongo_db, "acct", 6000)
+    seed_documents(mongo_server.uri, mongo_db, "acct", 6000)
     src = _config(tmp_path, mongo_server.uri, mongo_db)
     discover_catalog(src, tmp_path / "cat.json", {"acct": "cdc"})
     dst, root = _dest(tmp_path)
@@ -182,7 +129,7 @@ def test_changes_during_full_load_converge_through_cdc(mongo_server, mongo_db, t
         writer.stop()
     assert writer.ops > 0
     sync_once(src, tmp_path / "cat.json", dst, state)  # the changes after the load's position
-    _assert_current_equals_source(mongo_server.uri, mongo_db, "acct", root / mongo_db / "acct")
+    assert_lake_equals_collection(mongo_server.uri, mongo_db, "acct", root / mongo_db / "acct")
     saved = json.loads(state.read_text())["streams"][0]
     assert saved["sync_type"] == "cdc" and isinstance(saved["stream_state"]["cursor_field"], str)
 
@@ -194,11 +141,11 @@ def test_changes_during_full_load_converge_through_cdc(mongo_server, mongo_db, t
     result = run_olake("sync", "--source", src, "--destination", dst, "--catalog", str(tmp_path / "cat.json"),
                        "--state", str(state))
     assert result.returncode == 0, result.stderr.decode()[-3000:]
-    _assert_current_equals_source(mongo_server.uri, mongo_db, "acct", root / mongo_db / "acct")
+    assert_lake_equals_collection(mongo_server.uri, mongo_db, "acct", root / mongo_db / "acct")
 
 
 def test_sigkill_in_full_load_and_in_change_capture_then_resume(mongo_server, mongo_db, tmp_path):
-    _seed(mongo_server.uri, mongo_db, "big", 8000)
+    seed_documents(mongo_server.uri, mongo_db, "big", 8000)
     src = _config(tmp_path, mongo_server.uri, mongo_db)
     discover_catalog(src, tmp_path / "cat.json", {"big": "cdc"})
     dst, root = _dest(tmp_path)
@@ -208,7 +155,7 @@ def test_sigkill_in_full_load_and_in_change_capture_then_resume(mongo_server, mo
     chunks = json.loads(state.read_text())["streams"][0]["stream_state"]["chunks"]
     assert 3 <= sum(c["status"] == "succeed" for c in chunks) < len(chunks), "killed inside the load"
     sync_once(src, tmp_path / "cat.json", dst, state)
-    _assert_current_equals_source(mongo_server.uri, mongo_db, "big", root / mongo_db / "big")
+    assert_lake_equals_collection(mongo_server.uri, mongo_db, "big", root / mongo_db / "big")
 
     with connect(mongo_server.uri) as client:  # one cluster time per change: many checkpoints
         coll = client[mongo_db].big
@@ -231,7 +178,7 @@ def test_sigkill_in_full_load_and_in_change_capture_then_resume(mongo_server, mo
     reader.wait()
     writer.communicate(timeout=60)
     sync_once(src, tmp_path / "cat.json", dst, state)
-    _assert_current_equals_source(mongo_server.uri, mongo_db, "big", root / mongo_db / "big")
+    assert_lake_equals_collection(mongo_server.uri, mongo_db, "big", root / mongo_db / "big")
 
 
 def _small_oplog_server(tmp_path: Path):
@@ -246,7 +193,7 @@ def test_lost_resume_token_fails_or_resyncs(mongo_server, tmp_path):
     if mongo_server.real_mongod:
         pytest.skip("needs a server whose oplog can be rolled over quickly (SecantusDB with a 200-entry oplog)")
     with _small_oplog_server(tmp_path) as server:
-        _seed(server.uri, "shop", "orders", 500)
+        seed_documents(server.uri, "shop", "orders", 500)
         src = _config(tmp_path, server.uri, "shop", on_position_lost="resync")
         discover_catalog(src, tmp_path / "cat.json", {"orders": "cdc"}, only={"orders"})
         dst, root = _dest(tmp_path)
@@ -266,14 +213,14 @@ def test_lost_resume_token_fails_or_resyncs(mongo_server, tmp_path):
         assert state.read_bytes() == before
         result = sync_once(src, tmp_path / "cat.json", dst, state)
         assert b"re-syncing with a fresh full load" in result.read_stderr
-        _assert_current_equals_source(server.uri, "shop", "orders", root / "shop" / "orders")
+        assert_lake_equals_collection(server.uri, "shop", "orders", root / "shop" / "orders")
 
 
 def test_cdc_on_a_server_without_change_streams_is_a_config_error(tmp_path):
     from secantus import SecantusDBServer
 
     with SecantusDBServer(storage_path=str(tmp_path / "standalone"), replica_set_name=None) as server:
-        _seed(server.uri, "shop", "orders", 10)
+        seed_documents(server.uri, "shop", "orders", 10)
         src = _config(tmp_path, server.uri, "shop")
         catalog = discover_catalog(src, tmp_path / "cat.json", {})
         assert "cdc" not in catalog["streams"][0]["supported_sync_modes"]

@@ -3,7 +3,9 @@
 A change stream's ``updateLookup`` gives ``fullDocument: null`` when the lookup finds nothing (the
 document was deleted before it, or, on SecantusDB, a document whose ``_id`` is null). Such an update
 is looked up again by key; when the document is gone the update is skipped only once its delete has
-been read in the same run, even when that delete lies beyond the run's bound.
+been read in the same run, even when that delete lies beyond the run's bound. Following a quiet
+collection while the rest of the database changes moves its position to the post-batch resume token,
+and nothing made after such a position is taken for a change already read.
 """
 
 from __future__ import annotations
@@ -11,8 +13,12 @@ from __future__ import annotations
 import json
 
 from olake_cli.core.catalog import CatalogStream
+from olake_cli.core.follow import Follow
+from olake_cli.core.opid import OpId
 from olake_cli.core.state import State, StreamState
-from olake_cli.sources.mongodb.capture import _EventReader, cluster_op
+from olake_cli.sources.mongodb import change_events
+from olake_cli.sources.mongodb.change_events import ChangeEventReader
+from olake_cli.sources.mongodb.change_positions import MongoPosition, cluster_op, idle_position, token_time
 from olake_cli.sources.mongodb.source import MongoSource
 from tests.support.cdc import discover_catalog
 from tests.support.cli import write_json
@@ -81,8 +87,8 @@ def test_a_gone_document_makes_the_run_read_past_its_bound_to_the_delete(mongo_s
         coll.update_one({"_id": 2}, {"$set": {"v": 1}})  # after the delete: not part of this run
         position = capture.position_of(state.find(mongo_db, "things"))
         with capture._watch(client, {"_data": position.token}) as change_stream:
-            reader = _EventReader(capture, [stream], bound, capture._database(client))
-            batches = list(reader.batches(change_stream))
+            reader = ChangeEventReader(capture, [stream], capture._database(client))
+            batches = list(reader.batches(change_stream, bound))
     assert [(op, _id) for op, _id, _ in _changes(batches)] == [("u", 3), ("d", 1)]
     assert batches[-1].position.op > bound
     assert all(batch.position is None for batch in batches[:-1])
@@ -113,3 +119,41 @@ def test_updates_without_a_post_image_reach_both_destinations(mongo_server, mong
         run(src, tmp_path / "cat.json", dst, state)
         got = {r["_id"]: r["v"] for r in rows().select(["_id", "v"]).to_pylist()}
         assert got == {"null": 2, '{"$numberInt": "1"}': 2}  # _id is bson (null, ints): canonical EJSON
+
+
+def test_following_a_quiet_collection_moves_to_the_post_batch_token_and_misses_nothing(
+        mongo_server, mongo_db, monkeypatch):
+    """Only another collection changes: each idle checkpoint carries a newer post-batch token with a
+    growing op id, and a change made after the last one is read from it and kept above its op id."""
+    monkeypatch.setattr(change_events, "IDLE_CHECKPOINT_S", 0.2)  # 10 s in a run
+    with connect(mongo_server.uri) as client:
+        client[mongo_db].things.insert_one({"_id": 1, "v": 0})
+        capture, stream, state = _capture(mongo_server, mongo_db, "things")
+        follow, idle = Follow(commit_interval_s=0.1), []
+        for batch in capture.follow([stream], state, follow):
+            assert not batch.runs and batch.position is not None
+            idle.append(batch.position)
+            client[mongo_db].other.insert_one({"n": len(idle)})  # the rest of the database moves on
+            if len({p.token for p in idle}) == 3:
+                follow.stop.set()
+        client[mongo_db].things.update_one({"_id": 1}, {"$set": {"v": 1}})
+    ops = [p.op for p in idle]
+    assert ops == sorted(set(ops)) and ops[0] > capture.start_position().op
+    resumed = State(streams=[capture.with_position(state.find(mongo_db, "things"), idle[-1])])
+    batches = list(capture.read([stream], resumed))
+    assert [(op, _id, data["v"]) for op, _id, data in _changes(batches)] == [("u", 1, 1)]
+    assert sum(len(run.after(idle[-1].op)) for batch in batches for run in batch.runs) == 1
+
+
+def test_an_idle_token_never_covers_more_than_the_cluster_time_it_names():
+    """A MongoDB (KeyString) token resuming at an earlier cluster time than the one read before its empty
+    batch (a lagging majority point) is paired with its own; SecantusDB's (BSON) tokens name none."""
+    mongod = "82612E8513000000012B022C0100296E5A1004A5093ABB38FE4B9EA67F01BB1A96D812463C5F6964003C5F5F5F78000004"
+    named = (1630438675 << 32) | 1
+    assert token_time(mongod) == named
+    assert idle_position(mongod, OpId(named + 5, 0), None).op == OpId(named, 0)
+    assert idle_position(mongod, OpId(named - 5, 0), None).op == OpId(named - 5, 0)
+    assert idle_position(mongod, OpId(named - 5, 0), MongoPosition("x", OpId(named, 3))).op == OpId(named, 3)
+    secantus = "3b0000001073000200000011740007000000d67c0a6b026e001500000070726f62652e24636d642e6167677265676174650003" \
+               "6b00050000000000"
+    assert token_time(secantus) is None and idle_position(secantus, OpId(9, 0), None).op == OpId(9, 0)

@@ -19,12 +19,16 @@ def start_olake(args: list[str], log: Path, **popen) -> subprocess.Popen:
                                 start_new_session=True, **popen)
 
 
-def wait_until(check: Callable[[], bool], what: str, timeout: float = 90) -> None:
-    """Poll ``check`` until it is true; fail naming ``what`` after ``timeout`` seconds."""
+def wait_until(check: Callable[[], bool], what: str, timeout: float = 90,
+               run: subprocess.Popen | None = None) -> None:
+    """Poll ``check`` until it is true; fail naming ``what`` after ``timeout`` seconds, or as soon as
+    ``run`` (if given) has ended."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if check():
             return
+        if run is not None and run.poll() is not None:
+            raise AssertionError(f"the run ended (status {run.returncode}) before {what}")
         time.sleep(0.3)
     raise AssertionError(f"timed out waiting until {what}")
 
