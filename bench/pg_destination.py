@@ -217,7 +217,8 @@ _FIELD = re.compile(r"(\w+)\[[^\]]+\]:('(?:[^']|'')*'|\S+)")
 
 
 def write_replay_script(dsn: str, path: Path) -> int:
-    """The changes ``bench_slot_sql`` (test_decoding) holds as SQL statements; returns how many."""
+    """The changes to ``public.bench`` that ``bench_slot_sql`` (test_decoding) holds, as SQL statements;
+    returns how many (the slot decodes every table of the database, olake's ``_olake`` tables too)."""
     import psycopg
 
     count = 0
@@ -227,7 +228,10 @@ def write_replay_script(dsn: str, path: Path) -> int:
             if line.startswith(("BEGIN", "COMMIT")):
                 out.write(line.split()[0] + ";\n")
                 continue
-            kind, _, rest = line.partition(": ")[2].partition(": ")
+            table, _, change = line.partition(": ")
+            if table != "table public.bench":  # olake's own bookkeeping (_olake.slot_claims) is not replayed
+                continue
+            kind, _, rest = change.partition(": ")
             fields = _FIELD.findall(rest)
             if kind == "INSERT":
                 out.write(f"INSERT INTO bench ({', '.join(n for n, _ in fields)}) "
