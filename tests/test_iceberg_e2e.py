@@ -4,6 +4,7 @@ when its extension can be loaded) and compared with the source value by value.""
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 from pathlib import Path
@@ -21,15 +22,27 @@ from tests.support.verify import assert_table_matches
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "postgres" / "demo.sql"
 
 
+@functools.cache
+def _duckdb_iceberg_loads() -> bool:
+    """Whether DuckDB's iceberg extension loads here: asked once per process, as a failed load (no
+    network to fetch it) costs seconds each time."""
+    import duckdb
+
+    try:
+        duckdb.connect().execute("LOAD iceberg")
+    except duckdb.Error:
+        return False
+    return True
+
+
 def duckdb_rows(root: Path, namespace: str, name: str):
     """The same rows through DuckDB's iceberg_scan, or None when the extension cannot be loaded here."""
     import duckdb
 
-    con = duckdb.connect()
-    try:
-        con.execute("LOAD iceberg")
-    except duckdb.Error:
+    if not _duckdb_iceberg_loads():
         return None
+    con = duckdb.connect()
+    con.execute("LOAD iceberg")
     location = iceberg_table(root, namespace, name).metadata_location
     return con.execute(f"SELECT * FROM iceberg_scan('{location}')").to_arrow_table()
 
