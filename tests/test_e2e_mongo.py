@@ -145,8 +145,8 @@ def test_changes_during_full_load_converge_through_cdc(mongo_server, mongo_db, t
 
 
 def test_sigkill_in_full_load_and_in_change_capture_then_resume(mongo_server, mongo_db, tmp_path):
-    seed_documents(mongo_server.uri, mongo_db, "big", 8000)
-    src = _config(tmp_path, mongo_server.uri, mongo_db)
+    seed_documents(mongo_server.uri, mongo_db, "big", 2000)
+    src = _config(tmp_path, mongo_server.uri, mongo_db, chunk_documents=100)  # 20 chunks, as many commits
     discover_catalog(src, tmp_path / "cat.json", {"big": "cdc"})
     dst, root = _dest(tmp_path)
     state = tmp_path / "st.json"
@@ -159,9 +159,9 @@ def test_sigkill_in_full_load_and_in_change_capture_then_resume(mongo_server, mo
 
     with connect(mongo_server.uri) as client:  # one cluster time per change: many checkpoints
         coll = client[mongo_db].big
-        for i in range(1, 3001):
+        for i in range(1, 1501):
             coll.update_one({"_id": i}, {"$set": {"note": f"change {i}"}})
-    env = {**olake_env(), "OLAKE_CDC_CHECKPOINT_EVERY": "100"}
+    env = {**olake_env(), "OLAKE_CDC_CHECKPOINT_EVERY": "50"}
     reader = subprocess.Popen(olake_cmd("read", *read_args), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                               env=env)
     writer = subprocess.Popen(olake_cmd("write", "--config", dst, "--state", str(state)), stdin=reader.stdout,
