@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import socket
 import subprocess
 import threading
@@ -24,7 +23,7 @@ import psycopg
 
 from tests.support.cdc import discover_catalog
 from tests.support.cli import run_olake, trace_errors, write_json
-from tests.support.follow import start_olake, stop, wait_until
+from tests.support.follow import kill_and_restart, start_olake, stop, wait_until
 from tests.support.pg_compare import table_texts
 from tests.support.verify import latest_versions, read_parquet
 
@@ -121,11 +120,7 @@ def test_sync_follow_survives_a_kill_and_restarts_of_source_and_target_and_stops
     try:
         run = start_olake(args, log, stdout=subprocess.DEVNULL)
         wait_until(lambda: "following the change log" in log.read_text(), "the change phase starts")
-        time.sleep(random.Random(5).uniform(1.0, 4.0))
-        os.killpg(run.pid, signal.SIGKILL)
-        run.wait(timeout=30)
-        run = start_olake(args, log, stdout=subprocess.DEVNULL)
-        wait_until(lambda: log.read_text().count("following the change log") == 2, "the rerun follows")
+        run = kill_and_restart(run, args, log, seed=5)
         time.sleep(1.0)
         _restart(spare_cluster)
         wait_until(lambda: "trying again in" in log.read_text(), "the run notices the restart")

@@ -4,14 +4,11 @@ copy equals the table item by item; SIGTERM ends the run within 10 s with exit 0
 
 from __future__ import annotations
 
-import os
-import random
-import signal
 import subprocess
 import time
 
 from tests.support.cli import write_json
-from tests.support.follow import start_olake, stop, wait_until
+from tests.support.follow import kill_and_restart, start_olake, stop, wait_until
 from tests.support.dynamo import (ItemWriter, assert_equals_table, discovered_catalog, dynamo_source, first_schema,
                                   parquet_current, seed_accounts)
 
@@ -32,11 +29,7 @@ def test_sync_follow_of_a_dynamodb_table_converges_across_a_kill_and_stops_on_si
     try:
         wait_until(lambda: "following the change log" in log.read_text(), "the change phase starts")
         writer.start()
-        time.sleep(random.Random(9).uniform(1.0, 3.0))
-        os.killpg(run.pid, signal.SIGKILL)
-        run.wait(timeout=30)
-        run = start_olake(args, log, stdout=subprocess.DEVNULL)
-        wait_until(lambda: log.read_text().count("following the change log") == 2, "the rerun follows")
+        run = kill_and_restart(run, args, log, seed=9, high=3.0)
         time.sleep(3.0)
     finally:
         writer.stop()

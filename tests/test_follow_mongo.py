@@ -7,15 +7,12 @@ document; SIGTERM ends the run within 10 s with exit 0."""
 
 from __future__ import annotations
 
-import os
-import random
-import signal
 import subprocess
 import time
 
 from tests.support.cdc import discover_catalog
 from tests.support.cli import write_json
-from tests.support.follow import start_olake, stop, wait_until
+from tests.support.follow import kill_and_restart, start_olake, stop, wait_until
 from tests.support.mongo import MongoWriter, collection_rows, connect, lake_rows, seed_documents
 
 
@@ -32,11 +29,7 @@ def test_sync_follow_of_a_mongodb_collection_survives_a_kill_and_stops_on_sigter
     try:
         run = start_olake(args, log, stdout=subprocess.DEVNULL)
         wait_until(lambda: "following the change log" in log.read_text(), "the change phase starts", run=run)
-        time.sleep(random.Random(7).uniform(1.0, 4.0))
-        os.killpg(run.pid, signal.SIGKILL)
-        run.wait(timeout=30)
-        run = start_olake(args, log, stdout=subprocess.DEVNULL)
-        wait_until(lambda: log.read_text().count("following the change log") == 2, "the rerun follows", run=run)
+        run = kill_and_restart(run, args, log, seed=7)
         with connect(mongo_server.uri) as client:  # the connection drops under the stream, its resume, its retry
             client.admin.command("configureFailPoint", "failCommand", mode={"times": 3},
                                  data={"failCommands": ["getMore", "aggregate"], "closeConnection": True})

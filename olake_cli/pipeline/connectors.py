@@ -75,16 +75,8 @@ def run_read(config_path: str, catalog_path: str, state_path: str | None, spark:
     shows the progress (default: lines through ``log``). With ``--state`` the run holds the state file's
     read lock (``core.locks``).
     """
-    from olake_cli.pipeline.following import supervised
-
-    def attempt() -> None:
-        _read(config_path, catalog_path, state_path, spark, max_parallel, out, log, state_from, view, full_refresh,
-              follow)
-
-    if follow is None:
-        attempt()
-    else:
-        supervised(attempt, log)
+    _once_or_supervised(lambda: _read(config_path, catalog_path, state_path, spark, max_parallel, out, log,
+                                      state_from, view, full_refresh, follow), follow, log)
 
 
 def _read(config_path: str, catalog_path: str, state_path: str | None, spark: SparkOptions,
@@ -139,16 +131,8 @@ def run_sync(source_path: str, dest_path: str, catalog_path: str, state_path: st
     and checked: a source that fails leaves the destination untouched. A stream whose load the
     destination lost is then loaded anew (``recover.reload_lost_streams``).
     """
-    from olake_cli.pipeline.following import supervised
-
-    def attempt() -> None:
-        _sync(source_path, dest_path, catalog_path, state_path, spark, max_parallel, out, log, view, full_refresh,
-              follow)
-
-    if follow is None:
-        attempt()
-    else:
-        supervised(attempt, log)
+    _once_or_supervised(lambda: _sync(source_path, dest_path, catalog_path, state_path, spark, max_parallel, out,
+                                      log, view, full_refresh, follow), follow, log)
 
 
 def _sync(source_path: str, dest_path: str, catalog_path: str, state_path: str | None, spark: SparkOptions,
@@ -194,6 +178,17 @@ def _sync(source_path: str, dest_path: str, catalog_path: str, state_path: str |
                            following=following)
         finally:
             runner.close()
+
+
+def _once_or_supervised(attempt: Callable[[], None], follow: FollowOptions | None,
+                        log: Callable[[str], None]) -> None:
+    """A bounded run once; a following one started again after transient failures (``following.supervised``)."""
+    if follow is None:
+        attempt()
+        return
+    from olake_cli.pipeline.following import supervised
+
+    supervised(attempt, log)
 
 
 def check_state_folder(state_path: str | None) -> None:

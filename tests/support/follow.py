@@ -3,6 +3,8 @@ wait for what its log or the destination shows, stop it with a signal."""
 
 from __future__ import annotations
 
+import os
+import random
 import signal
 import subprocess
 import time
@@ -31,6 +33,19 @@ def wait_until(check: Callable[[], bool], what: str, timeout: float = 90,
             raise AssertionError(f"the run ended (status {run.returncode}) before {what}")
         time.sleep(0.3)
     raise AssertionError(f"timed out waiting until {what}")
+
+
+def kill_and_restart(run: subprocess.Popen, args: list[str], log: Path, seed: int, low: float = 1.0,
+                     high: float = 4.0) -> subprocess.Popen:
+    """SIGKILL the following ``run`` (its whole process group) at a seeded moment ``low``-``high`` seconds
+    into its change phase, start ``olake ARGS`` again and wait until that one follows; returns it."""
+    runs = log.read_text().count("following the change log")
+    time.sleep(random.Random(seed).uniform(low, high))
+    os.killpg(run.pid, signal.SIGKILL)
+    run.wait(timeout=30)
+    run = start_olake(args, log, stdout=subprocess.DEVNULL)
+    wait_until(lambda: log.read_text().count("following the change log") > runs, "the rerun follows", run=run)
+    return run
 
 
 def stop(proc: subprocess.Popen, signum: int = signal.SIGTERM) -> float:
