@@ -10,7 +10,8 @@ Starts one throwaway PostgreSQL (tests/support/pgcluster.py) and, in one run:
    timestamptz, date, boolean, double, uuid, jsonb; then VACUUM FREEZE so no reader pays for hint
    bits) and times each path (``--only`` picks some; the raw COPY baseline always runs):
      copy            psql ``COPY bench TO STDOUT (FORMAT binary)`` > /dev/null (the baseline)
-     sync-parquet    ``olake sync`` to Parquet
+     sync-parquet    ``olake sync`` to Parquet (up to the source's ``in_process_rows``, without Spark)
+     sync-parquet-spark  the same with ``"in_process_rows": 0``: the chunks as Spark tasks
      sync-iceberg    ``olake sync`` to Iceberg (``{"type": "iceberg", "path": DIR}``); "not available"
                      with the reason when ``olake spec --destination iceberg`` fails
      pipe-parquet    ``olake read | olake write`` to Parquet
@@ -91,6 +92,7 @@ from tests.support.pgcluster import PgCluster, create_database, start_cluster  #
 FULL_PATHS = {
     "copy": "raw `COPY bench TO STDOUT (FORMAT binary)` > /dev/null",
     "sync-parquet": "`olake sync` → Parquet",
+    "sync-parquet-spark": "`olake sync` → Parquet, chunks as Spark tasks (`in_process_rows` 0)",
     "sync-iceberg": "`olake sync` → Iceberg",
     "pipe-parquet": "`olake read \\| olake write` → Parquet",
     "dlt-connectorx": "dlt `sql_table` (connectorx) → Parquet",
@@ -302,13 +304,16 @@ def full_load(b: Bench, selected: set[str]) -> tuple[list[Row], dict]:
     def table(folder: str) -> Path:
         return work / folder / "public" / "bench"
 
-    if "sync-parquet" in selected:
-        r = row("sync-parquet")
-        b.write_json("dst-sync-parquet.json", {"type": "parquet", "path": str(work / "out-sync-parquet")})
-        b.run(r, f"{b.olake} sync --source src.json --destination dst-sync-parquet.json --catalog cat.json "
-                 f"--state st-sync-parquet.json > /dev/null 2> sync-parquet.log", "sync-parquet.log")
-        b.verify(r, n, lambda: parquet_rows(table("out-sync-parquet")))
-        drop(work / "out-sync-parquet", ignore_errors=True)
+    for key, source in (("sync-parquet", "src.json"), ("sync-parquet-spark", "src-spark.json")):
+        if key not in selected:
+            continue
+        r = row(key)
+        b.write_json("src-spark.json", {**src, "in_process_rows": 0})
+        b.write_json(f"dst-{key}.json", {"type": "parquet", "path": str(work / f"out-{key}")})
+        b.run(r, f"{b.olake} sync --source {source} --destination dst-{key}.json --catalog cat.json "
+                 f"--state st-{key}.json > /dev/null 2> {key}.log", f"{key}.log")
+        b.verify(r, n, lambda key=key: parquet_rows(table(f"out-{key}")))
+        drop(work / f"out-{key}", ignore_errors=True)
 
     if "sync-iceberg" in selected:
         r = row("sync-iceberg")

@@ -33,7 +33,7 @@ def test_rows_per_file_bounds_every_file(pg_cluster, pg_db, tmp_path):
         else:
             result = run_olake("sync", "--source", src, "--destination", dst, "--catalog", str(tmp_path / "cat.json"))
             assert result.returncode == 0, result.stderr.decode()[-2000:]
-            assert f"wrote 0 record(s) (plus {ROWS} row(s) written by the Spark tasks)".encode() in result.stderr
+            assert f"wrote 0 record(s) (plus {ROWS} row(s) written by the chunk tasks)".encode() in result.stderr
         folder = root / "public" / "items"
         sizes = sorted(pq.ParquetFile(f).metadata.num_rows for f in folder.glob("*.parquet"))
         assert sum(sizes) == ROWS and max(sizes) == 700, sizes

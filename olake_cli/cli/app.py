@@ -168,7 +168,7 @@ def sync(source: str = typer.Option(..., "--source", metavar="FILE", help="Sourc
          max_parallel: int | None = PARALLEL_OPT, full_refresh: list[str] | None = FULL_REFRESH_OPT,
          follow: bool = FOLLOW_OPT, commit_interval: float | None = INTERVAL_OPT,
          metrics_port: int | None = METRICS_OPT) -> None:
-    """Read and write in one process (full-load chunks are written by the Spark tasks); prints STATEs.
+    """Read and write in one process (full-load chunks are written by the chunk tasks); prints STATEs.
 
     Resumes from the state the destination committed with its rows, with or without --state; a stream
     the destination holds nothing of is loaded in full, and so is each --full-refresh STREAM.

@@ -391,8 +391,8 @@ class ChunkRunner(Protocol):
         """``func(task)`` for every task, in completion order (closing it cancels the tasks in flight)."""
         ...
 
-    def prestart(self) -> None:
-        """Start the engine in the background (a full load follows)."""
+    def expect_load(self, rows: int | None) -> None:
+        """A full load of about ``rows`` rows (None: unknown) is planned; the engine may start now."""
         ...
 
     def close(self) -> None:

@@ -83,8 +83,9 @@ class SparkChunkRunner:
         if removed:
             self._log(f"removed {removed} file(s) a killed or failed run left in the spool {self.spool.describe()}")
 
-    def prestart(self) -> None:
-        """Start the session in the background now, so its start-up overlaps the driver's planning."""
+    def expect_load(self, rows: int | None) -> None:
+        """A full load follows (of about ``rows`` rows): start the session in the background now, so its
+        start-up overlaps the driver's planning."""
         if self._spark is not None or self._starting is not None:
             return
 

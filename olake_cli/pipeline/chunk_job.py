@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 import random
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from olake_cli.core.contracts import (BinaryCopyReader, BinaryCopySink, ChunkReader, ChunkSink, ResumableReader,
                                      WireColumnsReader)
@@ -149,13 +149,26 @@ def _open_spool(job: ChunkJob, result: ScanResult):
     return handle
 
 
-def in_a_thread(func: Callable[[Any], Any], items: list) -> Iterator[Any]:
-    """``map(func, items)``, each call made by a helper thread while the main thread waits for it: a
-    driver's blocking call in the main thread may take SIGINT over (ADBC cancels its query, and Ctrl-C
-    would read as a failed scan), and the wait itself ends at once on an interrupt."""
-    pool = ThreadPoolExecutor(1, thread_name_prefix="olake-pass")
+def in_threads(func: Callable[[Any], Any], items: Iterable[Any], workers: int = 1) -> Iterator[Any]:
+    """``func(item)`` for every item on ``workers`` helper threads, results in completion order (with one
+    worker, in the items' order); a new call starts only when a result has been handed on, and closing
+    the iterator starts no more. The main thread only waits: a driver's blocking call in it may take
+    SIGINT over (ADBC cancels its query, and Ctrl-C would read as a failed scan), and the wait itself
+    ends at once on an interrupt."""
+    pending = iter(items)
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="olake-scan")
+    in_flight: set[Future] = set()
     try:
-        for item in items:
-            yield pool.submit(func, item).result()
+        while True:
+            while len(in_flight) < workers and (item := next(pending, _NONE)) is not _NONE:
+                in_flight.add(pool.submit(func, item))
+            if not in_flight:
+                return
+            done, in_flight = wait(in_flight, return_when=FIRST_COMPLETED)
+            for future in done:
+                yield future.result()
     finally:
-        pool.shutdown(wait=False)
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+_NONE = object()

@@ -219,15 +219,19 @@ def _target(spark: SparkOptions, source_config: dict[str, Any]):
 def _runner(target, max_parallel: int | None, source_config: dict[str, Any], log: Callable[[str], None]):
     """The chunk runner of a run: ``--max-parallel`` or the source's ``max_parallel`` (else the cluster's
     cores), capped by the source's ``max_connections``; ``read``'s tasks on a cluster spool into the
-    source's ``spark.spool`` when it names one."""
+    source's ``spark.spool`` when it names one; small loads on a local master skip Spark (``load_runner``)."""
     from olake_cli.engine.chunk_runner import SparkChunkRunner
     from olake_cli.engine.session import start_session
+    from olake_cli.pipeline.load_runner import DEFAULT_IN_PROCESS_ROWS, LoadRunner
     from olake_cli.shared.spool import Spool
 
-    return SparkChunkRunner(lambda: start_session(target), max_parallel or source_config.get("max_parallel"),
-                            local=target.local, log=log, archive_name=target.archive_name,
-                            max_connections=source_config.get("max_connections", DEFAULT_MAX_CONNECTIONS),
-                            spool=Spool.of(source_config.get("spark")))
+    parallel = max_parallel or source_config.get("max_parallel")
+    connections = source_config.get("max_connections", DEFAULT_MAX_CONNECTIONS)
+    engine = SparkChunkRunner(lambda: start_session(target), parallel, local=target.local, log=log,
+                              archive_name=target.archive_name, max_connections=connections,
+                              spool=Spool.of(source_config.get("spark")))
+    return LoadRunner(engine, target.local, source_config.get("in_process_rows", DEFAULT_IN_PROCESS_ROWS),
+                      parallel, connections, log)
 
 
 def shutdown_engine() -> None:

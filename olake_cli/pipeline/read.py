@@ -24,7 +24,7 @@ from olake_cli.core.schema_drift import (apply_to_catalog, changed_columns, colu
                                          record_in_state, widened)
 from olake_cli.core.state import Chunk, State, StreamState, finish_full_load_if_done
 from olake_cli.pipeline.changes import capturing, require_following, run_change_phase
-from olake_cli.pipeline.chunk_job import ChunkJob, in_a_thread, run_chunk_job
+from olake_cli.pipeline.chunk_job import ChunkJob, in_threads, run_chunk_job
 from olake_cli.pipeline.progress import LineView, Progress, ProgressView
 from olake_cli.pipeline.stream_work import (NEXT_SYNC_TYPE, StreamRun, column_types, decide_work, pass_op_id,
                                             reload_reason)
@@ -92,11 +92,6 @@ class ReadPipeline:
     def _run_streams(self, streams: list[CatalogStream], session: ReadSession) -> None:
         """Full loads and incremental passes, then change capture; a final STATE; raise the first error."""
         cdc_streams = [s for s in streams if s.sync_mode == "cdc"]
-        if any(decide_work(s, self.state.find(s.namespace, s.name)) != "continue" and not self._skips_load(s)
-               for s in streams):
-            # a full load follows and every input has been checked: the JVM starts while the driver
-            # exports the snapshot and plans the chunks
-            self.runner.prestart()
         with session:
             runs = [self._prepare(stream, session) for stream in streams]
             self._scan_all(runs, session)
@@ -149,6 +144,8 @@ class ReadPipeline:
         for index, chunk in enumerate(ss.chunks or []):  # none when the load had nothing to do
             if chunk.status != "succeed":
                 run.jobs.append(self._job(stream, session, index, session.chunk_reader(stream, ss, index)))
+        if run.jobs:  # Spark, when the loads need it, starts while the driver plans the other streams
+            self.runner.expect_load(run.row_estimate)
         planned = len(ss.chunks or [])
         self.progress.stream_started(stream.label, planned, run.row_estimate, done=planned - len(run.jobs))
         return run
@@ -254,7 +251,7 @@ class ReadPipeline:
         # resume_point) leaves its rest to a new chunk, scanned in the next batch.
         while jobs or passes:
             scans = self.runner.run(run_chunk_job, jobs)
-            results = itertools.chain(scans, in_a_thread(run_chunk_job, passes))
+            results = itertools.chain(scans, in_threads(run_chunk_job, passes))
             jobs, passes = [], []
             for result in results:
                 run = by_key[(result.namespace, result.stream)]

@@ -94,7 +94,7 @@ class WritePipeline:
             raise
         uncommitted = self.opened and self.buffers.has_uncommitted()  # never made live: the errors say so
         by_tasks = self.rows_by_tasks()
-        tasks = f" (plus {by_tasks} row(s) written by the Spark tasks)" if by_tasks else ""
+        tasks = f" (plus {by_tasks} row(s) written by the chunk tasks)" if by_tasks else ""
         if self.records or self.states or by_tasks:
             self.log(f"wrote {self.records} record(s){tasks}, committed {self.states} state(s) "
                      f"from {runs.lineno} line(s)")
