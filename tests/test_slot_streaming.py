@@ -100,6 +100,37 @@ def test_a_busy_consumer_keeps_the_walsender_alive(pg_cluster, pg_db, conn, slot
     assert ids == list(range(1, 40 * 1000 + 1))
 
 
+def test_following_a_busy_log_hands_on_what_each_batch_completed(pg_cluster, pg_db, conn, slot) -> None:
+    """Following (no end), with a writer that never lets the server idle and a consumer slower than the
+    log: the rows of every transaction a batch completed are handed on with that batch, not held until
+    RUN_ROWS more rows arrive (which kept a steady 1,000 rows/s several seconds behind)."""
+    import threading
+
+    from olake_cli.sources.postgres.change_feed import RUN_ROWS
+
+    total, batch = 3000 * 5, 500
+    def write() -> None:
+        with psycopg.connect(pg_cluster.dsn(pg_db), autocommit=True) as other:
+            insert_transactions(other, "t", 3000, 5, 10)
+
+    writer = threading.Thread(target=write)
+    ids: list[int] = []
+    sizes: list[int] = []
+    with read_changes(conn, slot, PUB, None, batch_size=batch) as feed:
+        writer.start()
+        for run in feed.runs():
+            if run is None:  # an idle moment
+                continue
+            sizes.append(len(run))
+            ids += [int(x) for x in run.new[0].texts.to_pylist()]
+            if len(ids) >= total:
+                break
+            time.sleep(0.02)  # a destination busy with the run before
+    writer.join()
+    assert ids == list(range(1, total + 1))
+    assert max(sizes) <= 2 * batch < RUN_ROWS, sizes  # a transaction cut by a batch's end waits for the next
+
+
 def read_idle_stream(config: dict, position: str) -> str:
     """One change read as ``read`` does it, for stream ``t`` at ``position``; returns the position the
     run ends at (its last batch's), after checking that no change of ``t`` came."""

@@ -45,6 +45,7 @@ ConnectionSource = psycopg.Connection | Callable[[], psycopg.Connection]
 _IS_ROW_CHANGE = np.zeros(256, bool)  # by a message's first byte: Insert, Update, Delete
 _IS_ROW_CHANGE[list(b"IUD")] = True
 _FIRST = operator.itemgetter(0)
+_COMMIT = ord("C")
 _U32 = struct.Struct(">I").unpack_from
 SLOT_BUSY_WAIT_S = 5.0  # a slot another process holds is awaited this long, then the run fails (transient)
 RUN_ROWS = 5000  # a run is cut at the first commit after this many rows, and anywhere at twice as many
@@ -234,6 +235,7 @@ class ChangeStream:
         commit_lsn = seq = ts = xid = 0
         skipping = False  # the transaction came from an origin the routing skips
         inside = False  # between a Begin and its Commit
+        following = self.upto_lsn is None
         for item in batches:  # the row changes between two other messages are taken a stretch at a time
             if type(item) is Idle:
                 if not inside:
@@ -244,7 +246,11 @@ class ChangeStream:
                     yield None
                 continue
             lsns, datas = item
-            others = np.flatnonzero(~_IS_ROW_CHANGE[np.frombuffer(bytes(map(_FIRST, datas)), np.uint8)]).tolist()
+            kinds = np.frombuffer(bytes(map(_FIRST, datas)), np.uint8)
+            others = np.flatnonzero(~_IS_ROW_CHANGE[kinds]).tolist()
+            # following, the rows of the transactions this batch completes go on with it (a busy log
+            # sends no idle moment to hand them on at, and more rows may take seconds to come)
+            handed = int(np.flatnonzero(kinds == _COMMIT)[-1]) if following and (kinds == _COMMIT).any() else -1
             start = 0
             for at in others + [len(datas)]:
                 if at > start and not skipping:
@@ -270,7 +276,7 @@ class ChangeStream:
                     inside = False
                     if pending is not None:
                         pending.ends_at = msg.end_lsn
-                        if len(pending) >= self._run_rows:
+                        if len(pending) >= self._run_rows or at == handed:
                             yield pending.finish(encoding)
                             pending = None
                 elif kind is Relation:
