@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import socket
 import subprocess
-import threading
 import time
 import urllib.request
 
@@ -23,46 +21,11 @@ import psycopg
 
 from tests.support.cdc import discover_catalog
 from tests.support.cli import run_olake, trace_errors, write_json
-from tests.support.follow import kill_and_restart, start_olake, stop, wait_until
+from tests.support.follow import Incrementer, kill_and_restart, start_olake, stop, wait_until
 from tests.support.pg_compare import table_texts
 from tests.support.verify import latest_versions, read_parquet
 
 ROWS = 400
-
-
-class Incrementer(threading.Thread):
-    """``UPDATE t SET v = v + 1`` on a few rows, an INSERT and a DELETE now and then, in small transactions;
-    reconnects when the server restarts."""
-
-    def __init__(self, dsn: str, seed: int, pause: float = 0.005) -> None:
-        super().__init__(daemon=True)
-        self.dsn, self.rng, self.pause = dsn, random.Random(seed), pause
-        self.stop_event, self.transactions, self.next_id = threading.Event(), 0, ROWS + 1
-
-    def run(self) -> None:
-        while not self.stop_event.is_set():
-            try:
-                with psycopg.connect(self.dsn, autocommit=True) as conn:
-                    while not self.stop_event.is_set():
-                        self._one(conn)
-                        time.sleep(self.pause)
-            except psycopg.OperationalError:
-                time.sleep(0.2)  # the server restarts
-
-    def _one(self, conn: psycopg.Connection) -> None:
-        first = self.rng.randint(1, ROWS)
-        with conn.transaction():
-            conn.execute("UPDATE t SET v = v + 1 WHERE id BETWEEN %s AND %s", (first, first + 3))
-            if self.rng.random() < 0.1:
-                conn.execute("INSERT INTO t VALUES (%s, 1, 'new')", (self.next_id,))
-                self.next_id += 1
-            if self.rng.random() < 0.05:
-                conn.execute("DELETE FROM t WHERE id = %s", (self.rng.randint(1, ROWS),))
-        self.transactions += 1
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        self.join(timeout=30)
 
 
 def _source(dsn: str) -> None:

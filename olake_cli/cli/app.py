@@ -52,6 +52,9 @@ INTERVAL_OPT = typer.Option(None, "--commit-interval", metavar="SECONDS", help="
 METRICS_OPT = typer.Option(None, "--metrics-port", min=1, max=65535, metavar="PORT", help="With --follow: serve "
                            "Prometheus metrics on http://0.0.0.0:PORT/metrics (changes, commits, lag, source backlog, "
                            "retries).")
+DISCOVERY_OPT = typer.Option(None, "--discovery-interval", min=0, metavar="SECONDS", help="With --follow: look "
+                             "for new and dropped tables or collections this often (default 60; 0: never); the "
+                             "catalog's new_streams says what a new one gets.")
 LogFormat = Enum("LogFormat", {name: name for name in LOG_FORMATS}, type=str)
 
 
@@ -132,7 +135,7 @@ def read(config: str = CONFIG_OPT, catalog: str = CATALOG_OPT, state: str | None
          spark_master: str | None = MASTER_OPT, spark_remote: str | None = REMOTE_OPT,
          max_parallel: int | None = PARALLEL_OPT, full_refresh: list[str] | None = FULL_REFRESH_OPT,
          follow: bool = FOLLOW_OPT, commit_interval: float | None = INTERVAL_OPT,
-         metrics_port: int | None = METRICS_OPT) -> None:
+         metrics_port: int | None = METRICS_OPT, discovery_interval: float | None = DISCOVERY_OPT) -> None:
     """Read the selected streams and print RECORD and STATE messages on stdout.
 
     Without --state or --state-from every stream starts from the beginning; to resume a pipe, give the
@@ -143,7 +146,8 @@ def read(config: str = CONFIG_OPT, catalog: str = CATALOG_OPT, state: str | None
     # command_guard: click would turn these into a silent exit 1 or "Aborted!"
     with command_guard(shutdown_engine), progress_view() as view:
         run_read(config, catalog, state, SparkOptions(spark_master, spark_remote), max_parallel, protocol_writer(),
-                 log, state_from, view, tuple(full_refresh or ()), _follow_options(follow, commit_interval, metrics_port))
+                 log, state_from, view, tuple(full_refresh or ()), _follow_options(follow, commit_interval, metrics_port,
+                                                                        discovery_interval))
     _stopped(follow)
 
 
@@ -167,7 +171,7 @@ def sync(source: str = typer.Option(..., "--source", metavar="FILE", help="Sourc
          spark_master: str | None = MASTER_OPT, spark_remote: str | None = REMOTE_OPT,
          max_parallel: int | None = PARALLEL_OPT, full_refresh: list[str] | None = FULL_REFRESH_OPT,
          follow: bool = FOLLOW_OPT, commit_interval: float | None = INTERVAL_OPT,
-         metrics_port: int | None = METRICS_OPT) -> None:
+         metrics_port: int | None = METRICS_OPT, discovery_interval: float | None = DISCOVERY_OPT) -> None:
     """Read and write in one process (full-load chunks are written by the chunk tasks); prints STATEs.
 
     Resumes from the state the destination committed with its rows, with or without --state; a stream
@@ -177,18 +181,23 @@ def sync(source: str = typer.Option(..., "--source", metavar="FILE", help="Sourc
 
     with command_guard(shutdown_engine), progress_view() as view:
         run_sync(source, destination, catalog, state, SparkOptions(spark_master, spark_remote), max_parallel,
-                 protocol_writer(), log, view, tuple(full_refresh or ()), _follow_options(follow, commit_interval, metrics_port))
+                 protocol_writer(), log, view, tuple(full_refresh or ()), _follow_options(follow, commit_interval, metrics_port,
+                                                                        discovery_interval))
     _stopped(follow)
 
 
-def _follow_options(follow: bool, commit_interval: float | None, metrics_port: int | None):
-    """``--follow``, ``--commit-interval`` and ``--metrics-port`` as the use cases take them (None: a bounded run)."""
+def _follow_options(follow: bool, commit_interval: float | None, metrics_port: int | None,
+                    discovery_interval: float | None):
+    """``--follow`` and the options that go with it as the use cases take them (None: a bounded run)."""
     from olake_cli.pipeline.connectors import FollowOptions
+    from olake_cli.pipeline.live_discovery import DEFAULT_DISCOVERY_INTERVAL_S
 
-    for given, name in ((commit_interval, "--commit-interval"), (metrics_port, "--metrics-port")):
+    for given, name in ((commit_interval, "--commit-interval"), (metrics_port, "--metrics-port"),
+                        (discovery_interval, "--discovery-interval")):
         if given is not None and not follow:
             raise ConfigError(f"{name} applies to --follow runs only")
-    return FollowOptions(commit_interval, metrics_port) if follow else None
+    interval = DEFAULT_DISCOVERY_INTERVAL_S if discovery_interval is None else discovery_interval
+    return FollowOptions(commit_interval, metrics_port, interval) if follow else None
 
 
 def _stopped(follow: bool) -> None:

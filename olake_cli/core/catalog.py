@@ -144,6 +144,7 @@ class Catalog:
     """All streams of a catalog, in file order."""
 
     streams: list[CatalogStream] = field(default_factory=list)
+    new_streams: str = "ignore"  # following: what a stream found later gets (``core.live_discovery``)
 
     def selected_streams(self) -> list[CatalogStream]:
         """The streams to copy."""
@@ -158,7 +159,10 @@ class Catalog:
 
     def to_dict(self) -> dict:
         """The bare catalog object ``{"streams": [...]}``."""
-        return {"streams": [s.to_dict() for s in self.streams]}
+        out: dict[str, Any] = {"streams": [s.to_dict() for s in self.streams]}
+        if self.new_streams != "ignore":
+            out["new_streams"] = self.new_streams
+        return out
 
 
 def parse_catalog(obj: Any, what: str = "catalog") -> Catalog:
@@ -166,7 +170,8 @@ def parse_catalog(obj: Any, what: str = "catalog") -> Catalog:
     if isinstance(obj, dict) and obj.get("type") == "CATALOG" and "catalog" in obj:
         obj = obj["catalog"]
     validate(obj, "catalog", what, CatalogError)
-    catalog = Catalog([CatalogStream.from_dict(flat_entry(entry)) for entry in obj["streams"]])
+    catalog = Catalog([CatalogStream.from_dict(flat_entry(entry)) for entry in obj["streams"]],
+                      obj.get("new_streams", "ignore"))
     seen: set[tuple[str | None, str]] = set()
     for stream in catalog.streams:
         if stream.key in seen:

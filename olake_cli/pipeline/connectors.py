@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 from collections.abc import Callable
@@ -23,11 +23,12 @@ DEFAULT_MAX_CONNECTIONS = 8  # chunks of one run reading the source at once, wha
 
 @dataclass(frozen=True)
 class FollowOptions:
-    """The command line's ``--follow``: seconds between commits (None: the destination's default), and
-    the port to serve Prometheus metrics on (None: none)."""
+    """The command line's ``--follow``: seconds between commits (None: the destination's default), the
+    port to serve Prometheus metrics on (None: none), seconds between discoveries (0: none)."""
 
     commit_interval_s: float | None = None
     metrics_port: int | None = None
+    discovery_interval_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,8 @@ def _read(config_path: str, catalog_path: str, state_path: str | None, spark: Sp
     from olake_cli.pipeline.recover import forget_marked, starting_state, streams_named
 
     _, kind, config = load_config(config_path, role="source")
-    catalog = load_catalog(catalog_path)
+    source = make_source(kind, config)
+    catalog = _followed_catalog(source, load_catalog(catalog_path), follow, log)
     refresh = streams_named(catalog, list(full_refresh), "--full-refresh")
     check_state_folder(state_path)
     destination = None
@@ -105,16 +107,18 @@ def _read(config_path: str, catalog_path: str, state_path: str | None, spark: Sp
                 log(note)
             forget_marked(start.state, refresh)
 
-        source = make_source(kind, config)
         runner = _runner(_target(spark, config), max_parallel, config, log)
         try:
             pipeline = pipeline_identity("read", destination and destination.lock_path(), state_from, state_path)
             following = following_read(state_path, destination, catalog, follow, log) \
                 if follow else None
-            ReadPipeline(source, catalog, start.state, out, runner, log, view=view, on_source_open=source_open,
-                         pipeline=pipeline, follow=following).run()
+            with _watching(source, catalog, follow, following, log) as watch:
+                ReadPipeline(source, catalog, start.state, out, runner, log, view=view, on_source_open=source_open,
+                             pipeline=pipeline, follow=following).run()
         finally:
             runner.close()
+    if watch is not None:
+        watch.raise_if_changed()
 
 
 def run_sync(source_path: str, dest_path: str, catalog_path: str, state_path: str | None,
@@ -144,10 +148,10 @@ def _sync(source_path: str, dest_path: str, catalog_path: str, state_path: str |
 
     _, source_kind, source_config = load_config(source_path, role="source")
     _, dest_kind, dest_config = load_config(dest_path, role="destination")
-    catalog = load_catalog(catalog_path)
+    source = make_source(source_kind, source_config)
+    catalog = _followed_catalog(source, load_catalog(catalog_path), follow, log)
     refresh = streams_named(catalog, list(full_refresh), "--full-refresh")
     check_state_folder(state_path)
-    source = make_source(source_kind, source_config)
     destination = make_destination(dest_kind, dest_config, log)
     target = _target(spark, source_config)
     sink = destination.chunk_sink()
@@ -172,12 +176,15 @@ def _sync(source_path: str, dest_path: str, catalog_path: str, state_path: str |
         runner = _runner(target, max_parallel, source_config, log)
         following = following_sync(destination, start.state, follow) if follow else None
         try:
-            run_in_process(source, destination, catalog, start.state, store, sink, runner, out, log, view,
-                           on_source_open=open_destination,
-                           pipeline=pipeline_identity("sync", destination.lock_path(), dest_path, state_path),
-                           following=following)
+            with _watching(source, catalog, follow, following and following.follow, log) as watch:
+                run_in_process(source, destination, catalog, start.state, store, sink, runner, out, log, view,
+                               on_source_open=open_destination,
+                               pipeline=pipeline_identity("sync", destination.lock_path(), dest_path, state_path),
+                               following=following)
         finally:
             runner.close()
+    if watch is not None:
+        watch.raise_if_changed()
 
 
 def _once_or_supervised(attempt: Callable[[], None], follow: FollowOptions | None,
@@ -189,6 +196,24 @@ def _once_or_supervised(attempt: Callable[[], None], follow: FollowOptions | Non
     from olake_cli.pipeline.following import supervised
 
     supervised(attempt, log)
+
+
+def _followed_catalog(source, catalog, follow: FollowOptions | None, log: Callable[[str], None]):
+    """The catalog of the run; a following one with discovery takes what the source holds now."""
+    if follow is None or not follow.discovery_interval_s:
+        return catalog
+    from olake_cli.pipeline.live_discovery import starting_catalog
+
+    return starting_catalog(source, catalog, log)
+
+
+def _watching(source, catalog, follow: FollowOptions | None, following, log: Callable[[str], None]):
+    """The discovery watch of a following run (``pipeline.live_discovery``); for a bounded one, None."""
+    if follow is None:
+        return nullcontext()
+    from olake_cli.pipeline.live_discovery import DiscoveryWatch
+
+    return DiscoveryWatch(source, catalog, follow.discovery_interval_s, following.stop, log)
 
 
 def check_state_folder(state_path: str | None) -> None:

@@ -25,6 +25,7 @@ from olake_cli.core.errors import ConfigError, ConnectionFailed, OlakeError, Tra
 from olake_cli.core.follow import RETRY_MAX_S, Backoff, CommittedStates, Follow, StateFileWatch
 from olake_cli.core.interrupts import signal_caught, stop_on_signal
 from olake_cli.core.state import State, load_state
+from olake_cli.pipeline.live_discovery import StreamsChanged
 from olake_cli.pipeline.recover import committed_entry
 
 READ_COMMIT_INTERVAL_S = 5.0  # read --follow's default: it does not know the destination
@@ -65,15 +66,19 @@ def following_sync(destination: Destination, start: State, options: FollowOption
 
 
 def supervised(attempt: Callable[[], None], log: Callable[[str], None]) -> None:
-    """Run ``attempt`` (one following run); after a transient failure start it again after a backoff,
-    until it ends (a signal), or fails otherwise, or transient failures go on for ten minutes (an attempt
-    that ran a minute starts a new series)."""
+    """Run ``attempt`` (one following run) until it ends (a signal) or fails otherwise: start it again at
+    once when discovery ended it (``live_discovery.StreamsChanged``), after a backoff when it failed
+    transiently, unless transient failures go on for ten minutes (an attempt that ran a minute starts a
+    new series)."""
     backoff = Backoff()
     while True:
         started = time.monotonic()
         try:
             attempt()
             return
+        except StreamsChanged:  # discovery ended the run: start it again with the streams it found
+            backoff.succeeded()
+            continue
         except (TransientError, ConnectionFailed) as exc:
             if signal_caught() is not None:
                 raise

@@ -7,9 +7,12 @@ import os
 import random
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import psycopg
 
 from tests.support.cli import olake_cmd, olake_env
 
@@ -54,3 +57,39 @@ def stop(proc: subprocess.Popen, signum: int = signal.SIGTERM) -> float:
     proc.send_signal(signum)
     proc.wait(timeout=60)
     return time.monotonic() - sent
+
+
+class Incrementer(threading.Thread):
+    """``UPDATE <table> SET v = v + 1`` on a few of its first ``rows`` rows, an INSERT and a DELETE now and
+    then, in small transactions; reconnects when the server restarts. The table is ``(id int PRIMARY KEY,
+    v bigint, note text)``."""
+
+    def __init__(self, dsn: str, seed: int, pause: float = 0.005, table: str = "t", rows: int = 400) -> None:
+        super().__init__(daemon=True)
+        self.dsn, self.rng, self.pause, self.table, self.rows = dsn, random.Random(seed), pause, table, rows
+        self.stop_event, self.transactions, self.next_id = threading.Event(), 0, rows + 1
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                with psycopg.connect(self.dsn, autocommit=True) as conn:
+                    while not self.stop_event.is_set():
+                        self._one(conn)
+                        time.sleep(self.pause)
+            except psycopg.OperationalError:
+                time.sleep(0.2)  # the server restarts
+
+    def _one(self, conn: psycopg.Connection) -> None:
+        first = self.rng.randint(1, self.rows)
+        with conn.transaction():
+            conn.execute(f"UPDATE {self.table} SET v = v + 1 WHERE id BETWEEN %s AND %s", (first, first + 3))
+            if self.rng.random() < 0.1:
+                conn.execute(f"INSERT INTO {self.table} VALUES (%s, 1, 'new')", (self.next_id,))
+                self.next_id += 1
+            if self.rng.random() < 0.05:
+                conn.execute(f"DELETE FROM {self.table} WHERE id = %s", (self.rng.randint(1, self.rows),))
+        self.transactions += 1
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join(timeout=30)

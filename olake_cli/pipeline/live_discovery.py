@@ -1,0 +1,81 @@
+"""Discovery while following (``--follow``): the catalog a following run starts with, and a thread that
+looks at the source again every ``--discovery-interval`` seconds.
+
+When streams appeared (under the catalog's ``new_streams`` rule) or went (``core.live_discovery``), the
+thread asks the run to stop at its next checkpoint, as SIGTERM does, and the run is started again in the
+same process (``following.supervised``) with the changed catalog: a new stream is loaded, from a
+snapshot stitched to the change log exactly as any first load is, while the other streams' changes wait
+in the log, and then every stream is followed; a gone stream's capture ends.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from olake_cli.core.catalog import Catalog
+from olake_cli.core.contracts import Source
+from olake_cli.core.errors import OlakeError
+from olake_cli.core.interrupts import signal_caught
+from olake_cli.core.live_discovery import stream_changes, with_changes
+
+DEFAULT_DISCOVERY_INTERVAL_S = 60.0
+
+
+class StreamsChanged(Exception):
+    """A following run ended because discovery found new or gone streams: start it again at once."""
+
+
+def starting_catalog(source: Source, catalog: Catalog, log: Callable[[str], None]) -> Catalog:
+    """``catalog`` with what a discovery finds now: new streams added under ``new_streams``, gone ones ended."""
+    changes = stream_changes(source.discover(), catalog)
+    for note in changes.notes:
+        log(note)
+    return with_changes(catalog, changes)
+
+
+class DiscoveryWatch:
+    """A thread discovering the source every ``interval_s`` seconds (0: never) while a run follows; it
+    sets ``stop`` when the streams changed. Use as a context manager around the run, then call
+    :meth:`raise_if_changed`."""
+
+    def __init__(self, source: Source, catalog: Catalog, interval_s: float, stop: threading.Event,
+                 log: Callable[[str], None]) -> None:
+        self.source, self.catalog, self.interval_s, self.stop, self.log = source, catalog, interval_s, stop, log
+        self.changed = False
+        self._done = threading.Event()
+        self._said: set[str] = set()
+        self._thread = threading.Thread(target=self._run, name="olake-discovery", daemon=True)
+
+    def __enter__(self) -> DiscoveryWatch:
+        if self.interval_s > 0:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+
+    def raise_if_changed(self) -> None:
+        """After the run ended: StreamsChanged if it ended for discovery (not for a signal)."""
+        if self.changed and signal_caught() is None:
+            raise StreamsChanged()
+
+    def _run(self) -> None:
+        while not self._done.wait(self.interval_s):
+            try:
+                changes = stream_changes(self.source.discover(), self.catalog)
+            except OlakeError as exc:  # the run goes on; discovery tries again
+                self.log(f"discovery failed: {exc}; looking again in {self.interval_s:g}s")
+                continue
+            except Exception as exc:  # a driver's own error type (its text may hold connection details)
+                self.log(f"discovery failed ({type(exc).__name__}); looking again in {self.interval_s:g}s")
+                continue
+            for note in changes.notes:
+                if note not in self._said:
+                    self._said.add(note)
+                    self.log(note)
+            if changes:
+                self.log("discovery: the streams changed; the run commits what it read and starts again with them")
+                self.changed = True
+                self.stop.set()
+                return

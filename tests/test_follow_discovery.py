@@ -1,0 +1,76 @@
+"""Discovery while following: with ``new_streams: "cdc"``, a table created while ``sync --follow`` runs is
+found within a discovery interval, loaded (a writer hammers it during its load, so the load is stitched
+to the change log) and then followed, while a writer on another table never stops; a dropped table's
+stream ends with a line saying so. Both tables then equal the source value by value."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import psycopg
+
+from tests.support.cdc import discover_catalog
+from tests.support.cli import write_json
+from tests.support.follow import Incrementer, start_olake, stop, wait_until
+from tests.support.pg_compare import table_texts
+
+COLUMNS = ["id", "v", "note"]
+
+
+def _same(source: str, target: str, table: str) -> bool:
+    try:
+        return table_texts(target, "public", table, COLUMNS) == table_texts(source, "public", table, COLUMNS)
+    except psycopg.Error:
+        return False  # not created yet
+
+
+def test_a_table_created_while_following_is_loaded_then_followed_and_a_dropped_one_ends(
+        pg_cluster, pg_db, pg_target, target_db, tmp_path):
+    source, target = pg_cluster.dsn(pg_db), pg_target.dsn(target_db)
+    with psycopg.connect(source, autocommit=True) as conn:
+        for table, rows in (("t", 400), ("doomed", 20)):
+            conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v bigint NOT NULL, note text)")
+            conn.execute(f"INSERT INTO {table} SELECT g, 0, 'row ' || g FROM generate_series(1, {rows}) g")
+    src = write_json(tmp_path / "src.json", pg_cluster.source_config(
+        pg_db, replication_slot=f"disc_{pg_db}", publication=f"disc_{pg_db}_pub", create_slot_and_publication=True))
+    dst = write_json(tmp_path / "dst.json", pg_target.destination_config(target_db))
+    catalog = discover_catalog(src, tmp_path / "cat.json", {"t": "cdc", "doomed": "cdc"})
+    (tmp_path / "cat.json").write_text(json.dumps({**catalog, "new_streams": "cdc"}))
+    args = ["sync", "--source", src, "--destination", dst, "--catalog", str(tmp_path / "cat.json"),
+            "--state", str(tmp_path / "state.json"), "--follow", "--commit-interval", "0.5",
+            "--discovery-interval", "1"]
+    log = tmp_path / "sync.log"
+    steady = Incrementer(source, seed=21, table="t", rows=400)
+    steady.start()
+    newcomer = None
+    try:
+        run = start_olake(args, log, stdout=subprocess.DEVNULL)
+        wait_until(lambda: "following the change log" in log.read_text(), "the change phase starts", run=run)
+        wait_until(lambda: _same(source, target, "doomed"), "the doomed table is copied", run=run)
+        with psycopg.connect(source, autocommit=True) as conn:
+            conn.execute("CREATE TABLE fresh (id int PRIMARY KEY, v bigint NOT NULL, note text)")
+            conn.execute("INSERT INTO fresh SELECT g, 0, 'row ' || g FROM generate_series(1, 3000) g")
+            conn.execute("DROP TABLE doomed")
+        newcomer = Incrementer(source, seed=22, table="fresh", rows=3000, pause=0.002)
+        newcomer.start()  # writes all through the new table's load
+        wait_until(lambda: "public.fresh: new stream found" in log.read_text(), "discovery finds the table",
+                   timeout=30, run=run)
+        wait_until(lambda: log.read_text().count("following the change log") >= 2, "the run follows again",
+                   run=run)
+        time.sleep(2.0)
+        assert run.poll() is None, log.read_text()[-3000:]
+    finally:
+        for writer in (steady, newcomer):
+            if writer is not None:
+                writer.stop()
+    assert steady.transactions > 50 and newcomer.transactions > 50
+    wait_until(lambda: _same(source, target, "t") and _same(source, target, "fresh"),
+               "both tables equal the source", run=run)
+    took = stop(run)
+    text = log.read_text()
+    assert run.returncode == 0 and took < 10, text[-3000:]
+    assert "public.doomed: no longer exists at the source; its stream ends" in text, text[-3000:]
+    assert "Traceback" not in text
+    assert table_texts(target, "public", "doomed", COLUMNS)  # the destination keeps what it held
