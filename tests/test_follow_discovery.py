@@ -74,3 +74,54 @@ def test_a_table_created_while_following_is_loaded_then_followed_and_a_dropped_o
     assert "public.doomed: no longer exists at the source; its stream ends" in text, text[-3000:]
     assert "Traceback" not in text
     assert table_texts(target, "public", "doomed", COLUMNS)  # the destination keeps what it held
+
+
+def test_read_follow_into_write_takes_a_new_stream_in_the_readers_next_catalog(pg_cluster, pg_db, tmp_path):
+    """``write`` without ``--catalog`` follows the reader's catalog: the reader's run that starts again with a
+    new stream sends a catalog naming it, and the writer adds the stream (Parquet here)."""
+    from tests.support.verify import latest_versions, read_parquet
+
+    source = pg_cluster.dsn(pg_db)
+    with psycopg.connect(source, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v bigint NOT NULL, note text)")
+        conn.execute("INSERT INTO t SELECT g, 0, 'row ' || g FROM generate_series(1, 200) g")
+    src = write_json(tmp_path / "src.json", pg_cluster.source_config(
+        pg_db, replication_slot=f"discp_{pg_db}", publication=f"discp_{pg_db}_pub", create_slot_and_publication=True))
+    dst = write_json(tmp_path / "dst.json", {"type": "parquet", "path": str(tmp_path / "lake")})
+    catalog = discover_catalog(src, tmp_path / "cat.json", {"t": "cdc"})
+    (tmp_path / "cat.json").write_text(json.dumps({**catalog, "new_streams": "cdc"}))
+    state, log = tmp_path / "state.json", tmp_path / "pipe.log"
+    reader = start_olake(["read", "--config", src, "--catalog", str(tmp_path / "cat.json"), "--state", str(state),
+                          "--follow", "--commit-interval", "1", "--discovery-interval", "1"], log,
+                         stdout=subprocess.PIPE)
+    writer = start_olake(["write", "--config", dst, "--state", str(state)], log, stdin=reader.stdout,
+                         stdout=subprocess.DEVNULL)
+    reader.stdout.close()
+    wait_until(lambda: "following the change log" in log.read_text(), "the change phase starts", run=reader)
+    with psycopg.connect(source, autocommit=True) as conn:
+        conn.execute("CREATE TABLE fresh (id int PRIMARY KEY, v bigint NOT NULL, note text)")
+        conn.execute("INSERT INTO fresh SELECT g, 0, 'row ' || g FROM generate_series(1, 500) g")
+    newcomer = Incrementer(source, seed=23, table="fresh", rows=500, pause=0.005)
+    newcomer.start()
+    try:
+        wait_until(lambda: log.read_text().count("following the change log") >= 2, "the reader follows again",
+                   run=writer)
+        time.sleep(2.0)
+    finally:
+        newcomer.stop()
+
+    def lake_matches() -> bool:
+        try:
+            rows = latest_versions(read_parquet(str(tmp_path / "lake" / "public" / "fresh")), ["id"])
+        except Exception:
+            return False
+        lake = sorted((str(i), str(v), n) for i, v, n in zip(rows["id"].to_pylist(), rows["v"].to_pylist(),
+                                                               rows["note"].to_pylist()))
+        return lake == table_texts(source, "public", "fresh", COLUMNS)
+
+    wait_until(lake_matches, "the new table's Parquet files equal the source", run=writer)
+    took = stop(reader)
+    writer.wait(timeout=60)
+    text = log.read_text()
+    assert reader.returncode == 0 and writer.returncode == 0 and took < 10, text[-3000:]
+    assert "Traceback" not in text

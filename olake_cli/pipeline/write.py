@@ -49,6 +49,7 @@ class WritePipeline:
                  pass_traces: bool = False, before_open: Callable[[], None] = lambda: None,
                  on_committed: Callable[[State], None] = lambda state: None) -> None:
         self.destination, self.catalog, self.store = destination, catalog, state_store
+        self.catalog_given = catalog is not None  # --catalog; else the reader's first CATALOG is adopted
         self.out, self.log = out, log
         self.buffers = StreamBuffers(destination, log)  # each stream's rows until a STATE commits them
         self.keys: set[tuple] = set()
@@ -325,6 +326,9 @@ class WritePipeline:
         self._open()
         for stream in incoming.streams:
             mine = self.catalog.find(stream.namespace, stream.name)
+            if mine is None and not self.catalog_given:  # a stream the reader found later (--follow)
+                self._add_stream(stream)
+                continue
             if mine is None:
                 raise CatalogError(f"catalog: stream '{stream.namespace}.{stream.name}' from the reader "
                                    f"is not in --catalog")
@@ -344,6 +348,15 @@ class WritePipeline:
                 self.hooks.update(catalog_hooks(Catalog([stream])))
                 changes = ", ".join(f"'{c}' {column_type(mine, c)} -> {column_type(stream, c)}" for c in changed)
                 self.log(f"{stream.label}: column(s) widened: {changes}; later files use the wider type")
+
+    def _add_stream(self, stream) -> None:
+        """A stream that a later catalog of the reader adds: opened beside the others."""
+        self.catalog.streams.append(stream)
+        self.keys.add(stream.key)
+        self._add_decoder(stream)
+        self.hooks.update(catalog_hooks(Catalog([stream])))
+        self.buffers.open(Catalog([stream]))
+        self.log(f"{stream.label}: a new stream in the reader's catalog; written from now on")
 
     def _add_decoder(self, stream) -> None:
         decoder = BlockDecoder(stream.json_schema, stream.namespace)
