@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import socket
 import subprocess
-import threading
 import time
 import urllib.request
 
@@ -23,52 +21,9 @@ import psycopg
 
 from tests.support.cdc import discover_catalog
 from tests.support.cli import run_olake, trace_errors, write_json
-from tests.support.follow import kill_and_restart, start_olake, stop, wait_until
+from tests.support.follow import (Incrementer, create_counted_table, kill_and_restart, lake_equals_source, start_olake,
+                                  stop, wait_until)
 from tests.support.pg_compare import table_texts
-from tests.support.verify import latest_versions, read_parquet
-
-ROWS = 400
-
-
-class Incrementer(threading.Thread):
-    """``UPDATE t SET v = v + 1`` on a few rows, an INSERT and a DELETE now and then, in small transactions;
-    reconnects when the server restarts."""
-
-    def __init__(self, dsn: str, seed: int, pause: float = 0.005) -> None:
-        super().__init__(daemon=True)
-        self.dsn, self.rng, self.pause = dsn, random.Random(seed), pause
-        self.stop_event, self.transactions, self.next_id = threading.Event(), 0, ROWS + 1
-
-    def run(self) -> None:
-        while not self.stop_event.is_set():
-            try:
-                with psycopg.connect(self.dsn, autocommit=True) as conn:
-                    while not self.stop_event.is_set():
-                        self._one(conn)
-                        time.sleep(self.pause)
-            except psycopg.OperationalError:
-                time.sleep(0.2)  # the server restarts
-
-    def _one(self, conn: psycopg.Connection) -> None:
-        first = self.rng.randint(1, ROWS)
-        with conn.transaction():
-            conn.execute("UPDATE t SET v = v + 1 WHERE id BETWEEN %s AND %s", (first, first + 3))
-            if self.rng.random() < 0.1:
-                conn.execute("INSERT INTO t VALUES (%s, 1, 'new')", (self.next_id,))
-                self.next_id += 1
-            if self.rng.random() < 0.05:
-                conn.execute("DELETE FROM t WHERE id = %s", (self.rng.randint(1, ROWS),))
-        self.transactions += 1
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        self.join(timeout=30)
-
-
-def _source(dsn: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v bigint NOT NULL, note text)")
-        conn.execute(f"INSERT INTO t SELECT g, 0, 'row ' || g FROM generate_series(1, {ROWS}) g")
 
 
 def _restart(cluster) -> None:
@@ -104,7 +59,7 @@ def test_sync_follow_survives_a_kill_and_restarts_of_source_and_target_and_stops
 
     create_database(spare_cluster, "follow_src")
     source = spare_cluster.dsn("follow_src")
-    _source(source)
+    create_counted_table(source)
     src = write_json(tmp_path / "src.json", spare_cluster.source_config(
         "follow_src", replication_slot="follow_sync", publication="follow_sync_pub", create_slot_and_publication=True))
     dst = write_json(tmp_path / "dst.json", pg_target.destination_config(target_db))
@@ -148,7 +103,7 @@ def test_sync_follow_survives_a_kill_and_restarts_of_source_and_target_and_stops
 
 def test_read_follow_into_write_moves_the_slot_and_ends_on_sigterm(pg_cluster, pg_db, tmp_path):
     source = pg_cluster.dsn(pg_db)
-    _source(source)
+    create_counted_table(source)
     src = write_json(tmp_path / "src.json", pg_cluster.source_config(
         pg_db, replication_slot="follow_pipe", publication="follow_pipe_pub", create_slot_and_publication=True))
     dst = write_json(tmp_path / "dst.json", {"type": "parquet", "path": str(tmp_path / "lake")})
@@ -168,13 +123,7 @@ def test_read_follow_into_write_moves_the_slot_and_ends_on_sigterm(pg_cluster, p
         writer.stop()
 
     def lake_matches() -> bool:
-        try:
-            rows = latest_versions(read_parquet(str(tmp_path / "lake" / "public" / "t")), ["id"])
-        except Exception:
-            return False
-        lake = sorted((str(i), str(v), n) for i, v, n in zip(rows["id"].to_pylist(), rows["v"].to_pylist(),
-                                                               rows["note"].to_pylist()))
-        return lake == table_texts(source, "public", "t", ["id", "v", "note"])
+        return lake_equals_source(tmp_path / "lake" / "public" / "t", source)
 
     wait_until(lake_matches, "the Parquet files equal the source")
     committed = json.loads(state.read_text())["streams"][0]["stream_state"]["cursor_field"]
@@ -208,7 +157,7 @@ def test_a_soak_with_a_steady_writer_keeps_memory_flat_and_the_copy_exact(pg_clu
     """``sync --follow`` into PostgreSQL for SOAK_S seconds under a steady writer: resident memory after the
     warm-up grows by less than 10%, and the target ends equal to the source."""
     source, target = pg_cluster.dsn(pg_db), pg_target.dsn(target_db)
-    _source(source)
+    create_counted_table(source)
     src = write_json(tmp_path / "src.json", pg_cluster.source_config(
         pg_db, replication_slot="follow_soak", publication="follow_soak_pub", create_slot_and_publication=True))
     dst = write_json(tmp_path / "dst.json", pg_target.destination_config(target_db))
@@ -239,7 +188,7 @@ def test_a_soak_with_a_steady_writer_keeps_memory_flat_and_the_copy_exact(pg_clu
 
 
 def test_follow_options_are_checked_before_anything_runs(pg_cluster, pg_db, tmp_path):
-    _source(pg_cluster.dsn(pg_db))
+    create_counted_table(pg_cluster.dsn(pg_db))
     src = write_json(tmp_path / "src.json", pg_cluster.source_config(pg_db))
     dst = write_json(tmp_path / "dst.json", {"type": "parquet", "path": str(tmp_path / "lake")})
     discover_catalog(src, tmp_path / "cat.json", {"t": "full_refresh"})

@@ -1,5 +1,5 @@
-"""Helpers for tests of runs that follow their change log (``--follow``): start one in the background,
-wait for what its log or the destination shows, stop it with a signal."""
+"""Helpers for tests of runs that follow their change log (``--follow``): a writer changing the source,
+start a run in the background, wait for what its log or the destination shows, stop it with a signal."""
 
 from __future__ import annotations
 
@@ -7,11 +7,72 @@ import os
 import random
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import psycopg
+
 from tests.support.cli import olake_cmd, olake_env
+from tests.support.pg_compare import table_texts
+from tests.support.verify import latest_versions, read_parquet
+
+ROWS = 400  # rows of the table an Incrementer changes
+
+
+class Incrementer(threading.Thread):
+    """``UPDATE t SET v = v + 1`` on a few rows, an INSERT and a DELETE now and then, in small transactions;
+    reconnects when the server restarts."""
+
+    def __init__(self, dsn: str, seed: int, pause: float = 0.005) -> None:
+        super().__init__(daemon=True)
+        self.dsn, self.rng, self.pause = dsn, random.Random(seed), pause
+        self.stop_event, self.transactions, self.next_id = threading.Event(), 0, ROWS + 1
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                with psycopg.connect(self.dsn, autocommit=True) as conn:
+                    while not self.stop_event.is_set():
+                        self._one(conn)
+                        time.sleep(self.pause)
+            except psycopg.OperationalError:
+                time.sleep(0.2)  # the server restarts
+
+    def _one(self, conn: psycopg.Connection) -> None:
+        first = self.rng.randint(1, ROWS)
+        with conn.transaction():
+            conn.execute("UPDATE t SET v = v + 1 WHERE id BETWEEN %s AND %s", (first, first + 3))
+            if self.rng.random() < 0.1:
+                conn.execute("INSERT INTO t VALUES (%s, 1, 'new')", (self.next_id,))
+                self.next_id += 1
+            if self.rng.random() < 0.05:
+                conn.execute("DELETE FROM t WHERE id = %s", (self.rng.randint(1, ROWS),))
+        self.transactions += 1
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join(timeout=30)
+
+
+def create_counted_table(dsn: str) -> None:
+    """Table ``t`` (id, v counting the increments, note) with ROWS rows, for an :class:`Incrementer`."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v bigint NOT NULL, note text)")
+        conn.execute(f"INSERT INTO t SELECT g, 0, 'row ' || g FROM generate_series(1, {ROWS}) g")
+
+
+def lake_equals_source(folder: Path, dsn: str) -> bool:
+    """Whether the current rows of a Parquet stream folder (the newest version of each key, deletes
+    dropped) equal table ``t`` of ``dsn``, value by value as PostgreSQL's text."""
+    try:
+        rows = latest_versions(read_parquet(str(folder)), ["id"])
+    except Exception:
+        return False  # no file yet
+    lake = sorted((str(i), str(v), n) for i, v, n in zip(rows["id"].to_pylist(), rows["v"].to_pylist(),
+                                                           rows["note"].to_pylist()))
+    return lake == table_texts(dsn, "public", "t", ["id", "v", "note"])
 
 
 def start_olake(args: list[str], log: Path, **popen) -> subprocess.Popen:

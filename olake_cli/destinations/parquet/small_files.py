@@ -4,15 +4,17 @@ Every commit adds the files of the rows it covers: following a change log with a
 that is about 2,900 small files a day. After a commit that leaves the live load with more than
 ``max_small_files`` (the config's, default MAX_SMALL_FILES) small files, one extra commit, which leaves
 the state as it is (Iceberg's compaction, ``destinations/iceberg/maintenance.py``, is the model),
-replaces them with one merged file (parts of at most ``rows_per_file`` rows) holding exactly their rows,
-``_olake_*`` columns included.
+replaces all of them but the commit's own with one merged file (parts of at most ``rows_per_file``
+rows) holding exactly their rows, ``_olake_*`` columns included. A live load so holds its chunk files,
+the files that are not small, and at most ``max_small_files`` small ones (one more between a commit and
+its merge).
 
 Small: under SMALL_FILE_BYTES and written after the load's chunks (changes, incremental rows, earlier
-merges); never a full load's chunk file, and never a file of the commit just made, so a run that repeats
-that commit (one killed before the ``--state`` file was saved) rewrites those files instead of adding
-copies. A merged file is small too until it reaches SMALL_FILE_BYTES; then it stays as it is. So a merge
-reads and writes at most about (max_small_files + 1) x SMALL_FILE_BYTES, however long the stream has
-run. Only a complete load is merged (no Spark task writes into it any more).
+merges); never a full load's chunk file. The files of the commit just made are not merged, so a run
+that repeats that commit (one killed before the ``--state`` file was saved) rewrites them instead of
+adding copies. A merged file is small too until it reaches SMALL_FILE_BYTES; then it stays as it is. So
+a merge reads and writes at most max_small_files x SMALL_FILE_BYTES, however long the stream has run.
+Only a complete load is merged (no Spark task writes into it any more).
 
 The merge commits as every commit does: the merged file is written staged, then the manifest (the
 commit point), then the roll forward. Locally a new load directory holds hard links to the files that
@@ -55,8 +57,9 @@ class SmallFileMerger:
         self.linkless = False  # a local filesystem without hard links: no merges
 
     def merge(self, label: str, paths: StreamPaths, manifest: Manifest, newest: set[str]) -> Manifest | None:
-        """Merge the live load's small files when there are more than the limit, as one commit; the
-        manifest it committed, or None when nothing was merged. ``newest``: the last commit's files."""
+        """Merge the live load's small files when there are more than the limit, as one commit (the
+        ``newest`` files, the last commit's, stay as they are); the manifest it committed, or None when
+        nothing was merged."""
         small = [] if self.linkless else self.small_files(paths, manifest, newest)
         if not small:
             return None
@@ -79,19 +82,21 @@ class SmallFileMerger:
         return new
 
     def small_files(self, paths: StreamPaths, manifest: Manifest, newest: set[str]) -> list[str]:
-        """The live load's small files, in commit order, when there are more than the limit (else none)."""
+        """The live load's small files to merge, in commit order: all but the ``newest`` when, with them,
+        there are more than the limit (else none)."""
         dir_id = manifest.live
         if dir_id is None or dir_id not in manifest.loads:
             return []
         load_id = manifest.loads[dir_id]["load_id"]
         if pending_chunks(manifest.state, load_id) != set():  # a load under way, or a re-sync marker
             return []
-        found = [name for name in manifest.files(dir_id) if after_load(name, load_id) and name not in newest]
+        found = [name for name in manifest.files(dir_id) if after_load(name, load_id)]
         if len(found) <= self.limit:
             return []
         sizes = self.store.file_sizes(paths, dir_id, found)
         small = [name for name in found if sizes[name] < SMALL_FILE_BYTES]
-        return small if len(small) > self.limit else []
+        merged = [name for name in small if name not in newest]
+        return merged if len(small) > self.limit and len(merged) > 1 else []
 
     def _write(self, paths: StreamPaths, dir_id: str, into: str, small: list[str],
                name: Callable[[int], str]) -> list[str]:
