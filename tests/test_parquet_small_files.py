@@ -76,10 +76,10 @@ class Lake:
     s3: object | None = None  # the moto server
     bucket: str = ""
 
-    def config(self, limit: int) -> str:
+    def config(self, limit: int, **extra: object) -> str:
         cfg = ({"type": "parquet", "path": str(self.path / "out")} if self.s3 is None
                else parquet_config(self.s3, self.bucket))
-        return write_json(self.path / "dst.json", {**cfg, "max_small_files": limit})
+        return write_json(self.path / "dst.json", {**cfg, "max_small_files": limit, **extra})
 
     def manifest(self) -> dict:
         if self.s3 is not None:
@@ -145,12 +145,13 @@ def test_many_small_commits_keep_few_files_and_readers_see_the_same_rows(where, 
         assert len(merging.duckdb_rows()) == 20 + 2 * COMMITS + COMMITS // 5
 
     # a merge moves rows as they are: the plain lake merged by a commit that adds no rows reads the same
+    # (its 66 change rows in files of at most 40 rows)
     before = plain.rows()
-    assert _write_here(plain.config(LIMIT), [catalog(mode="cdc", columns=WIDE), _cdc_state(200)]).count(
-        f"merged {COMMITS} small file(s) into 1") == 1
+    assert _write_here(plain.config(LIMIT, rows_per_file=40), [catalog(mode="cdc", columns=WIDE), _cdc_state(200)]
+                       ).count(f"merged {COMMITS} small file(s) into 2") == 1
     assert plain.rows() == before
     live = plain.manifest()["live_files"]
-    assert len(live) == 2, live
+    assert len(live) == 3, live
     # what the merge retired is deleted at the stream's next commit
     _write_here(plain.config(LIMIT), [catalog(mode="cdc", columns=WIDE), _cdc_state(201)])
     assert plain.stored() == sorted(live)

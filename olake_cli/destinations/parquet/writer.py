@@ -220,11 +220,11 @@ class ParquetDestination:
         manifest = next_manifest(target.manifest, batch.state, batch.merged, load_id, files, target.truncated_into)
         self.store.save_manifest(target.paths, manifest)
         self.store.roll_forward(target.paths, manifest, previous=target.manifest)
-        newest = {name for names in files.values() for name in names}
-        manifest = self.merger.merge(target.stream.label, target.paths, manifest, newest) or manifest
         target.manifest, target.spills, target.spill_names, target.truncated_into = manifest, [], {}, None
         target.load_spills.clear()
         target.load_id = load_id
+        newest = {name for names in files.values() for name in names}
+        target.manifest = self.merger.merge(target.stream.label, target.paths, manifest, newest) or manifest
         self._tell_sink(target)
 
     def _tell_sink(self, target: ParquetStream) -> None:
