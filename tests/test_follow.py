@@ -21,17 +21,9 @@ import psycopg
 
 from tests.support.cdc import discover_catalog
 from tests.support.cli import run_olake, trace_errors, write_json
-from tests.support.follow import Incrementer, kill_and_restart, start_olake, stop, wait_until
+from tests.support.follow import (Incrementer, create_counted_table, kill_and_restart, lake_equals_source, start_olake,
+                                  stop, wait_until)
 from tests.support.pg_compare import table_texts
-from tests.support.verify import latest_versions, read_parquet
-
-ROWS = 400
-
-
-def _source(dsn: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v bigint NOT NULL, note text)")
-        conn.execute(f"INSERT INTO t SELECT g, 0, 'row ' || g FROM generate_series(1, {ROWS}) g")
 
 
 def _restart(cluster) -> None:
@@ -67,7 +59,7 @@ def test_sync_follow_survives_a_kill_and_restarts_of_source_and_target_and_stops
 
     create_database(spare_cluster, "follow_src")
     source = spare_cluster.dsn("follow_src")
-    _source(source)
+    create_counted_table(source)
     src = write_json(tmp_path / "src.json", spare_cluster.source_config(
         "follow_src", replication_slot="follow_sync", publication="follow_sync_pub", create_slot_and_publication=True))
     dst = write_json(tmp_path / "dst.json", pg_target.destination_config(target_db))
@@ -111,7 +103,7 @@ def test_sync_follow_survives_a_kill_and_restarts_of_source_and_target_and_stops
 
 def test_read_follow_into_write_moves_the_slot_and_ends_on_sigterm(pg_cluster, pg_db, tmp_path):
     source = pg_cluster.dsn(pg_db)
-    _source(source)
+    create_counted_table(source)
     src = write_json(tmp_path / "src.json", pg_cluster.source_config(
         pg_db, replication_slot="follow_pipe", publication="follow_pipe_pub", create_slot_and_publication=True))
     dst = write_json(tmp_path / "dst.json", {"type": "parquet", "path": str(tmp_path / "lake")})
@@ -131,13 +123,7 @@ def test_read_follow_into_write_moves_the_slot_and_ends_on_sigterm(pg_cluster, p
         writer.stop()
 
     def lake_matches() -> bool:
-        try:
-            rows = latest_versions(read_parquet(str(tmp_path / "lake" / "public" / "t")), ["id"])
-        except Exception:
-            return False
-        lake = sorted((str(i), str(v), n) for i, v, n in zip(rows["id"].to_pylist(), rows["v"].to_pylist(),
-                                                               rows["note"].to_pylist()))
-        return lake == table_texts(source, "public", "t", ["id", "v", "note"])
+        return lake_equals_source(tmp_path / "lake" / "public" / "t", source)
 
     wait_until(lake_matches, "the Parquet files equal the source")
     committed = json.loads(state.read_text())["streams"][0]["stream_state"]["cursor_field"]
@@ -171,7 +157,7 @@ def test_a_soak_with_a_steady_writer_keeps_memory_flat_and_the_copy_exact(pg_clu
     """``sync --follow`` into PostgreSQL for SOAK_S seconds under a steady writer: resident memory after the
     warm-up grows by less than 10%, and the target ends equal to the source."""
     source, target = pg_cluster.dsn(pg_db), pg_target.dsn(target_db)
-    _source(source)
+    create_counted_table(source)
     src = write_json(tmp_path / "src.json", pg_cluster.source_config(
         pg_db, replication_slot="follow_soak", publication="follow_soak_pub", create_slot_and_publication=True))
     dst = write_json(tmp_path / "dst.json", pg_target.destination_config(target_db))
@@ -202,7 +188,7 @@ def test_a_soak_with_a_steady_writer_keeps_memory_flat_and_the_copy_exact(pg_clu
 
 
 def test_follow_options_are_checked_before_anything_runs(pg_cluster, pg_db, tmp_path):
-    _source(pg_cluster.dsn(pg_db))
+    create_counted_table(pg_cluster.dsn(pg_db))
     src = write_json(tmp_path / "src.json", pg_cluster.source_config(pg_db))
     dst = write_json(tmp_path / "dst.json", {"type": "parquet", "path": str(tmp_path / "lake")})
     discover_catalog(src, tmp_path / "cat.json", {"t": "full_refresh"})

@@ -4,7 +4,9 @@ With ``OLAKE_TEST_CRASH_AT=<step>`` the process kills itself (SIGKILL, no cleanu
 step; ``OLAKE_TEST_CRASH_AFTER=<n>`` lets the first n occurrences pass. Steps of a Parquet commit:
 ``staged`` (data files written under staged names), ``manifest-written`` (the commit point),
 ``renamed`` (staged files renamed to their final names), ``swapped`` (the stream's symlink replaced),
-``state-saved`` (the --state file written, the STATE not yet echoed; shared by every destination).
+``state-saved`` (the --state file written, the STATE not yet echoed; shared by every destination);
+of a merge of small Parquet files after a commit: ``merge-staged`` (the merged file written, the manifest
+not yet) and ``merge-committed`` (the manifest written, not yet rolled forward).
 Steps of an Iceberg commit (destinations/iceberg/commit.py): ``iceberg-files-written`` (the data and
 delete files written, the catalog commit not yet made) and ``iceberg-committed`` (the catalog commit
 made: table and its ``olake.state`` property updated, the --state file not yet written). Unset, it

@@ -1,5 +1,5 @@
-"""Helpers for tests of runs that follow their change log (``--follow``): start one in the background,
-wait for what its log or the destination shows, stop it with a signal."""
+"""Helpers for tests of runs that follow their change log (``--follow``): a writer changing the source,
+start a run in the background, wait for what its log or the destination shows, stop it with a signal."""
 
 from __future__ import annotations
 
@@ -15,6 +15,29 @@ from pathlib import Path
 import psycopg
 
 from tests.support.cli import olake_cmd, olake_env
+from tests.support.pg_compare import table_texts
+from tests.support.verify import latest_versions, read_parquet
+
+ROWS = 400  # rows of the table an Incrementer changes
+
+
+def create_counted_table(dsn: str) -> None:
+    """Table ``t`` (id, v counting the increments, note) with ROWS rows, for an :class:`Incrementer`."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v bigint NOT NULL, note text)")
+        conn.execute(f"INSERT INTO t SELECT g, 0, 'row ' || g FROM generate_series(1, {ROWS}) g")
+
+
+def lake_equals_source(folder: Path, dsn: str) -> bool:
+    """Whether the current rows of a Parquet stream folder (the newest version of each key, deletes
+    dropped) equal table ``t`` of ``dsn``, value by value as PostgreSQL's text."""
+    try:
+        rows = latest_versions(read_parquet(str(folder)), ["id"])
+    except Exception:
+        return False  # no file yet
+    lake = sorted((str(i), str(v), n) for i, v, n in zip(rows["id"].to_pylist(), rows["v"].to_pylist(),
+                                                           rows["note"].to_pylist()))
+    return lake == table_texts(dsn, "public", "t", ["id", "v", "note"])
 
 
 def start_olake(args: list[str], log: Path, **popen) -> subprocess.Popen:
@@ -64,7 +87,7 @@ class Incrementer(threading.Thread):
     then, in small transactions; reconnects when the server restarts. The table is ``(id int PRIMARY KEY,
     v bigint, note text)``."""
 
-    def __init__(self, dsn: str, seed: int, pause: float = 0.005, table: str = "t", rows: int = 400) -> None:
+    def __init__(self, dsn: str, seed: int, pause: float = 0.005, table: str = "t", rows: int = ROWS) -> None:
         super().__init__(daemon=True)
         self.dsn, self.rng, self.pause, self.table, self.rows = dsn, random.Random(seed), pause, table, rows
         self.stop_event, self.transactions, self.next_id = threading.Event(), 0, rows + 1

@@ -69,8 +69,8 @@ def parquet_rows(server: MotoServer, root: str, namespace: str, stream: str):
 
 
 def unlisted_objects(server: MotoServer, bucket: str, prefix: str) -> list[str]:
-    """Data objects under ``prefix`` that no stream's manifest lists as a live, loading or retired load
-    (pyarrow's empty ``folder/`` markers left by deletes hold nothing and are not counted)."""
+    """Data objects under ``prefix`` that no stream's manifest lists as a live, loading or retired load, or
+    as a retired file (pyarrow's empty ``folder/`` markers left by deletes hold nothing and are not counted)."""
     import posixpath
 
     found = [k for k in keys(server, bucket, prefix + "/") if not k.endswith("/")]
@@ -82,6 +82,8 @@ def unlisted_objects(server: MotoServer, bucket: str, prefix: str) -> list[str]:
         for dir_id, load in manifest["loads"].items():
             known |= {f"{folder}/.{stream}%.{dir_id}/{name}" for name in load["files"]}
         known |= {k for k in found for dir_id in manifest["retired"] if k.startswith(f"{folder}/.{stream}%.{dir_id}/")}
+        known |= {f"{folder}/.{stream}%.{dir_id}/{name}" for dir_id, names in manifest.get("retired_files", {}).items()
+                  for name in names}
     return sorted(set(found) - known)
 
 

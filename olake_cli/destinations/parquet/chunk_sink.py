@@ -2,8 +2,7 @@
 
 The rows never become JSON lines: the scanned Arrow batches are converted to the destination types
 in the task (``codec.scanned.to_destination``) batch by batch as the scan yields them, gathered into row
-groups of ``ROW_GROUP_ROWS`` rows (bench/bench_parquet_settings.py: a row group per 10,000-row scan
-batch made writing 27% slower and reading the file 3-4 times slower than 100,000-row groups), and written
+groups of ``file_schema.ROW_GROUP_ROWS`` rows, and written
 under the chunk's deterministic names in the load's directory (parts of at most ``rows_per_file`` rows), so a retried
 task replaces its own files: on a local path staged names (``_staged.part-<load>-c<chunk>-<part>.parquet``),
 in a bucket the final names (``part-<load>-c<chunk>-<part>.parquet``; parts an earlier attempt wrote
@@ -20,8 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Iterable
 
-import pyarrow as pa
-
 from olake_cli.core import row_metadata
 from olake_cli.core.codec.scanned import to_destination
 from olake_cli.core.load_progress import UNKNOWN_LOAD
@@ -29,9 +26,7 @@ from olake_cli.destinations.parquet.commit_plan import chunk_listed
 from olake_cli.destinations.parquet.paths import StreamPaths, chunk_file_name
 from olake_cli.shared.object_store import S3Options
 from olake_cli.destinations.parquet.storage import Store
-from olake_cli.destinations.parquet.file_schema import append_metadata, conform, file_schema
-
-ROW_GROUP_ROWS = 100_000  # converted rows a task gathers before writing them as one row group
+from olake_cli.destinations.parquet.file_schema import FileParts, append_metadata, conform, file_schema
 
 
 @dataclass(frozen=True)
@@ -75,54 +70,18 @@ class ParquetChunkSink:
             return 0, [f"chunk {chunk_index} is already in the destination (committed by an earlier run); skipped"]
         # rows that rank at an operation id are a cdc stream's load: changes will share these files
         schema = file_schema(json_schema, key_columns, with_changes=load_op_key is not None)
-        rows, part, staged, group = 0, 0, None, _RowGroup()
         dir_load, dir_id = self.dirs.get((namespace, stream), (load_id, load_id))
         dir_id = dir_id if dir_load == load_id else load_id
+        parts = FileParts(lambda part: store.new_file(paths, dir_id, chunk_file_name(load_id, chunk_index, part),
+                                                      schema, self.compression), self.rows_per_file)
         try:
             for batch, wire_columns in batches:
                 table, batch_warnings = to_destination(batch, json_schema, label, key_columns, wire_columns)
                 warnings += [w for w in batch_warnings if w not in warnings]
                 table = append_metadata(table, row_metadata.of_load(table.num_rows, load_op_key), json_schema)
-                table = conform(table, schema, label)
-                while table.num_rows:
-                    if staged is None:
-                        name = chunk_file_name(load_id, chunk_index, part)
-                        staged = store.new_file(paths, dir_id, name, table.schema, self.compression)
-                        in_part = 0
-                    piece = table.slice(0, self.rows_per_file - in_part)
-                    group.add(piece)
-                    in_part, rows, table = in_part + piece.num_rows, rows + piece.num_rows, table.slice(piece.num_rows)
-                    if in_part == self.rows_per_file:
-                        group.write_to(staged)
-                        staged.close()
-                        staged, part = None, part + 1
-                    elif group.rows >= ROW_GROUP_ROWS:
-                        group.write_to(staged)
-            if staged is not None:
-                group.write_to(staged)
-                staged.close()
-                staged, part = None, part + 1
-            store.drop_stale_parts(paths, dir_id, load_id, chunk_index, part)
+                parts.add(conform(table, schema, label))
+            store.drop_stale_parts(paths, dir_id, load_id, chunk_index, parts.close())
         finally:
-            if staged is not None:
-                staged.abort()
-        return rows, warnings
+            parts.abort()
+        return parts.rows, warnings
 
-
-class _RowGroup:
-    """Converted rows gathered for one row group of the open file."""
-
-    def __init__(self) -> None:
-        self.tables: list[pa.Table] = []
-        self.rows = 0
-
-    def add(self, table: pa.Table) -> None:
-        """Gather ``table``'s rows."""
-        self.tables.append(table)
-        self.rows += table.num_rows
-
-    def write_to(self, staged) -> None:
-        """Write the gathered rows to ``staged`` as one row group, and start a new one."""
-        if self.tables:
-            staged.write(pa.concat_tables(self.tables))
-        self.tables, self.rows = [], 0

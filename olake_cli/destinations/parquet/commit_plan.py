@@ -40,7 +40,7 @@ def next_manifest(current: Manifest, ss: StreamState, merged: dict, load_id: str
     the load's directory (the files before the truncate stop being live).
     """
     new = copy.deepcopy(current)
-    new.commit, new.retired, new.state = current.commit + 1, [], merged
+    new.commit, new.retired, new.retired_files, new.state = current.commit + 1, [], {}, merged
     if truncated_into is not None:
         old_dir = new.dir_of(load_id)
         new.loads[truncated_into] = {"load_id": load_id, "files": []}
@@ -63,6 +63,26 @@ def next_manifest(current: Manifest, ss: StreamState, merged: dict, load_id: str
     for dir_id in list(new.loads):
         if dir_id not in (new.live, load_dir):
             _retire(new, dir_id)
+    return new
+
+
+def merged_manifest(current: Manifest, dir_id: str, into: str, small: list[str], merged: list[str]) -> Manifest:
+    """The manifest after the ``small`` files of load directory ``dir_id`` were merged into the ``merged``
+    files of directory ``into`` (the state unchanged, see small_files.py): ``into`` is ``dir_id`` itself
+    (the small files retired) or a new directory holding the rest of its files too, which replaces it
+    (the old directory retired). What the previous commit retired stays retired, for the next commit."""
+    new = copy.deepcopy(current)
+    new.commit = current.commit + 1
+    entry = new.loads[dir_id]
+    files = [name for name in entry["files"] if name not in small] + merged
+    if into == dir_id:
+        entry["files"] = files
+        new.retired_files.setdefault(dir_id, []).extend(small)
+        return new
+    new.loads[into] = {"load_id": entry["load_id"], "files": files}
+    if new.live == dir_id:
+        new.live = into
+    _retire(new, dir_id)
     return new
 
 

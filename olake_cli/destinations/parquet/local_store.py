@@ -10,6 +10,7 @@ object storage is ``s3_store.py``; both offer the same methods to writer.py and 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import uuid
 from contextlib import contextmanager
@@ -84,6 +85,37 @@ class LocalStore:
         except OSError as exc:
             raise DestinationError(f"parquet: cannot read '{path}': {exc.strerror or exc}") from None
 
+    def read_schema(self, paths: StreamPaths, dir_id: str, name: str) -> pa.Schema:
+        """The schema of a committed file of load directory ``dir_id`` (its footer only)."""
+        path = os.path.join(paths.load_dir(dir_id), name)
+        try:
+            return pq.read_schema(path)
+        except OSError as exc:
+            raise DestinationError(f"parquet: cannot read '{path}': {exc.strerror or exc}") from None
+
+    def file_sizes(self, paths: StreamPaths, dir_id: str, names: list[str]) -> dict[str, int]:
+        """The sizes in bytes of the committed files ``names`` of load directory ``dir_id``."""
+        folder = paths.load_dir(dir_id)
+        try:
+            return {name: os.path.getsize(os.path.join(folder, name)) for name in names}
+        except OSError as exc:
+            raise DestinationError(f"parquet: cannot read '{folder}': {exc.strerror or exc}") from None
+
+    def merge_dir(self, paths: StreamPaths, dir_id: str, new_dir: str, kept: list[str]) -> str | None:
+        """A new load directory ``new_dir`` holding hard links to the ``kept`` files of ``dir_id`` (no data
+        copied), so the commit's symlink swap shows the merged file and hides the small ones at once;
+        None where the filesystem makes no hard links."""
+        folder = paths.load_dir(new_dir)
+        try:
+            shutil.rmtree(folder, ignore_errors=True)  # (what an attempt that failed here left)
+            os.makedirs(folder)
+            for name in kept:
+                os.link(os.path.join(paths.load_dir(dir_id), name), os.path.join(folder, name))
+        except OSError:
+            shutil.rmtree(folder, ignore_errors=True)
+            return None
+        return new_dir
+
     def load_manifest(self, paths: StreamPaths) -> Manifest | None:
         """The stream's manifest, or None if it has none yet."""
         return local_commit.load_manifest(paths)
@@ -92,9 +124,9 @@ class LocalStore:
         """Replace the manifest atomically (the commit point)."""
         local_commit.save_manifest(paths, manifest)
 
-    def roll_forward(self, paths: StreamPaths, manifest: Manifest, delete: list[str]) -> None:
-        """Final names, the symlink, the retired folders in ``delete`` gone (manifest.py)."""
-        local_commit.roll_forward(paths, manifest, delete)
+    def roll_forward(self, paths: StreamPaths, manifest: Manifest, previous: Manifest | None) -> None:
+        """Final names, the symlink, what ``previous`` retired gone (manifest.py)."""
+        local_commit.roll_forward(paths, manifest, previous)
 
     def remove_unlisted(self, paths: StreamPaths, manifest: Manifest) -> int:
         """Delete what no manifest lists; returns a count."""

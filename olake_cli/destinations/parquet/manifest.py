@@ -10,8 +10,9 @@ A local commit of one stream is, in order:
 2. the manifest is replaced atomically (``atomic_write_bytes``): this is the commit point;
 3. ``roll_forward``: staged files the manifest lists are renamed to their final names, the stream's
    symlink is pointed at the live load directory (a new symlink renamed over the old one, atomic for
-   readers), and load directories retired by the previous commit are deleted (one commit later, so a
-   reader that resolved the old link just before the swap can finish).
+   readers), and what the previous commit retired (load directories, and files a merge of small files
+   dropped, ``small_files.py``) is deleted (one commit later, so a reader that resolved the old link,
+   or read the older manifest, just before can finish).
 
 A process killed anywhere in between leaves either the old manifest (the staged files are leftovers,
 deleted when the destination opens) or the new one (opening rolls it forward). Readers of the
@@ -47,6 +48,7 @@ class Manifest:
     live: str | None = None  # the load directory the stream's symlink points to
     loads: dict[str, dict[str, Any]] = field(default_factory=dict)  # dir id -> {"load_id", "files"}
     retired: list[str] = field(default_factory=list)  # directories to delete at the next commit
+    retired_files: dict[str, list[str]] = field(default_factory=dict)  # dir id -> file names, likewise
     state: dict[str, Any] | None = None  # the stream state committed with these files
     commit: int = 0
 
@@ -81,11 +83,22 @@ class Manifest:
             files += [(dir_id, name) for name in names_in(dir_id) if name not in listed]
         return folders, files
 
+    def retired_since(self, previous: Manifest | None) -> tuple[list[str], list[tuple[str, str]]]:
+        """What ``previous`` retired that this manifest no longer holds (nothing without one): the load
+        directories, and the (directory, name) files to delete."""
+        if previous is None:
+            return [], []
+        folders = [d for d in previous.retired if d != self.live and d not in self.loads]
+        files = [(d, name) for d, names in previous.retired_files.items() for name in names
+                 if name not in self.loads.get(d, {}).get("files", [])]
+        return folders, files
+
     def to_bytes(self, paths: StreamPaths) -> bytes:
         """The manifest as JSON (with the live files for readers)."""
         return orjson.dumps({"version": MANIFEST_VERSION, "commit": self.commit, "live": self.live,
                              "live_files": self.live_files(paths), "loads": self.loads,
-                             "retired": self.retired, "state": self.state}, option=orjson.OPT_INDENT_2)
+                             "retired": self.retired, "retired_files": self.retired_files, "state": self.state},
+                            option=orjson.OPT_INDENT_2)
 
 
 def parse_manifest(data: bytes, where: str) -> Manifest:
@@ -96,7 +109,8 @@ def parse_manifest(data: bytes, where: str) -> Manifest:
         raise DestinationError(f"parquet: cannot read manifest '{where}': {exc}") from None
     if not isinstance(obj, dict) or obj.get("version") != MANIFEST_VERSION:
         raise DestinationError(f"parquet: manifest '{where}' has an unknown format")
-    return Manifest(obj["live"], obj["loads"], obj["retired"], obj["state"], obj["commit"])
+    return Manifest(obj["live"], obj["loads"], obj["retired"], obj.get("retired_files") or {}, obj["state"],
+                    obj["commit"])
 
 
 def load_manifest(paths: StreamPaths) -> Manifest | None:
@@ -121,8 +135,8 @@ def save_manifest(paths: StreamPaths, manifest: Manifest) -> None:
     crash_point("manifest-written")
 
 
-def roll_forward(paths: StreamPaths, manifest: Manifest, delete: list[str]) -> None:
-    """Make the disk match a saved manifest: final names, the symlink, directories in ``delete`` gone."""
+def roll_forward(paths: StreamPaths, manifest: Manifest, previous: Manifest | None) -> None:
+    """Make the disk match a saved manifest: final names, the symlink, what ``previous`` retired gone."""
     try:
         for dir_id in manifest.loads:
             folder = paths.load_dir(dir_id)
@@ -137,9 +151,7 @@ def roll_forward(paths: StreamPaths, manifest: Manifest, delete: list[str]) -> N
                 fsync_path(folder)
         crash_point("renamed")
         _point_link(paths, manifest.live)
-        for dir_id in delete:
-            if dir_id != manifest.live and dir_id not in manifest.loads:
-                shutil.rmtree(paths.load_dir(dir_id), ignore_errors=True)
+        delete(paths, *manifest.retired_since(previous))
     except OSError as exc:
         raise DestinationError(f"parquet: cannot commit files in '{paths.parent}': {exc.strerror or exc}") from None
 
@@ -147,11 +159,19 @@ def roll_forward(paths: StreamPaths, manifest: Manifest, delete: list[str]) -> N
 def remove_unlisted(paths: StreamPaths, manifest: Manifest) -> int:
     """Delete what no manifest lists (staged leftovers of killed runs, abandoned loads); returns a count."""
     folders, files = manifest.unlisted(paths.dir_ids_on_disk(), lambda d: os.listdir(paths.load_dir(d)))
+    delete(paths, folders, files)
+    return len(folders) + len(files)
+
+
+def delete(paths: StreamPaths, folders: list[str], files: list[tuple[str, str]]) -> None:
+    """Delete load directories ``folders`` and (directory, name) ``files`` (gone already is fine)."""
     for dir_id in folders:
         shutil.rmtree(paths.load_dir(dir_id), ignore_errors=True)
     for dir_id, name in files:
-        os.remove(os.path.join(paths.load_dir(dir_id), name))
-    return len(folders) + len(files)
+        try:
+            os.remove(os.path.join(paths.load_dir(dir_id), name))
+        except FileNotFoundError:
+            pass
 
 
 def _point_link(paths: StreamPaths, dir_id: str | None) -> None:

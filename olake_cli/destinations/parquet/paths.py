@@ -78,6 +78,17 @@ def commit_file_name(load_id: str, commit_key: str, part: int) -> str:
     return f"part-{encode_name(load_id)}-k{commit_key}-{part:04d}.parquet"
 
 
+def merged_file_name(load_id: str, commit: int, part: int) -> str:
+    """Deterministic name of part ``part`` of the file that merges small files at commit ``commit``."""
+    return f"part-{encode_name(load_id)}-m{commit:06d}-{part:04d}.parquet"
+
+
+def after_load(name: str, load_id: str) -> bool:
+    """Whether file ``name`` holds rows committed after load ``load_id``'s chunks (changes, incremental
+    rows, merged files), not a full-load chunk's."""
+    return name.startswith((f"part-{encode_name(load_id)}-k", f"part-{encode_name(load_id)}-m"))
+
+
 def chunk_prefix(load_id: str, chunk_index: int) -> str:
     """The common prefix of every file of one chunk."""
     return f"part-{encode_name(load_id)}-c{chunk_index:06d}-"

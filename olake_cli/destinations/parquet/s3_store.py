@@ -116,6 +116,27 @@ class S3Store:
         with self.errors(path):
             return pq.read_table(path, filesystem=self.fs)
 
+    def read_schema(self, paths: StreamPaths, dir_id: str, name: str) -> pa.Schema:
+        """The schema of a committed object of load directory ``dir_id`` (its footer only)."""
+        path = f"{paths.load_dir(dir_id)}/{name}"
+        with self.errors(path):
+            return pq.read_schema(path, filesystem=self.fs)
+
+    def file_sizes(self, paths: StreamPaths, dir_id: str, names: list[str]) -> dict[str, int]:
+        """The sizes in bytes of the objects ``names`` of load directory ``dir_id`` (one listing)."""
+        from pyarrow import fs
+
+        folder = paths.load_dir(dir_id)
+        with self.errors(folder):
+            infos = self.fs.get_file_info(fs.FileSelector(folder, allow_not_found=True))
+        sizes = {os.path.basename(i.path): i.size for i in infos if i.type == fs.FileType.File}
+        return {name: sizes.get(name, 0) for name in names}  # (a missing one fails when it is read)
+
+    def merge_dir(self, paths: StreamPaths, dir_id: str, new_dir: str, kept: list[str]) -> str | None:
+        """``dir_id`` itself: readers take the manifest's file list, so the merged object goes beside the
+        small ones, which the commit retires."""
+        return dir_id
+
     def load_manifest(self, paths: StreamPaths) -> Manifest | None:
         """The stream's manifest object, or None if it has none yet."""
         try:
@@ -135,20 +156,21 @@ class S3Store:
                 out.write(manifest.to_bytes(paths))
         crash_point("manifest-written")
 
-    def roll_forward(self, paths: StreamPaths, manifest: Manifest, delete: list[str]) -> None:
-        """Nothing to rename: delete the load prefixes in ``delete`` that ``manifest`` no longer holds."""
-        for dir_id in delete:
-            if dir_id != manifest.live and dir_id not in manifest.loads:
-                self.delete(paths.load_dir(dir_id), folder=True)
+    def roll_forward(self, paths: StreamPaths, manifest: Manifest, previous: Manifest | None) -> None:
+        """Nothing to rename: delete what ``previous`` retired that ``manifest`` no longer holds."""
+        self._delete(paths, *manifest.retired_since(previous))
 
     def remove_unlisted(self, paths: StreamPaths, manifest: Manifest) -> int:
         """Delete the objects no manifest lists (leftovers of killed runs, abandoned loads); a count."""
         folders, files = manifest.unlisted(self._dir_ids(paths), lambda d: self._names(paths.load_dir(d)))
+        self._delete(paths, folders, files)
+        return len(folders) + len(files)
+
+    def _delete(self, paths: StreamPaths, folders: list[str], files: list[tuple[str, str]]) -> None:
         for dir_id in folders:
             self.delete(paths.load_dir(dir_id), folder=True)
         for dir_id, name in files:
             self.delete(f"{paths.load_dir(dir_id)}/{name}")
-        return len(folders) + len(files)
 
     def _dir_ids(self, paths: StreamPaths) -> list[str]:
         """The load prefixes of this stream that hold objects."""

@@ -76,6 +76,19 @@ class Store(Protocol):
         """A committed file of load directory ``dir_id``, whole."""
         ...
 
+    def read_schema(self, paths: StreamPaths, dir_id: str, name: str) -> pa.Schema:
+        """The schema of a committed file of load directory ``dir_id`` (its footer only)."""
+        ...
+
+    def file_sizes(self, paths: StreamPaths, dir_id: str, names: list[str]) -> dict[str, int]:
+        """The sizes in bytes of the committed files ``names`` of load directory ``dir_id``."""
+        ...
+
+    def merge_dir(self, paths: StreamPaths, dir_id: str, new_dir: str, kept: list[str]) -> str | None:
+        """The load directory a merge of small files of ``dir_id`` writes into, which holds the ``kept``
+        files too (see small_files.py); None: no merge is possible here."""
+        ...
+
     def load_manifest(self, paths: StreamPaths) -> Manifest | None:
         """The stream's manifest, or None."""
         ...
@@ -84,8 +97,9 @@ class Store(Protocol):
         """Write the manifest atomically: the commit point."""
         ...
 
-    def roll_forward(self, paths: StreamPaths, manifest: Manifest, delete: list[str]) -> None:
-        """Bring the files in line with a saved manifest; delete the retired load directories ``delete``."""
+    def roll_forward(self, paths: StreamPaths, manifest: Manifest, previous: Manifest | None) -> None:
+        """Bring the files in line with a saved manifest; delete what ``previous`` retired (the manifest
+        before it; None: nothing)."""
         ...
 
     def remove_unlisted(self, paths: StreamPaths, manifest: Manifest) -> int:

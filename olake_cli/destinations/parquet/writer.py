@@ -6,7 +6,8 @@ symlink swap when a load replaces another: see manifest.py, commit_plan.py and p
 STATE covers are never made live. Changes are appended as rows (``_olake_op`` and ``_olake_op_id``
 say which version of a key is the newest); the destination keeps no watermark: a replay rewrites the
 same file names. The files go to a local folder or an S3 bucket (``path: s3://bucket/prefix``) through
-a store (storage.py: local_store.py, s3_store.py).
+a store (storage.py: local_store.py, s3_store.py). After a commit, a stream's small files are merged
+into one when there are too many (small_files.py).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from olake_cli.destinations.parquet.local_store import write_staged
 from olake_cli.destinations.parquet.manifest import Manifest
 from olake_cli.destinations.parquet.paths import StreamPaths, chunk_file_name, commit_file_name
 from olake_cli.destinations.parquet.rewrite import converted_by_value, rewrite_load
+from olake_cli.destinations.parquet.small_files import MAX_SMALL_FILES, SmallFileMerger
 from olake_cli.destinations.parquet.storage import Store, make_store
 
 
@@ -125,6 +127,8 @@ class ParquetDestination:
         compression = config.get("compression", "zstd")
         self.compression = None if compression == "none" else compression
         self.log = log
+        self.merger = SmallFileMerger(self.store, int(config.get("max_small_files", MAX_SMALL_FILES)),
+                                      self.rows_per_file, self.compression, log)
         self.streams: dict[tuple, ParquetStream] = {}
         self.sink = None  # the chunk sink of sync's tasks, told each stream's files as it opens
 
@@ -154,7 +158,7 @@ class ParquetDestination:
             if stream.key not in self.streams:
                 paths = self.stream_paths(stream)
                 manifest = self.store.load_manifest(paths) or Manifest()
-                self.store.roll_forward(paths, manifest, delete=manifest.retired)
+                self.store.roll_forward(paths, manifest, previous=manifest)
                 if self.store.remove_unlisted(paths, manifest):
                     self.log(f"{stream.label}: removed files no commit made live (an interrupted run)")
                 target = ParquetStream(stream, destination_schema(stream), paths, manifest, self.store,
@@ -215,10 +219,12 @@ class ParquetDestination:
         crash_point("staged")
         manifest = next_manifest(target.manifest, batch.state, batch.merged, load_id, files, target.truncated_into)
         self.store.save_manifest(target.paths, manifest)
-        self.store.roll_forward(target.paths, manifest, delete=target.manifest.retired)
+        self.store.roll_forward(target.paths, manifest, previous=target.manifest)
         target.manifest, target.spills, target.spill_names, target.truncated_into = manifest, [], {}, None
         target.load_spills.clear()
         target.load_id = load_id
+        newest = {name for names in files.values() for name in names}
+        target.manifest = self.merger.merge(target.stream.label, target.paths, manifest, newest) or manifest
         self._tell_sink(target)
 
     def _tell_sink(self, target: ParquetStream) -> None:
