@@ -45,9 +45,9 @@ class WhenScanning(threading.Thread):
                 time.sleep(0.01)
 
 
-def _load(cluster, tmp_path, action) -> tuple:
+def _load(cluster, tmp_path, action, **source) -> tuple:
     dsn = cluster.dsn("faults")
-    src = write_json(tmp_path / "src.json", cluster.source_config("faults", chunk_rows=50_000))
+    src = write_json(tmp_path / "src.json", cluster.source_config("faults", chunk_rows=50_000, **source))
     dst = write_json(tmp_path / "dst.json", {"type": "parquet", "path": str(tmp_path / "lake")})
     disc = run_olake("discover", "--config", src)
     assert disc.returncode == 0, disc.stderr
@@ -125,7 +125,7 @@ def test_killed_spark_worker_mid_chunk_is_retried(own_cluster, tmp_path):
         return False  # no worker of this run yet: look again
 
     try:
-        src, dst, state, stream, first = _load(own_cluster, tmp_path, kill_a_worker)
+        src, dst, state, stream, first = _load(own_cluster, tmp_path, kill_a_worker, in_process_rows=0)  # Spark
     finally:
         del os.environ["OLAKE_TEST_RUN_MARK"]
     assert first.read_code == 0 and first.write_code == 0, first.read_stderr.decode()[-3000:]

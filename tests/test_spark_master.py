@@ -53,7 +53,7 @@ def test_spark_output_goes_to_its_log_and_a_failed_start_names_it(pg_cluster, pg
     with psycopg.connect(pg_cluster.dsn(pg_db), autocommit=True) as conn:
         conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
         conn.execute("INSERT INTO t VALUES (1)")
-    src = write_json(tmp_path / "src.json", pg_cluster.source_config(pg_db))
+    src = write_json(tmp_path / "src.json", pg_cluster.source_config(pg_db, in_process_rows=0))  # Spark starts
     catalog = tmp_path / "cat.json"
     catalog.write_bytes(run_olake("discover", "--config", src).stdout)
     log = tmp_path / "logs" / "spark.log"

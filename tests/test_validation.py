@@ -92,7 +92,7 @@ def test_unknown_field_names_the_closest_valid_one_or_lists_them() -> None:
     with pytest.raises(ConfigError) as info:
         validate({"type": "parquet", "path": "/out", "zzz": 1}, "destination-parquet", "dest.json")
     assert info.value.message == ("dest.json: unknown field 'zzz' (allowed: type, path, rows_per_file, compression, "
-                                  "shared_path, s3.endpoint, s3.region, s3.access-key-id, s3.secret-access-key, "
+                                  "max_small_files, shared_path, s3.endpoint, s3.region, s3.access-key-id, s3.secret-access-key, "
                                   "s3.session-token)")
 
 
@@ -110,12 +110,14 @@ def test_valid_configs_pass_and_defaults_fill_in() -> None:
                       "connect_timeout": 10, "lock_timeout": 5, "chunk_strategy": "ctid", "chunk_rows": 250000,
                       "create_slot_and_publication": False, "on_position_lost": "resync",
                       "slot_wal_warn_bytes": 1 << 30,
-                      "logical_decoding_work_mem_mb": 256, "batch_rows": 10000, "max_connections": 8}
+                      "logical_decoding_work_mem_mb": 256, "batch_rows": 10000, "max_connections": 8,
+                      "in_process_rows": 10_000_000}
     assert "port" not in PG_CONFIG  # a new dict
     filled["schemas"].append("sales")
     assert apply_defaults(PG_CONFIG, "source-postgres")["schemas"] == ["public"]
     dest = apply_defaults({"type": "parquet", "path": "/out", "compression": "gzip"}, "destination-parquet")
-    assert dest == {"type": "parquet", "path": "/out", "compression": "gzip", "rows_per_file": 1000000, "shared_path": False}
+    assert dest == {"type": "parquet", "path": "/out", "compression": "gzip", "rows_per_file": 1000000, "shared_path": False,
+                    "max_small_files": 32}
 
 
 @pytest.mark.parametrize("content, expected", [

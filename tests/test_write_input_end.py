@@ -110,6 +110,25 @@ def test_an_input_cut_short_commits_what_its_states_covered_then_fails(tmp_path,
     assert json.loads((tmp_path / "st.json").read_text())["streams"][1]["stream_name"] == "b"
 
 
+@pytest.mark.parametrize("cut", [_record("a", id=9, v="z"), _state("a", "b", cursor="2")])
+def test_an_input_that_ends_inside_a_line_is_a_reader_stopped_early(tmp_path, cut):
+    """A reader killed in the middle of writing a line leaves it without its end: the input stopped early
+    (what came before is committed), not a line of bad JSON."""
+    whole = orjson.dumps(cut)
+    out, error = _write(tmp_path, A_RUN + [whole[: len(whole) // 2]])
+    assert isinstance(error, TransientError), error
+    assert error.message.startswith("the reading side stopped early: the input ended before "), error.message
+    assert "'n.a'" in error.message and "its last line was cut" in error.message, error.message
+    assert [m["type"] for m in out] == ["STATE", "STATE"] and _ids(tmp_path, "a") == [1, 2]
+
+
+def test_a_last_line_without_its_newline_is_still_read(tmp_path):
+    """A program that ends its last line without a newline is understood: the line is whole JSON."""
+    ending = [_status("a", "COMPLETE"), orjson.dumps(_status("b", "COMPLETE"))]
+    out, error = _write(tmp_path, A_RUN + ending)
+    assert error is None and [m["type"] for m in out] == ["STATE", "STATE"]
+
+
 def test_a_reader_error_after_commits_says_they_hold_and_points_to_the_reader(tmp_path):
     out, error = _write(tmp_path, A_RUN + [_record("a", id=9, v="z"), READER_ERROR])
     assert isinstance(error, UpstreamError) and error.failure_type == "config_error"

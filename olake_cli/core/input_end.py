@@ -32,19 +32,21 @@ class InputEnd:
         """A STREAM_STATUS trace's ``stream_descriptor`` and ``status``."""
         self.statuses[(descriptor.get("namespace"), descriptor["name"])] = status
 
-    def stopped_early(self, expected: dict[tuple, str] | None, states: int, uncommitted: bool) -> str | None:
+    def stopped_early(self, expected: dict[tuple, str] | None, states: int, uncommitted: bool,
+                      cut: bool = False) -> str | None:
         """None when every stream ended, else the one line saying the reading side stopped early.
 
         ``expected``: the selected streams of ``write --catalog`` (key -> label), or None without one;
         they count only when no CATALOG message came. ``states``, ``uncommitted``: see :func:`committed_text`.
+        ``cut``: the input ended inside a line (left out), as when its writer was killed while writing.
         """
-        rerun = "run the same command again to resume"
+        rerun = ("its last line was cut; " if cut else "") + "run the same command again to resume"
         if not self.catalogs and expected is None:
             return f"the reading side stopped early: the input ended before its CATALOG message; {rerun}"
         streams = self.announced if self.catalogs else expected
         unfinished = [label for key, label in streams.items() if self.statuses.get(key) != COMPLETE]
         if not unfinished:
-            return None
+            return f"the reading side stopped early: {rerun}" if cut else None
         named = ", ".join(f"'{label}'" for label in unfinished[:3])
         more = f" and {len(unfinished) - 3} more" if len(unfinished) > 3 else ""
         return (f"the reading side stopped early: the input ended before {named}{more} reported "

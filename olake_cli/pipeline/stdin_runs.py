@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any, BinaryIO
 from collections.abc import Callable, Iterable, Iterator
 
+import orjson
+
 
 def blocks_of(stdin: BinaryIO) -> Iterator[bytes]:
     """The bytes of ``stdin`` as they arrive, in blocks of up to 1 MiB."""
@@ -35,6 +37,7 @@ class RunReader:
         self.run_prefix: bytes | None = None
         self.run_parts: list[bytes] = []
         self.run_size = self.run_lines = 0
+        self.cut = False  # the input ended inside a line (left out)
 
     def read_all(self) -> None:
         """Read the input to its end, handing on every run, line and item in order."""
@@ -53,8 +56,10 @@ class RunReader:
                 continue
             self._lines(tail + data[:cut])
             tail = data[cut:]
-        if tail:
+        if tail and _whole_json(tail):  # a last line without its newline
             self._lines(tail)
+        elif tail:  # the input ended inside a line: its writer stopped while writing it
+            self.cut = True
         self._flush()
 
     def _lines(self, block: bytes) -> None:
@@ -95,3 +100,11 @@ class RunReader:
             self.lineno += self.run_lines
             self.on_run(self.run_prefix, b"".join(self.run_parts), first)
         self.run_prefix, self.run_parts, self.run_size, self.run_lines = None, [], 0, 0
+
+
+def _whole_json(line: bytes) -> bool:
+    try:
+        orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return False
+    return True

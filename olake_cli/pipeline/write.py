@@ -106,7 +106,7 @@ class WritePipeline:
             raise UpstreamError(f"the reading side failed (the reader's own error line says why); "
                                 f"{committed_text(self.states, uncommitted)}", failure_type, message)
         expected = None if self.catalog is None else {s.key: s.label for s in self.catalog.selected_streams()}
-        stopped = self.input_end.stopped_early(expected, self.states, uncommitted)
+        stopped = self.input_end.stopped_early(expected, self.states, uncommitted, runs.cut)
         if stopped is not None:
             raise TransientError(stopped)
         if uncommitted:
