@@ -14,7 +14,8 @@ import shutil
 import tempfile
 import uuid
 from contextlib import contextmanager
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -79,19 +80,11 @@ class LocalStore:
 
     def read_file(self, paths: StreamPaths, dir_id: str, name: str) -> pa.Table:
         """A committed file of load directory ``dir_id``, whole."""
-        path = os.path.join(paths.load_dir(dir_id), name)
-        try:
-            return pq.read_table(path)
-        except OSError as exc:
-            raise DestinationError(f"parquet: cannot read '{path}': {exc.strerror or exc}") from None
+        return _read(os.path.join(paths.load_dir(dir_id), name), pq.read_table)
 
     def read_schema(self, paths: StreamPaths, dir_id: str, name: str) -> pa.Schema:
         """The schema of a committed file of load directory ``dir_id`` (its footer only)."""
-        path = os.path.join(paths.load_dir(dir_id), name)
-        try:
-            return pq.read_schema(path)
-        except OSError as exc:
-            raise DestinationError(f"parquet: cannot read '{path}': {exc.strerror or exc}") from None
+        return _read(os.path.join(paths.load_dir(dir_id), name), pq.read_schema)
 
     def file_sizes(self, paths: StreamPaths, dir_id: str, names: list[str]) -> dict[str, int]:
         """The sizes in bytes of the committed files ``names`` of load directory ``dir_id``."""
@@ -192,3 +185,10 @@ class StagedFile:
             yield
         except OSError as exc:
             raise DestinationError(f"parquet: cannot write {self.folder}: {exc.strerror or exc}") from None
+
+
+def _read(path: str, read: Callable[[str], Any]) -> Any:
+    try:
+        return read(path)
+    except OSError as exc:
+        raise DestinationError(f"parquet: cannot read '{path}': {exc.strerror or exc}") from None
