@@ -308,7 +308,6 @@ def catalog_line(discovered: dict) -> bytes:
 
 BAD_LINES = {
     "garbage": (b"not json\n", ["not valid JSON"]),
-    "truncated": (record_line(key="k2")[:40], ["not valid JSON", "truncated"]),
     "not_a_message": (b'{"foo":1}\n', ["'type'"]),
     "unknown_stream": (record_line(stream="nope", namespace="shop"), ["unknown stream", "'shop.nope'"]),
     "wrong_type": (record_line().replace(b'"setting_key":"k1"', b'"setting_key":7'),  # no STATE after it
@@ -327,6 +326,23 @@ def test_write_bad_line_before_any_state(discovered, tmp_path, case):
     result = run_olake("write", "--config", config, "--state", str(state), stdin=stdin)
     assert_one_error(result, "config_error", "stdin line 3", *needles)
     assert [m["type"] for m in messages(result.stdout)] == ["TRACE"]
+    assert state.read_bytes() == before
+
+
+def test_write_input_cut_inside_its_last_line(discovered, tmp_path):
+    """The input ends in the middle of a line (its writer was killed while writing it): the reading side
+    stopped early, and nothing after the last STATE is committed."""
+    state = tmp_path / "st.json"
+    write_json(state, EARLIER_STATE)
+    before = state.read_bytes()
+    config = write_json(tmp_path / "dst.json", dest_base(tmp_path))
+    stdin = catalog_line(discovered) + record_line() + record_line(key="k2")[:40]
+    result = run_olake("write", "--config", config, "--state", str(state), stdin=stdin)
+    traces = [m["trace"]["error"] for m in messages(result.stdout) if m["type"] == "TRACE"]
+    assert result.returncode != 0 and [t["failure_type"] for t in traces] == ["transient_error"], result.stdout
+    error = result.stderr.decode().splitlines()[-1]  # after the line saying what was written
+    assert error == f"olake: error: {traces[0]['message']}" and "its last line was cut" in error, error
+    assert error.startswith("olake: error: the reading side stopped early") and "nothing was committed" in error
     assert state.read_bytes() == before
 
 

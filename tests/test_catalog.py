@@ -90,7 +90,7 @@ def test_to_dict_round_trips_and_keeps_unknown_airbyte_keys() -> None:
     (with_changes(ORDERS, sync_mode="sometimes"),
      "catalog.json: field 'streams[0].sync_mode': 'sometimes' is not one of 'full_refresh', "
      "'incremental', 'cdc'"),
-    ({"streams": [ORDERS], "extra": 1}, "catalog.json: unknown field 'extra' (allowed: streams)"),
+    ({"streams": [ORDERS], "extra": 1}, "catalog.json: unknown field 'extra' (allowed: new_streams, streams)"),
     ({"type": "CATALOG", "catalog": {"streams": [{"name": "t"}]}},
      "catalog.json: missing required field 'streams[0].json_schema'"),
 ])
