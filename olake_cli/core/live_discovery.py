@@ -14,6 +14,7 @@ from typing import Any
 
 from olake_cli.core.catalog import Catalog, CatalogStream, flat_entry
 
+
 @dataclass
 class StreamChanges:
     """What a discovery found against the run's catalog."""

@@ -70,12 +70,11 @@ class DiscoveryWatch:
             except Exception as exc:  # a driver's own error type (its text may hold connection details)
                 self.log(f"discovery failed ({type(exc).__name__}); looking again in {self.interval_s:g}s")
                 continue
-            for note in changes.notes:
-                if note not in self._said:
-                    self._said.add(note)
-                    self.log(note)
-            if changes:
+            if changes:  # the run started again says what changed (``starting_catalog``)
                 self.log("discovery: the streams changed; the run commits what it read and starts again with them")
                 self.changed = True
                 self.stop.set()
                 return
+            for note in set(changes.notes) - self._said:  # new streams left out, said once
+                self._said.add(note)
+                self.log(note)

@@ -45,8 +45,8 @@ class LoadRunner:
         """A full load of about ``rows`` rows (None: unknown) is planned: Spark starts now if the run's
         loads no longer fit in this process."""
         if self._in_process:
-            self._planned += rows if rows is not None else self._limit + 1
-            self._in_process = self._planned <= self._limit
+            self._planned += rows or 0
+            self._in_process = rows is not None and self._planned <= self._limit
         if not self._in_process:
             self._engine.expect_load(rows)
 

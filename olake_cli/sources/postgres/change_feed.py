@@ -250,7 +250,8 @@ class ChangeStream:
             others = np.flatnonzero(~_IS_ROW_CHANGE[kinds]).tolist()
             # following, the rows of the transactions this batch completes go on with it (a busy log
             # sends no idle moment to hand them on at, and more rows may take seconds to come)
-            handed = int(np.flatnonzero(kinds == _COMMIT)[-1]) if following and (kinds == _COMMIT).any() else -1
+            commits = np.flatnonzero(kinds == _COMMIT) if following else ()
+            handed = int(commits[-1]) if len(commits) else -1
             start = 0
             for at in others + [len(datas)]:
                 if at > start and not skipping:
