@@ -1,7 +1,9 @@
 """Discovery while following: with ``new_streams: "cdc"``, a table created while ``sync --follow`` runs is
-found within a discovery interval, loaded (a writer hammers it during its load, so the load is stitched
-to the change log) and then followed, while a writer on another table never stops; a dropped table's
-stream ends with a line saying so. Both tables then equal the source value by value."""
+found within a discovery interval, loaded as Spark tasks beside the change capture of the others (a writer
+hammers it during its load, so the load is stitched to the change log; the other table's changes go on
+committing meanwhile; SIGTERM in the middle of the load ends the run in seconds, and the next run resumes
+the load, again beside) and then followed, while a writer on another table never stops; a dropped
+table's stream ends with a line saying so. Both tables then equal the source value by value."""
 
 from __future__ import annotations
 
@@ -26,6 +28,30 @@ def _same(source: str, target: str, table: str) -> bool:
         return False  # not created yet
 
 
+def _lsn(text: str) -> int:
+    high, low = text.split("/")
+    return (int(high, 16) << 32) + int(low, 16)
+
+
+def _committed_while_loading(stdout: str, loading: str, flowing: str) -> bool:
+    """Whether the STATEs the destination committed show ``flowing``'s position moving on while
+    ``loading``'s load still had chunks to do: the changes flowed during the load."""
+    latest: dict[str, dict] = {}
+    at_load_start = None
+    for line in stdout.splitlines():
+        message = json.loads(line)
+        for ss in message.get("state", {}).get("streams", []) if message.get("type") == "STATE" else []:
+            latest[ss["stream_name"]] = {"sync_type": ss["sync_type"], **ss["stream_state"]}
+        new, old = latest.get(loading), latest.get(flowing)
+        if not (new and old and new["sync_type"] == "full-load" and any(c["status"] != "succeed" for c in new["chunks"])):
+            at_load_start = None
+        elif at_load_start is None:
+            at_load_start = _lsn(old["cursor_field"])
+        elif _lsn(old["cursor_field"]) > at_load_start:
+            return True
+    return False
+
+
 def test_a_table_created_while_following_is_loaded_then_followed_and_a_dropped_one_ends(
         pg_cluster, pg_db, pg_target, target_db, tmp_path):
     source, target = pg_cluster.dsn(pg_db), pg_target.dsn(target_db)
@@ -34,7 +60,8 @@ def test_a_table_created_while_following_is_loaded_then_followed_and_a_dropped_o
             conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v bigint NOT NULL, note text)")
             conn.execute(f"INSERT INTO {table} SELECT g, 0, 'row ' || g FROM generate_series(1, {rows}) g")
     src = write_json(tmp_path / "src.json", pg_cluster.source_config(
-        pg_db, replication_slot=f"disc_{pg_db}", publication=f"disc_{pg_db}_pub", create_slot_and_publication=True))
+        pg_db, replication_slot=f"disc_{pg_db}", publication=f"disc_{pg_db}_pub", create_slot_and_publication=True,
+        in_process_rows=0, chunk_rows=500, max_parallel=1))  # the new table's load: 40 Spark tasks in turn
     dst = write_json(tmp_path / "dst.json", pg_target.destination_config(target_db))
     catalog = discover_catalog(src, tmp_path / "cat.json", {"t": "cdc", "doomed": "cdc"})
     (tmp_path / "cat.json").write_text(json.dumps({**catalog, "new_streams": "cdc"}))
@@ -46,18 +73,23 @@ def test_a_table_created_while_following_is_loaded_then_followed_and_a_dropped_o
     steady.start()
     newcomer = None
     try:
-        run = start_olake(args, log, stdout=subprocess.DEVNULL)
+        run = start_olake(args, log, stdout=open(tmp_path / "sync.out", "wb"))
         wait_until(lambda: "following the change log" in log.read_text(), "the change phase starts", run=run)
         wait_until(lambda: _same(source, target, "doomed"), "the doomed table is copied", run=run)
         with psycopg.connect(source, autocommit=True) as conn:
             conn.execute("CREATE TABLE fresh (id int PRIMARY KEY, v bigint NOT NULL, note text)")
-            conn.execute("INSERT INTO fresh SELECT g, 0, 'row ' || g FROM generate_series(1, 3000) g")
+            conn.execute("INSERT INTO fresh SELECT g, 0, 'row ' || g FROM generate_series(1, 20000) g")
             conn.execute("DROP TABLE doomed")
-        newcomer = Incrementer(source, seed=22, table="fresh", rows=3000, pause=0.002)
+        newcomer = Incrementer(source, seed=22, table="fresh", rows=20000, pause=0.002)
         newcomer.start()  # writes all through the new table's load
         wait_until(lambda: "public.fresh: new stream found" in log.read_text(), "discovery finds the table",
                    timeout=30, run=run)
-        wait_until(lambda: log.read_text().count("following the change log") >= 2, "the run follows again",
+        wait_until(lambda: "public.fresh: chunk 5/" in log.read_text(), "the new table's load is under way", run=run)
+        took = stop(run)
+        assert run.returncode == 0 and took < 10, log.read_text()[-3000:]
+        assert "joined after loading beside" not in log.read_text()  # (the load was stopped in its middle)
+        run = start_olake(args, log, stdout=open(tmp_path / "resumed.out", "wb"))
+        wait_until(lambda: "joined after loading beside the others" in log.read_text(), "the new table joins",
                    run=run)
         time.sleep(2.0)
         assert run.poll() is None, log.read_text()[-3000:]
@@ -74,6 +106,8 @@ def test_a_table_created_while_following_is_loaded_then_followed_and_a_dropped_o
     assert "public.doomed: no longer exists at the source; its stream ends" in text, text[-3000:]
     assert "Traceback" not in text
     assert table_texts(target, "public", "doomed", COLUMNS)  # the destination keeps what it held
+    assert "public.fresh: resuming full load" in text, text[-3000:]
+    assert _committed_while_loading((tmp_path / "resumed.out").read_text(), "fresh", "t"), text[-3000:]
 
 
 def test_read_follow_into_write_takes_a_new_stream_in_the_readers_next_catalog(pg_cluster, pg_db, tmp_path):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 
 import orjson
@@ -34,7 +35,11 @@ from olake_cli.core.resync import resync_marker
 from olake_cli.core.schema_drift import record_in_state
 from olake_cli.core.state import State, StreamState
 from olake_cli.pipeline.in_process import ChangeTable
+from olake_cli.pipeline.load_beside import LoadBeside
 from olake_cli.pipeline.progress import REPLAYED
+
+
+_NO_LOCK = nullcontext()  # one writer: nothing to hold
 
 
 def capturing(streams: list[CatalogStream], state: State) -> list[CatalogStream]:
@@ -45,10 +50,12 @@ def capturing(streams: list[CatalogStream], state: State) -> list[CatalogStream]
 def run_change_phase(capture: ChangeCapture, streams: list[CatalogStream], state: State,
                      out: messages.MessageWriter, log: Callable[[str], None],
                      counted: Callable[[tuple, dict[str, int], int], None] = lambda key, counts, replayed: None,
-                     tables: Callable[[ChangeTable], None] | None = None, follow: Follow | None = None) -> None:
+                     tables: Callable[[ChangeTable], None] | None = None, follow: Follow | None = None,
+                     beside: LoadBeside | None = None, lock: AbstractContextManager = _NO_LOCK) -> None:
     """Read the capture's changes for the :func:`capturing` streams, and emit them; ``counted`` is told
     each stream's emitted changes by kind, and how many of them replay what its load holds; ``tables``
-    takes typed changes, after what ``out`` got before; ``follow`` keeps reading until its stop request."""
+    takes typed changes, after what ``out`` got before; ``follow`` keeps reading until its stop request,
+    with the streams of the loads ``beside`` it added as they end; each batch is emitted under ``lock``."""
     active = {s.key: s for s in capturing(streams, state)}
     if not active:
         return
@@ -58,7 +65,7 @@ def run_change_phase(capture: ChangeCapture, streams: list[CatalogStream], state
         for batch in capture.read(list(active.values()), state, typed=tables is not None):
             emitter.emit(batch)
     else:
-        _follow(require_following(capture), emitter, follow, log)
+        _follow(require_following(capture), emitter, follow, log, beside, lock)
     elapsed = max(time.monotonic() - started, 1e-6)
     replayed = f", of which {emitter.replayed} {REPLAYED}" if emitter.replayed else ""
     log(f"change capture: {emitter.emitted} change(s){replayed} in {elapsed:.1f}s "
@@ -76,9 +83,11 @@ def require_following(capture: ChangeCapture) -> FollowingCapture:
     return capture
 
 
-def _follow(capture: FollowingCapture, emitter: _ChangeEmitter, follow: Follow, log: Callable[[str], None]) -> None:
-    """Emit the capture's changes until the stop request, opening it again after a transient failure.
-    From here on SIGTERM and SIGINT ask it to stop (during the loads before, they interrupt the run)."""
+def _follow(capture: FollowingCapture, emitter: _ChangeEmitter, follow: Follow, log: Callable[[str], None],
+            beside: LoadBeside | None, lock: AbstractContextManager) -> None:
+    """Emit the capture's changes until the stop request, opening it again after a transient failure,
+    and with the streams of the loads ``beside`` added once they end (see ``load_beside``). From here on
+    SIGTERM and SIGINT ask it to stop (during the loads before, they interrupt the run)."""
     from olake_cli.pipeline.follow_status import FollowStatus
 
     stop_on_signal(follow.stop)
@@ -91,12 +100,13 @@ def _follow(capture: FollowingCapture, emitter: _ChangeEmitter, follow: Follow, 
     backoff = Backoff()
     try:
         while not follow.stop.is_set():
+            reading = follow if beside is None else beside.until_loaded(follow)
             try:
-                for batch in capture.follow(list(emitter.active.values()), emitter.state, follow,
+                for batch in capture.follow(list(emitter.active.values()), emitter.state, reading,
                                             typed=emitter.tables is not None):
-                    emitter.emit(batch)
+                    with lock:
+                        emitter.emit(batch)
                     backoff.succeeded()
-                return
             except (TransientError, ConnectionFailed) as exc:
                 delay = backoff.failed()
                 if delay is None:
@@ -105,6 +115,12 @@ def _follow(capture: FollowingCapture, emitter: _ChangeEmitter, follow: Follow, 
                 log(f"change capture: {exc}; trying again in {delay:.0f}s (--follow keeps running)")
                 if follow.stop.wait(delay):
                     return
+                continue
+            if beside is None or follow.stop.is_set() or (joined := beside.joined()) is None:
+                return
+            beside = None
+            with lock:
+                emitter.add(joined)
     finally:
         status.close()
 
@@ -141,6 +157,17 @@ class _ChangeEmitter:
         self.status = None  # following: a FollowStatus, told of changes and checkpoints
         self.newest_commit_us = 0  # the newest source commit among the changes emitted
         self.prefixes = {k: _record_prefix(s) for k, s in active.items()}
+
+    def add(self, streams: list[CatalogStream]) -> None:
+        """Follow these streams too, from their positions in the state (their loads just ended)."""
+        streams = [s for s in streams if s.key not in self.active]
+        for stream in streams:
+            self.active[stream.key] = stream
+            self.positions[stream.key] = self._op_of(self.state.find(*stream.key))
+            self.prefixes[stream.key] = _record_prefix(stream)
+        if streams:
+            self.log(f"change capture: {', '.join(s.label for s in streams)} joined after loading beside the "
+                     f"others; the change log is read again from the lowest committed position")
 
     def _op_of(self, ss: StreamState | None):
         position = self.capture.position_of(ss)

@@ -8,8 +8,10 @@ the same run). Written against ``core.contracts`` only: no source or destination
 from __future__ import annotations
 
 import itertools
+import threading
 import uuid
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import replace
 from typing import Any
 
@@ -17,17 +19,19 @@ from olake_cli.core import messages
 from olake_cli.core.catalog import Catalog, CatalogStream
 from olake_cli.core.errors import ConfigError, OlakeError, SchemaDrift, SnapshotLostError, SourceChangedError
 from olake_cli.core.follow import Follow
+from olake_cli.core.interrupts import signal_caught
 from olake_cli.core.pipeline_identity import PipelineIdentity
 from olake_cli.core.contracts import ChangeCapture, ChunkRunner, ChunkSink, ReadSession, Source
-from olake_cli.core.resync import is_resync_marker
 from olake_cli.core.schema_drift import (apply_to_catalog, changed_columns, column_type, needs_reload,
                                          record_in_state, widened)
 from olake_cli.core.state import Chunk, State, StreamState, finish_full_load_if_done
 from olake_cli.pipeline.changes import capturing, require_following, run_change_phase
 from olake_cli.pipeline.chunk_job import ChunkJob, in_threads, run_chunk_job
+from olake_cli.pipeline.load_beside import LoadBeside
 from olake_cli.pipeline.progress import LineView, Progress, ProgressView
+from olake_cli.pipeline.stream_statuses import StreamStatuses
 from olake_cli.pipeline.stream_work import (NEXT_SYNC_TYPE, StreamRun, column_types, decide_work, pass_op_id,
-                                            reload_reason)
+                                            reload_note)
 
 _NO_STATE = StreamState("", "", None)
 
@@ -49,7 +53,8 @@ class ReadPipeline:
         self.capture: ChangeCapture | None = None
         self.rows_by_tasks = 0  # sync: rows the tasks wrote to the destination themselves
         self.progress = Progress(view or LineView(log))
-        self.statuses: dict[tuple, str] = {}  # stream key -> the last STREAM_STATUS emitted
+        self.statuses = StreamStatuses(out)
+        self.lock = threading.RLock()  # loads beside a following change phase: one writer at a time
         self.lost: set[tuple] = set()  # streams whose state this run dropped (a lost position or load)
         self.on_source_open = on_source_open  # sync: locks and opens the destination, once the source is open
         self.tables = tables  # sync: takes typed changes (pipeline.in_process) in their place among the lines
@@ -83,36 +88,49 @@ class ReadPipeline:
         try:
             self._run_streams(streams, session)
         except Exception:
-            self._end_statuses("INCOMPLETE")
+            self.statuses.end(self.catalog.selected_streams(), "INCOMPLETE")
             raise
         finally:
             self.progress.run_finished({s.label: (self.state.find(s.namespace, s.name) or _NO_STATE).position_text()
                                         for s in streams})
 
     def _run_streams(self, streams: list[CatalogStream], session: ReadSession) -> None:
-        """Full loads and incremental passes, then change capture; a final STATE; raise the first error."""
+        """Full loads and incremental passes, then change capture (following: beside it when streams are
+        already in change capture, see ``load_beside``); a final STATE; raise the first error."""
         cdc_streams = [s for s in streams if s.sync_mode == "cdc"]
-        with session:
+        beside = None
+        with ExitStack() as opened:
+            opened.enter_context(session)
             runs = [self._prepare(stream, session) for stream in streams]
-            self._scan_all(runs, session)
-        if self.capture is not None and not self.errors:
-            current = {s.key: s for s in self.catalog.streams}  # with any drift of the scans
-            cdc_streams = [current[s.key] for s in cdc_streams]
-            labels = {s.key: s.label for s in cdc_streams}
-            self.progress.capture_started(s.label for s in capturing(cdc_streams, self.state))
-            run_change_phase(self.capture, cdc_streams, self.state, self.out, self.log,
-                             lambda key, counts, replayed: self.progress.changes(labels[key], counts, replayed),
-                             self.tables, self.follow)
+            if (self.follow is not None and capturing(cdc_streams, self.state) and any(r.jobs for r in runs)):
+                beside = LoadBeside(lambda cancel: self._scan_all(runs, session, cancel), opened.pop_all(),
+                                    lambda: self._joining(cdc_streams), self.lock)
+                self.log("full load(s) beside the change capture of the streams that have loaded")
+                beside.start()
+            else:
+                self._scan_all(runs, session)
+        try:
+            if self.capture is not None and not self.errors:
+                current = {s.key: s for s in self.catalog.streams}  # with any drift of the scans
+                cdc_streams = [current[s.key] for s in cdc_streams]
+                labels = {s.key: s.label for s in cdc_streams}
+                self.progress.capture_started(s.label for s in capturing(cdc_streams, self.state))
+                run_change_phase(self.capture, cdc_streams, self.state, self.out, self.log,
+                                 lambda key, counts, replayed: self.progress.changes(labels[key], counts, replayed),
+                                 self.tables, self.follow, beside, self.lock)
+        finally:
+            if beside is not None:
+                beside.finish(stopping=signal_caught() is not None)
         self.out.write(messages.state_message(self.state))
         self.out.flush()
         if self.errors:
             raise self.errors[0]
-        self._end_statuses("COMPLETE")
+        self.statuses.end(self.catalog.selected_streams(), "COMPLETE")
 
     def _prepare(self, stream: CatalogStream, session: ReadSession) -> StreamRun:
         previous = self.state.find(stream.namespace, stream.name)
         decision = decide_work(stream, previous)
-        self._status(stream, "STARTED")
+        self.statuses.set(stream, "STARTED")
         if decision == "continue":
             self._publish(previous)  # the writer learns which load the coming records belong to
             if stream.sync_mode == "cdc":
@@ -130,7 +148,8 @@ class ReadPipeline:
             self.log(f"{stream.label}: resuming full load, "
                      f"{sum(c.status != 'succeed' for c in ss.chunks)} of {len(ss.chunks)} chunk(s) left")
         else:
-            self._log_reload(stream, previous)
+            if (note := reload_note(stream, previous)) is not None:
+                self.log(f"{stream.label}: {note}")
             ss, estimate = self._new_load(stream, session)
             if previous is not None:
                 ss.pass_op_id = previous.pass_op_id  # later passes still rank above
@@ -167,17 +186,6 @@ class ReadPipeline:
                  f"without a full load")
         self._publish(ss)
         return StreamRun(stream, ss, kind="cdc")
-
-    def _log_reload(self, stream: CatalogStream, previous: StreamState | None) -> None:
-        """Say why a stream that has a state is loaded anew (nothing for a ``full_refresh`` stream's next copy)."""
-        if previous is None:
-            return
-        reason = reload_reason(stream, previous) or (
-            "sync mode or columns changed" if previous.sync_type != "full-load" else None)
-        if reason:
-            self.log(f"{stream.label}: {reason} since the last load; loading it anew")
-        elif stream.sync_mode != "full_refresh" and is_resync_marker(previous.to_dict()):
-            self.log(f"{stream.label}: marked to load anew by an earlier run; loading it anew")
 
     def _new_load(self, stream: CatalogStream, session: ReadSession) -> tuple[StreamState, int | None]:
         """The state of a fresh full load (chunks planned in the session, the position before it) and
@@ -232,15 +240,27 @@ class ReadPipeline:
                         json_schema=stream.json_schema, key_columns=session.key_columns(stream),
                         extra_data=extra_data, spool=self.runner.spool)
 
-    def _scan_all(self, runs: list[StreamRun], session: ReadSession) -> None:
-        """Scan every run's jobs; streams whose schema drifted are announced wider and read again."""
-        while runs:
-            drifted = self._scan_round(runs, session)
-            runs = [self._after_drift(run, found, session) for run, found in drifted.values() if not run.failed]
+    def _joining(self, cdc_streams: list[CatalogStream]) -> list[CatalogStream] | None:
+        """After loads beside the change phase: the streams in change capture now (None: a load failed)."""
+        if self.errors:
+            return None
+        current = {s.key: s for s in self.catalog.streams}  # with any drift of the scans
+        joined = [current[s.key] for s in capturing(cdc_streams, self.state)]
+        self.progress.capture_started(s.label for s in joined)
+        return joined
 
-    def _scan_round(self, runs: list[StreamRun], session: ReadSession) -> dict[tuple, tuple[StreamRun, list]]:
-        """Run the jobs, emitting each chunk's rows and state; returns the results that met schema drift
-        (stream key -> its run and those results); their chunks stay pending."""
+    def _scan_all(self, runs: list[StreamRun], session: ReadSession, cancel: threading.Event | None = None) -> None:
+        """Scan every run's jobs; streams whose schema drifted are announced wider and read again; once
+        ``cancel`` is set, no further chunk is taken on (the loads resume in the next run)."""
+        while runs and not (cancel is not None and cancel.is_set()):
+            drifted = self._scan_round(runs, session, cancel)
+            with self.lock:
+                runs = [self._after_drift(run, found, session) for run, found in drifted.values() if not run.failed]
+
+    def _scan_round(self, runs: list[StreamRun], session: ReadSession,
+                    cancel: threading.Event | None) -> dict[tuple, tuple[StreamRun, list]]:
+        """Run the jobs, emitting each chunk's rows and state (under the run's lock); returns the results
+        that met schema drift (stream key -> its run and those results); their chunks stay pending."""
         by_key = {(r.stream.namespace, r.stream.name): r for r in runs}
         jobs = [self._with_sink(run, job) for run in runs if run.kind == "full" for job in run.jobs]
         passes = [job for run in runs if run.kind == "incremental" for job in run.jobs]
@@ -259,12 +279,18 @@ class ReadPipeline:
                 if isinstance(result.error, SchemaDrift):
                     drifted.setdefault(run.stream.key, (run, []))[1].append(result)
                     continue
-                rest = self._take_result(run, result, session)
+                with self.lock:
+                    if cancel is not None and cancel.is_set():  # (set under the lock: nothing is written after)
+                        scans.close()
+                        return {}
+                    rest = self._take_result(run, result, session)
                 if rest is not None:
                     jobs.append(self._with_sink(run, rest))
                     pending[run.stream.key] += 1
                 if not pending[run.stream.key] and run.stream.key not in drifted:
-                    self._stream_done(run)
+                    with self.lock:
+                        self.progress.stream_finished(run.stream.label, complete=not run.failed)
+                        self.statuses.loaded(run.stream, run.failed)
                 if isinstance(result.error, (SourceChangedError, SnapshotLostError)):  # later chunks would fail too
                     scans.close()  # no further chunk starts; those in flight are cancelled
                     return drifted
@@ -284,8 +310,8 @@ class ReadPipeline:
         if result.error is None and self._tasks_write(run):
             self.rows_by_tasks += result.rows
         rest = self._after_task(run, result, session)
-        if result.error is None and self.statuses.get(run.stream.key) == "STARTED":
-            self._status(run.stream, "RUNNING")
+        if result.error is None:
+            self.statuses.running(run.stream)
         return rest
 
     def _after_drift(self, run: StreamRun, found: list, session: ReadSession) -> StreamRun:
@@ -321,29 +347,6 @@ class ReadPipeline:
         else:
             again.jobs = [self._job(stream, session, i, session.chunk_reader(stream, ss, i)) for i in indexes]
         return again
-
-    def _stream_done(self, run: StreamRun) -> None:
-        """Every chunk of a stream is done: its summary, and COMPLETE unless change capture follows."""
-        self.progress.stream_finished(run.stream.label, complete=not run.failed)
-        if run.failed:
-            self._status(run.stream, "INCOMPLETE")
-        elif run.stream.sync_mode != "cdc":
-            self._status(run.stream, "COMPLETE")
-
-    def _status(self, stream: CatalogStream, status: str) -> None:
-        """Emit a TRACE STREAM_STATUS for ``stream``."""
-        self.statuses[stream.key] = status
-        self.out.write(messages.trace_stream_status(stream.name, stream.namespace, status))
-
-    def _end_statuses(self, status: str) -> None:
-        """Give every stream still open (STARTED or RUNNING) its final ``status``; best effort on failure."""
-        try:
-            for stream in self.catalog.selected_streams():
-                if self.statuses.get(stream.key) in ("STARTED", "RUNNING"):
-                    self._status(stream, status)
-            self.out.flush()
-        except OSError:  # the reader of stdout is gone: nobody is left to tell
-            pass
 
     def _tasks_write(self, run: StreamRun) -> bool:
         """Whether the stream's tasks write their rows to the destination themselves (sync, full load);

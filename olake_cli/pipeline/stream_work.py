@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from olake_cli.core.catalog import CatalogStream
+from olake_cli.core.resync import is_resync_marker
 from olake_cli.core.schema_change import INCOMPATIBLE, olake_type_of, type_change
 from olake_cli.core.state import StreamState
 from olake_cli.pipeline.chunk_job import ChunkJob
@@ -46,6 +47,20 @@ def decide_work(stream: CatalogStream, previous: StreamState | None) -> str:
     if previous.sync_type == NEXT_SYNC_TYPE[stream.sync_mode]:
         return "continue"
     return "new"
+
+
+def reload_note(stream: CatalogStream, previous: StreamState | None) -> str | None:
+    """Why a stream that has a state is loaded anew, as said to the user (None for no state, or for a
+    ``full_refresh`` stream's next copy)."""
+    if previous is None:
+        return None
+    reason = reload_reason(stream, previous) or (
+        "sync mode or columns changed" if previous.sync_type != "full-load" else None)
+    if reason:
+        return f"{reason} since the last load; loading it anew"
+    if stream.sync_mode != "full_refresh" and is_resync_marker(previous.to_dict()):
+        return "marked to load anew by an earlier run; loading it anew"
+    return None
 
 
 def reload_reason(stream: CatalogStream, previous: StreamState) -> str | None:
