@@ -10,6 +10,9 @@ def main() -> None:
 
     catch_signals()
     try:
+        from olake_cli.core.arrow_start import skip_pandas_probe
+
+        skip_pandas_probe()
         from olake_cli.cli.app import main as run_cli
     except KeyboardInterrupt as exc:
         from olake_cli.cli.report import interrupted
