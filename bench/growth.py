@@ -17,7 +17,8 @@ go to the JSON file ``--out`` (after each size, so a stopped run keeps what it m
 Then, from that JSON (or from ``--from``): a Markdown table on stdout (wall seconds per path per size,
 and per path the fit ``time = fixed cost + cost per million rows × millions`` over the sizes where the
 path succeeded), peak RSS per path per size; progress goes to stderr. With ``--png``, the chart: time
-against rows, one line with markers per path, each fit as a dotted line. matplotlib is not one of
+against rows, one line with markers per path (hollow where olake scanned as Spark tasks), each fit as a
+dotted line. matplotlib is not one of
 olake's dependencies: it is in bench/requirements-peers.txt, and this script draws by running itself
 with bench/.venv-peers' Python (``--chart-from JSON --png FILE``, a mode that imports nothing but
 matplotlib and the standard library), creating or refreshing that venv first as run.py does.
@@ -146,13 +147,15 @@ def fit(points: list[tuple[float, float]]) -> tuple[float, float] | None:
 
 
 def series(results: dict) -> dict[str, dict]:
-    """Per path (in the order they ran): its label, and its (millions, seconds) points where it succeeded."""
+    """Per path (in the order they ran): its label, its (millions, seconds) points where it succeeded, and
+    for each point whether olake scanned as Spark tasks."""
     out: dict[str, dict] = {}
     for size in results["sizes"]:
         for key, p in size["paths"].items():
-            s = out.setdefault(key, {"label": p["label"], "points": []})
+            s = out.setdefault(key, {"label": p["label"], "points": [], "spark": []})
             if p["ok"]:
                 s["points"].append((size["rows"] / 1e6, p["wall_s"]))
+                s["spark"].append(p.get("scanned") == "Spark tasks")
     return out
 
 
@@ -203,7 +206,8 @@ def markdown(results: dict) -> str:
 
 
 def draw(results: dict, png: Path) -> None:
-    """The chart: seconds against millions of rows, one line with markers per path, its fit dotted."""
+    """The chart: seconds against millions of rows, one line with markers per path (hollow where olake ran
+    Spark tasks), its fit dotted."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -220,7 +224,9 @@ def draw(results: dict, png: Path) -> None:
         if f:
             label += f" ({f[0]:.1f} s + {f[1]:.2f} s/M)"
             ax.plot([0, top], [f[0], f[0] + f[1] * top], ":", color=COLORS.get(key), linewidth=1)
-        ax.plot(xs, ys, "-o", color=COLORS.get(key), label=label, linewidth=1.8, markersize=5)
+        ax.plot(xs, ys, "-", color=COLORS.get(key), label=label, linewidth=1.8)
+        for x, y, spark in zip(xs, ys, s["spark"]):
+            ax.plot([x], [y], "o", color=COLORS.get(key), markersize=6, markerfacecolor="white" if spark else None)
     mach, day = results["machine"], results["started_at"][:10]
     loads = [s["load"]["mean"] for s in results["sizes"]]
     ax.set_title(f"Full load from PostgreSQL: wall time against rows\n{mach['cores']}-core machine, {day}, "
@@ -232,8 +238,8 @@ def draw(results: dict, png: Path) -> None:
     ax.set_xticks([s["rows"] / 1e6 for s in results["sizes"]])
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")
-    fig.text(0.99, 0.01, "dotted: least-squares fit, fixed cost + cost per million rows", ha="right", fontsize=7,
-             color="gray")
+    fig.text(0.99, 0.01, "dotted: least-squares fit, fixed cost + cost per million rows; hollow marker: olake "
+             "scanned as Spark tasks (above in_process_rows), filled: in process", ha="right", fontsize=7, color="gray")
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png)
