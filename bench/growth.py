@@ -31,6 +31,8 @@ import datetime as dt
 import json
 import os
 import platform
+import re
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -80,14 +82,18 @@ class LoadSampler(threading.Thread):
 
 
 def path_result(row, log: Path) -> dict:
-    """One path at one size as JSON: its status, wall time and memory, and where olake scanned."""
+    """One path at one size as JSON: its status, wall time and memory, and where olake scanned (and the
+    row estimate it decided by)."""
     m = row.m
     out = {"label": row.label, "status": row.status, "ok": row.ok, "wall_s": m.wall_s if m else None}
     if m is not None:
         out.update(tree_peak_mib=m.tree_peak_mib, max_proc_mib=m.max_proc_mib, max_proc_kind=m.max_proc_kind,
                    driver_mib=m.driver_mib, per_kind_mib=m.per_kind_mib)
     if row.key in OLAKE_PATHS and log.exists():
-        out["scanned"] = "in process" if "without Spark" in log.read_text(errors="replace") else "Spark tasks"
+        text = log.read_text(errors="replace")
+        out["scanned"] = "in process" if "without Spark" in text else "Spark tasks"
+        planned = re.search(r"full load in \d+ chunk\(s\), about (\d+) rows", text)
+        out["row_estimate"] = int(planned.group(1)) if planned else None  # what in_process_rows is held to
     return out
 
 
@@ -113,7 +119,7 @@ def measure(args: argparse.Namespace, selected: set[str]) -> dict:
 
     run.KEEP = args.keep
     mach = run.machine()
-    results = {"command": "bench/growth.py " + " ".join(sys.argv[1:]), "machine": mach,
+    results = {"command": shlex.join(["bench/growth.py", *sys.argv[1:]]), "machine": mach,
                "python": platform.python_version(), "spark_master": args.spark_master,
                "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "sizes": []}
     say(f"{mach['cores']} cores, {mach['memory']}, load {mach['load']}; sizes {args.sizes}; "
