@@ -101,8 +101,9 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def run_path(path: str, rate: int, seconds: float, source, target, work: Path) -> str:
-    """One path at one rate: the figures as a Markdown table row."""
+def run_path(path: str, rate: int, seconds: float, source, target, work: Path,
+             commit_interval: float | None = None) -> str:
+    """One path at one rate (olake with ``--commit-interval`` when given): the figures as a Markdown row."""
     name = f"f_{path}_{rate}"
     create_database(source, name)
     create_database(target, name)
@@ -134,7 +135,8 @@ def run_path(path: str, rate: int, seconds: float, source, target, work: Path) -
         (work / f"{name}_cat.json").write_text(json.dumps(catalog))
         log = open(work / f"{name}.log", "wb")
         proc = subprocess.Popen(OLAKE + ["sync", "--source", str(files["src"]), "--destination", str(files["dst"]),
-                                         "--catalog", str(work / f"{name}_cat.json"), "--follow"],
+                                         "--catalog", str(work / f"{name}_cat.json"), "--follow"]
+                                + (["--commit-interval", str(commit_interval)] if commit_interval else []),
                                 stdout=subprocess.DEVNULL, stderr=log)
         while b"following the change log" not in (work / f"{name}.log").read_bytes():
             if proc.poll() is not None:
@@ -181,6 +183,8 @@ def main() -> None:
     parser.add_argument("--rates", default="1000,10000", help="rows inserted per second, comma-separated")
     parser.add_argument("--seconds", type=float, default=60.0, help="how long the writer runs at each rate")
     parser.add_argument("--paths", default=",".join(PATHS), help=f"comma-separated, of {', '.join(PATHS)}")
+    parser.add_argument("--commit-interval", type=float, default=None,
+                        help="olake's --commit-interval (default: each destination's own)")
     args = parser.parse_args()
     source = start_cluster({"track_commit_timestamp": "on"})
     target = start_cluster({"track_commit_timestamp": "on"})
@@ -190,7 +194,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="olake-bench-follow-") as work:
             for rate in (int(r) for r in args.rates.split(",")):
                 for path in args.paths.split(","):
-                    rows.append(run_path(path, rate, args.seconds, source, target, Path(work)))
+                    rows.append(run_path(path, rate, args.seconds, source, target, Path(work), args.commit_interval))
                     print(rows[-1], file=sys.stderr)
     finally:
         source.stop()
