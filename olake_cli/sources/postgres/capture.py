@@ -227,8 +227,10 @@ class PostgresChangeCapture:
         return self._confirmed_lsn(state)
 
     def _confirmed_lsn(self, state: State) -> int | None:
-        """The lowest committed position of the capture's streams in ``state`` (None: none holds one)."""
-        held = [self.position_of(state.find(s.namespace, s.name)) for s in self.streams]
+        """The lowest committed position of the capture's streams in ``state`` (None: none holds one).
+        A stream ``state`` holds no position for (new in this run: its load ranks at the slot's position
+        read by preflight, and the writer may not have committed its first STATE yet) holds the slot there."""
+        held = [self.position_of(state.find(s.namespace, s.name)) or self._start for s in self.streams]
         return min((p.commit for p in held if p is not None), default=None)
 
     def _read(self, streams: list[CatalogStream], state: State, typed: bool,
