@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from dataclasses import replace
 
 import orjson
@@ -39,9 +39,6 @@ from olake_cli.pipeline.load_beside import LoadBeside
 from olake_cli.pipeline.progress import REPLAYED
 
 
-_NO_LOCK = nullcontext()  # one writer: nothing to hold
-
-
 def capturing(streams: list[CatalogStream], state: State) -> list[CatalogStream]:
     """The streams whose state is in the ``cdc`` phase: those the change phase reads."""
     return [s for s in streams if (state.find(s.namespace, s.name) or _NONE).sync_type == "cdc"]
@@ -50,8 +47,8 @@ def capturing(streams: list[CatalogStream], state: State) -> list[CatalogStream]
 def run_change_phase(capture: ChangeCapture, streams: list[CatalogStream], state: State,
                      out: messages.MessageWriter, log: Callable[[str], None],
                      counted: Callable[[tuple, dict[str, int], int], None] = lambda key, counts, replayed: None,
-                     tables: Callable[[ChangeTable], None] | None = None, follow: Follow | None = None,
-                     beside: LoadBeside | None = None, lock: AbstractContextManager = _NO_LOCK) -> None:
+                     tables: Callable[[ChangeTable], None] | None = None, follow: Follow | None = None, *,
+                     beside: LoadBeside | None, lock: AbstractContextManager) -> None:
     """Read the capture's changes for the :func:`capturing` streams, and emit them; ``counted`` is told
     each stream's emitted changes by kind, and how many of them replay what its load holds; ``tables``
     takes typed changes, after what ``out`` got before; ``follow`` keeps reading until its stop request,

@@ -111,13 +111,12 @@ class ReadPipeline:
                 self._scan_all(runs, session)
         try:
             if self.capture is not None and not self.errors:
-                current = {s.key: s for s in self.catalog.streams}  # with any drift of the scans
-                cdc_streams = [current[s.key] for s in cdc_streams]
+                cdc_streams = self._current(cdc_streams)
                 labels = {s.key: s.label for s in cdc_streams}
                 self.progress.capture_started(s.label for s in capturing(cdc_streams, self.state))
                 run_change_phase(self.capture, cdc_streams, self.state, self.out, self.log,
                                  lambda key, counts, replayed: self.progress.changes(labels[key], counts, replayed),
-                                 self.tables, self.follow, beside, self.lock)
+                                 self.tables, self.follow, beside=beside, lock=self.lock)
         finally:
             if beside is not None:
                 beside.finish(stopping=signal_caught() is not None)
@@ -244,10 +243,14 @@ class ReadPipeline:
         """After loads beside the change phase: the streams in change capture now (None: a load failed)."""
         if self.errors:
             return None
-        current = {s.key: s for s in self.catalog.streams}  # with any drift of the scans
-        joined = [current[s.key] for s in capturing(cdc_streams, self.state)]
+        joined = capturing(self._current(cdc_streams), self.state)
         self.progress.capture_started(s.label for s in joined)
         return joined
+
+    def _current(self, streams: list[CatalogStream]) -> list[CatalogStream]:
+        """These streams as the catalog holds them now (with any drift of the scans)."""
+        current = {s.key: s for s in self.catalog.streams}
+        return [current[s.key] for s in streams]
 
     def _scan_all(self, runs: list[StreamRun], session: ReadSession, cancel: threading.Event | None = None) -> None:
         """Scan every run's jobs; streams whose schema drifted are announced wider and read again; once
