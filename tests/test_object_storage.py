@@ -80,7 +80,7 @@ def test_iceberg_warehouse_in_a_bucket_through_read_write_and_sync(pg_cluster, p
     synced = subprocess.run(olake_cmd("sync", "--source", src, "--destination", dst, "--catalog", str(cat),
                                       "--state", str(tmp_path / "sync.json")),
                             capture_output=True, env=olake_env(), timeout=600)
-    assert synced.returncode == 0, synced.stderr.decode()[-3000:]
+    assert synced.returncode == 0, _said(synced)
     _no_secret(synced.stdout, synced.stderr)
     assert first and set(keys(moto_server, bucket, "warehouse/public/items/data/")) - first
     with psycopg.connect(pg_cluster.dsn(pg_db)) as conn:
@@ -129,6 +129,11 @@ def _run_sync(src: str, dst: str, cat: str, state: Path, **env: str) -> subproce
                           timeout=600)
 
 
+def _said(run: subprocess.CompletedProcess) -> str:
+    """A failed run's stderr and the end of its stdout (a TRACE there carries the failure's stack)."""
+    return run.stderr.decode()[-3000:] + run.stdout.decode()[-3000:]
+
+
 def _assert_stream_matches(conn, moto_server, root: str, table: str, stream: dict) -> None:
     """The stream read through its manifest, its newest version per key (deletes dropped), equals the
     source table value by value."""
@@ -163,7 +168,7 @@ def test_parquet_in_a_bucket_loads_changes_replaces_and_survives_a_kill(pg_clust
         assert "chunk 3/3" in piped.read_stderr.decode()
         synced = _run_sync(sources[1], sync_dst, cat, tmp_path / "sync-st.json")
         outputs += [synced.stdout, synced.stderr]
-        assert synced.returncode == 0, synced.stderr.decode()[-3000:]
+        assert synced.returncode == 0, _said(synced)
         with psycopg.connect(dsn) as conn:
             for root in (f"{bucket}/pipe", f"{bucket}/sync"):
                 for table in ("items", "prices"):
@@ -182,7 +187,7 @@ def test_parquet_in_a_bucket_loads_changes_replaces_and_survives_a_kill(pg_clust
         assert killed.returncode == -9, killed.stderr.decode()[-3000:]
         again = _run_sync(sources[1], sync_dst, cat, tmp_path / "sync-st.json")
         outputs += [again.stdout, again.stderr]
-        assert again.returncode == 0, again.stderr.decode()[-3000:]
+        assert again.returncode == 0, _said(again)
         with psycopg.connect(dsn) as conn:
             _assert_stream_matches(conn, moto_server, f"{bucket}/sync", "items", streams["items"])
             prices = parquet_rows(moto_server, f"{bucket}/sync", "public", "prices")
@@ -226,7 +231,7 @@ def test_a_chunk_committed_before_the_state_file_leaves_its_live_objects_alone(p
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("DELETE FROM shrink WHERE id <= 300")  # chunk 0 read again: 700 rows, two parts
     again = run_olake(*sync)
-    assert again.returncode == 0, again.stderr.decode()[-3000:]
+    assert again.returncode == 0, _said(again)
     assert b"the destination committed full-load, 1 of 2 chunk(s) done: resuming from the destination's record" \
         in again.stderr, again.stderr.decode()[-3000:]  # the manifest is the truth: chunk 0 is not read again
     final = manifest_of(moto_server, f"{bucket}/lake", "public", "shrink")["live_files"]

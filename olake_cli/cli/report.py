@@ -119,8 +119,8 @@ def stdout_closed() -> NoReturn:
 def fail(error: OlakeError, exit_code: int = 1) -> NoReturn:
     """Report an error as a TRACE on stdout and one line on stderr, then exit non-zero."""
     _ignore_signals()
-    stack = None
-    if error.failure_type == "system_error" and error.__traceback__ is not None:
+    stack = error.stack_trace
+    if stack is None and error.failure_type == "system_error" and error.__traceback__ is not None:
         stack = "".join(traceback.format_exception(error))
     try:
         writer = protocol_writer()

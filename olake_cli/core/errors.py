@@ -9,13 +9,14 @@ class OlakeError(Exception):
 
     failure_type = "system_error"
     internal_message: str | None = None
+    stack_trace: str | None = None  # where another library's exception was raised (a task's, say)
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
 
-    def __reduce__(self):  # picklable across Spark executors
-        return (type(self), (self.message,))
+    def __reduce__(self):  # picklable across Spark executors, with what was set after construction
+        return (type(self), (self.message,), self.__dict__)
 
     def __str__(self) -> str:
         return self.message

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import time
+import traceback
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
@@ -97,8 +98,9 @@ def _attempt(job: ChunkJob) -> ScanResult:
             _encode_chunk(job, result, spool)
     except OlakeError as exc:
         result.error = exc
-    except Exception as exc:  # errors of other libraries arrive as many types; report them as one
+    except Exception as exc:  # errors of other libraries arrive as many types; report them as one, with the stack
         result.error = SourceError(f"chunk {job.chunk_index} of {job.label}: {type(exc).__name__}: {exc}")
+        result.error.stack_trace = "".join(traceback.format_exception(exc))
     if spool is not None:
         try:
             spool.close()
