@@ -14,6 +14,7 @@ server to server without being decoded).
 from __future__ import annotations
 
 import re
+import traceback
 from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Iterator
@@ -74,7 +75,11 @@ class PostgresChunkReader:
                                      "(the database restarted, or the connection that exported it was "
                                      "lost); run again to resume: finished chunks are kept")
         message = _scrub(f"chunk {self.chunk_index} of {self.label}: {type(exc).__name__}: {exc}", self.uri)
-        return (TransientError if is_transient(exc) else SourceError)(message)
+        if is_transient(exc):
+            return TransientError(message)
+        error = SourceError(message)
+        error.stack_trace = _scrub("".join(traceback.format_exception(exc)), self.uri)
+        return error
 
     def _begin(self, cur) -> None:
         """Enter the load's snapshot with the scan's session settings (the transaction's first statements)."""
