@@ -109,6 +109,8 @@ class PostgresChunkReader:
         import psycopg
         from psycopg import sql
 
+        from olake_cli.sources.postgres.copy_out import copy_out_blocks
+
         columns = sql.SQL(", ").join(
             sql.SQL("{}::{} AS {}").format(sql.Identifier(name) if name in self.copy_columns else sql.NULL,
                                            sql.SQL(_checked_type(type_name)), sql.Identifier(name))
@@ -117,16 +119,7 @@ class PostgresChunkReader:
         with psycopg.connect(self.uri) as conn:
             with conn.cursor() as cur:
                 self._begin(cur)
-                with cur.copy(statement) as copy:
-                    parts, size = [], 0
-                    for data in copy:
-                        parts.append(data)
-                        size += len(data)
-                        if size >= _COPY_BLOCK_BYTES:
-                            yield b"".join(parts)
-                            parts, size = [], 0
-                    if parts:
-                        yield b"".join(parts)
+                yield from copy_out_blocks(conn, statement, _COPY_BLOCK_BYTES)
                 self._check_not_rewritten(cur)
             conn.rollback()
 
