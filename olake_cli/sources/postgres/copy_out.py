@@ -55,10 +55,8 @@ def _blocks(pgconn: pq.abc.PGconn, block_bytes: int) -> Iterator[bytes]:
         elif nbytes == 0:  # nothing buffered: wait for the server
             _wait(pgconn)
             pgconn.consume_input()
-        elif nbytes == -1:  # the COPY's end
+        else:  # -1, the COPY's end (a failure, libpq's -2, is raised by psycopg's binding)
             break
-        else:
-            raise psycopg.OperationalError(pgconn.error_message.decode("utf-8", "replace"))
     if parts:
         yield b"".join(parts)
 
