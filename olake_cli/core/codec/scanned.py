@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from olake_cli.core.codec.bad_value import BadValue, value_error
 from olake_cli.core.codec.decode import decode_column
-from olake_cli.core.codec.encode import arrow_text_mask, wire_values
+from olake_cli.core.codec.encode import arrow_text_mask, wire_array, wire_values
 from olake_cli.core.codec.types import (
     ARROW_TEXT_DAYS, ARROW_TEXT_MICROS, arrow_schema, element_property, olake_type_of, sub_properties,
 )
@@ -52,6 +52,10 @@ def _converted(column: pa.Array | pa.ChunkedArray, field: pa.Field, prop: dict, 
     direct = _already_exact(column, olake_type, field.type, prop)
     if direct is not None:
         return direct
+    if olake_type.split("(")[0] in _TEXT_WIRE_KINDS:  # wire texts already in an Arrow array: no Python list
+        texts = wire_array(column, olake_type, field.name, prop)
+        if isinstance(texts, pa.Array) and texts.type == pa.string():
+            return decode_column(texts, olake_type, field.name, warnings, prop)
     values = wire_values(column, olake_type, field.name, prop)
     if olake_type == "uuid" or olake_type == "array<uuid>":
         values = _uuid_text(values)
@@ -60,6 +64,8 @@ def _converted(column: pa.Array | pa.ChunkedArray, field: pa.Field, prop: dict, 
     return decode_column(values, olake_type, field.name, warnings, prop)
 
 
+# kinds whose wire value is text that the encoder gives as a string array and the decoder takes as one
+_TEXT_WIRE_KINDS = {"decimal", "numeric", "json"}
 _PLAIN_TYPES = {"bool", "int16", "int32", "int64", "float32", "float64", "string"}
 # an Arrow value of exactly the destination type is the destination value for these (BSON) types
 _SAME_TYPE_EXACT = _PLAIN_TYPES | {"objectid", "decimal128", "datetime_ms", "bson", "uuid", "bytes"}
