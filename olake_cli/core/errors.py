@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import traceback
+from collections.abc import Callable
+
 
 class OlakeError(Exception):
     """Base of every error olake reports; ``failure_type`` (and ``internal_message``, technical detail
@@ -107,3 +110,11 @@ class UpstreamError(OlakeError):
 
     def __reduce__(self):
         return (type(self), (self.message, self.failure_type, self.reader_message))
+
+
+def from_library(where: str, exc: BaseException, scrub: Callable[[str], str] = str) -> SourceError:
+    """A SourceError for another library's exception met at ``where`` (``where: Type: text``), carrying
+    the stack where it was raised; ``scrub`` takes secrets out of both."""
+    error = SourceError(scrub(f"{where}: {type(exc).__name__}: {exc}"))
+    error.stack_trace = scrub("".join(traceback.format_exception(exc)))
+    return error

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import random
 import time
-import traceback
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from olake_cli.core.contracts import (BinaryCopyReader, BinaryCopySink, ChunkReader, ChunkSink, ResumableReader,
                                      WireColumnsReader)
-from olake_cli.core.errors import OlakeError, SourceError, TransientError
+from olake_cli.core.errors import OlakeError, TransientError, from_library
 from olake_cli.shared.spool import Spool
 
 RETRIES = int(os.environ.get("OLAKE_CHUNK_RETRIES", "3"))  # transient failures retried per chunk
@@ -99,8 +98,7 @@ def _attempt(job: ChunkJob) -> ScanResult:
     except OlakeError as exc:
         result.error = exc
     except Exception as exc:  # errors of other libraries arrive as many types; report them as one, with the stack
-        result.error = SourceError(f"chunk {job.chunk_index} of {job.label}: {type(exc).__name__}: {exc}")
-        result.error.stack_trace = "".join(traceback.format_exception(exc))
+        result.error = from_library(f"chunk {job.chunk_index} of {job.label}", exc)
     if spool is not None:
         try:
             spool.close()

@@ -14,12 +14,12 @@ server to server without being decoded).
 from __future__ import annotations
 
 import re
-import traceback
 from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Iterator
 
-from olake_cli.core.errors import OlakeError, SnapshotLostError, SourceChangedError, SourceError, TransientError
+from olake_cli.core.errors import (OlakeError, SnapshotLostError, SourceChangedError, SourceError, TransientError,
+                                     from_library)
 from olake_cli.shared.postgres_connection import is_transient, sqlstate
 from olake_cli.sources.postgres.snapshot import BEING_ALTERED
 
@@ -74,12 +74,10 @@ class PostgresChunkReader:
             return SnapshotLostError(f"chunk {self.chunk_index} of {self.label}: the load's snapshot is gone "
                                      "(the database restarted, or the connection that exported it was "
                                      "lost); run again to resume: finished chunks are kept")
-        message = _scrub(f"chunk {self.chunk_index} of {self.label}: {type(exc).__name__}: {exc}", self.uri)
+        where = f"chunk {self.chunk_index} of {self.label}"
         if is_transient(exc):
-            return TransientError(message)
-        error = SourceError(message)
-        error.stack_trace = _scrub("".join(traceback.format_exception(exc)), self.uri)
-        return error
+            return TransientError(_scrub(f"{where}: {type(exc).__name__}: {exc}", self.uri))
+        return from_library(where, exc, lambda text: _scrub(text, self.uri))
 
     def _begin(self, cur) -> None:
         """Enter the load's snapshot with the scan's session settings (the transaction's first statements)."""
