@@ -144,7 +144,7 @@ def read(config: str = CONFIG_OPT, catalog: str = CATALOG_OPT, state: str | None
     from olake_cli.pipeline.connectors import SparkOptions, run_read, shutdown_engine
 
     # command_guard: click would turn these into a silent exit 1 or "Aborted!"
-    with command_guard(shutdown_engine), progress_view() as view:
+    with command_guard(shutdown_engine, following=follow), progress_view() as view:
         run_read(config, catalog, state, SparkOptions(spark_master, spark_remote), max_parallel, protocol_writer(),
                  log, state_from, view, tuple(full_refresh or ()), _follow_options(follow, commit_interval, metrics_port,
                                                                         discovery_interval))

@@ -61,12 +61,15 @@ def protocol_writer() -> messages.MessageWriter:
 
 
 @contextmanager
-def command_guard(shutdown: Callable[[], None] = lambda: None) -> Iterator[None]:
-    """Run a long command: a closed stdout ends it quietly (see :func:`stdout_closed`); an interrupt
-    ends it with one line and status 128 + the signal number (see :func:`interrupted`)."""
+def command_guard(shutdown: Callable[[], None] = lambda: None, following: bool = False) -> Iterator[None]:
+    """Run a long command: a closed stdout ends it quietly (see :func:`stdout_closed`), or, for a run
+    that follows its change log, as a failure (:func:`follower_lost_stdout`); an interrupt ends it with
+    one line and status 128 + the signal number (see :func:`interrupted`)."""
     try:
         yield
     except BrokenPipeError:
+        if following:
+            follower_lost_stdout()
         stdout_closed()
     except KeyboardInterrupt as exc:
         interrupted(getattr(exc, "signum", signal.SIGINT), shutdown)
@@ -109,11 +112,26 @@ def stdout_closed() -> NoReturn:
 
     Further output, including what is still buffered, goes to /dev/null, so nothing complains at exit.
     """
+    _stdout_to_devnull()
+    sys.exit(0)
+
+
+def follower_lost_stdout() -> NoReturn:
+    """The reader of a following run's stdout went away (``olake write`` ended or was killed): what the run
+    reads next can never be committed, so it stops with one line and status 1, for a service manager to
+    start the pipe again (the change log was let go only up to what the writer committed)."""
+    _stdout_to_devnull()
+    log("the reading side of stdout closed (the writer ended); --follow stops here: what it committed is kept, "
+        "and running the pipe again resumes from there", "error")
+    sys.exit(1)
+
+
+def _stdout_to_devnull() -> None:
+    """Send further output, including what is still buffered, to /dev/null."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     if _WRITER is not None:
         os.dup2(devnull, _WRITER.fileno())
     os.dup2(devnull, 1)
-    sys.exit(0)
 
 
 def fail(error: OlakeError, exit_code: int = 1) -> NoReturn:
