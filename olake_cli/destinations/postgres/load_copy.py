@@ -21,6 +21,7 @@ from olake_cli.core.faults import crash_point
 from olake_cli.destinations.postgres.copy_binary import HEADER, TRAILER, binary_fits, copy_binary_rows
 from olake_cli.destinations.postgres.copy_text import copy_text
 from olake_cli.destinations.postgres.tables import METADATA_COLUMNS, TargetTable
+from olake_cli.destinations.postgres.types import NAMING_TYPES
 
 COPY_BATCH_ROWS = 50_000  # rows encoded per block
 _META_TYPES = ("string", "string", "timestamptz", "timestamptz")
@@ -68,18 +69,26 @@ def _block(table: TargetTable, rows: pa.Table | pa.RecordBatch, op_key: str | No
 
 def passthrough_casts(conn, table: TargetTable) -> tuple[tuple[str, str], ...] | None:
     """The ``(column, type)`` casts under which a PostgreSQL source's binary COPY data fits ``table``
-    exactly, or None: the table has ``_olake_*`` columns, or a column whose type (or element type) is not
-    built in, as binary data names such types by a number each database assigns itself.
+    exactly, or None: the table has ``_olake_*`` columns, or a column whose binary form is not the same
+    value in another database: a type (or element type) that is not one of PostgreSQL's fixed built-in
+    types (binary data names an enum, a composite or an extension type by the number its database
+    assigned), a composite, or one of ``NAMING_TYPES`` (a number naming an object of the source's catalog).
 
     Each column's type holds its source type (``tables.check_table``), so the cast on the source is exact.
     """
     if table.metadata:
         return None
-    types = [c.sql_type for c in table.columns]
-    builtin = conn.execute(
-        "SELECT count(*) = cardinality(%s::text[]) AND coalesce(bool_and(t.oid < 16384 AND t.typelem < 16384), false) "
-        "FROM unnest(%s::text[]) AS n JOIN pg_type t ON t.oid = to_regtype(n)", (types, types)).fetchone()[0]
-    return tuple((c.name, c.sql_type) for c in table.columns) if builtin else None
+    types, names = [c.sql_type for c in table.columns], sorted(NAMING_TYPES)
+    portable = conn.execute(_PORTABLE_TYPES, (types, names, names, types)).fetchone()[0]
+    return tuple((c.name, c.sql_type) for c in table.columns) if portable else None
+
+
+# PostgreSQL's own types (pg_type.dat) have OIDs below 10000, the same in every database and version.
+_PORTABLE_TYPES = """
+SELECT count(*) = cardinality(%s::text[]) AND coalesce(bool_and(
+  t.oid < 10000 AND t.typtype NOT IN ('c', 'p') AND NOT t.typname = ANY(%s::text[])
+  AND (e.oid IS NULL OR (e.oid < 10000 AND e.typtype NOT IN ('c', 'p') AND NOT e.typname = ANY(%s::text[])))), false)
+FROM unnest(%s::text[]) AS n JOIN pg_type t ON t.oid = to_regtype(n) LEFT JOIN pg_type e ON e.oid = t.typelem"""
 
 
 def copy_passthrough(conn, target: sql.Composable, table: TargetTable, blocks: Iterable[bytes]) -> int:

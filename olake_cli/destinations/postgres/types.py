@@ -2,7 +2,9 @@
 
 A column from a PostgreSQL source keeps its own type (``x-pg-type``, the base type of a domain):
 numeric(p,s), timestamptz, jsonb, arrays, bytea, uuid, interval, ... An enum or extension type the
-target does not have becomes text (arrays of it text[]), which holds its values exactly. Columns
+target does not have becomes text (arrays of it text[]), which holds its values exactly. So do the types
+whose values name objects of the source's catalog (``NAMING_TYPES``: regclass and the other OID aliases,
+aclitem): the same name is another object in the target, or none, so their text is what arrives. Columns
 from other sources map from their olake type: documents and mixed values to jsonb, Decimal128 to
 numeric, ObjectId to text, dates to timestamptz.
 """
@@ -21,6 +23,9 @@ _BY_OLAKE_TYPE = {
 _INTEGERS = ("smallint", "integer", "bigint")
 _INTEGER_DIGITS = {"smallint": 5, "integer": 10, "bigint": 19}
 _TEXTS = ("text", "character varying")
+# Types whose value is an object of the database's own catalog (a number in binary, a name in text).
+NAMING_TYPES = frozenset(("regclass", "regtype", "regproc", "regprocedure", "regoper", "regoperator", "regnamespace",
+                          "regrole", "regconfig", "regdictionary", "regcollation", "aclitem"))
 _TYPMOD = re.compile(r"^(?P<base>[a-z ]+?)(?:\((?P<args>[0-9, ]+)\))?(?P<rest>( with(out)? time zone)?)$")
 
 
@@ -39,9 +44,13 @@ def olake_sql_type(olake_type: str) -> str:
 
 
 def wanted_type(prop: dict, olake_type: str) -> str:
-    """The type a column should have: the source's PostgreSQL type if it has one, else by olake type."""
+    """The type a column should have: the source's PostgreSQL type if it has one (text for ``NAMING_TYPES``,
+    text[] for arrays of them), else by olake type."""
     pg_type = prop.get("x-pg-type")
-    return pg_type if isinstance(pg_type, str) and pg_type else olake_sql_type(olake_type)
+    if not isinstance(pg_type, str) or not pg_type:
+        return olake_sql_type(olake_type)
+    element = pg_type.removesuffix("[]")
+    return "text" + pg_type[len(element):] if element in NAMING_TYPES else pg_type
 
 
 def holds(existing: str, wanted: str) -> bool:
