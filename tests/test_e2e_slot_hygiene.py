@@ -8,6 +8,7 @@
 - Every run and ``check`` say how much WAL the slot retains, with a warning past ``slot_wal_warn_bytes``.
 - ``olake state drop-slot`` forgets just the claim (``--claim-only``), refuses a slot in use, and drops
   the slot, the publication and the claim, after which the second pipeline runs.
+- A claim lives as long as its slot: dropped with SQL, the next pipeline creating it claims it, saying so.
 """
 
 from __future__ import annotations
@@ -185,3 +186,35 @@ def test_a_run_that_shares_no_part_with_the_claim_neither_matches_nor_contradict
     assert recovery.filled_from(claim) == PipelineIdentity("/lake/.olake.lock", "/s.json")
     assert PipelineIdentity(None, "/t.json").contradicts(claim)
     assert PipelineIdentity("/other/.olake.lock", "/s.json").contradicts(recovery.filled_from(claim))
+
+
+def test_a_claim_whose_slot_was_dropped_does_not_block_a_new_pipeline(pg_cluster, pg_db, tmp_path):
+    """Pipeline A claims the slot; the slot and its publication are dropped with SQL; pipeline B (another
+    destination and state file, creating its slot) runs, saying in one line that A's claim is gone, and
+    A is then the other pipeline."""
+    dsn, slot, pub = pg_cluster.dsn(pg_db), f"slot_{pg_db}", f"pub_{pg_db}"
+    make_accounts(dsn, "acct", 50)
+    src = write_json(tmp_path / "src.json", pg_cluster.source_config(
+        pg_db, replication_slot=slot, publication=pub, create_slot_and_publication=True))
+    catalog = discover_catalog(src, tmp_path / "cat.json", {"acct": "cdc"}, only={"acct"})
+    cat, state_a, state_b = str(tmp_path / "cat.json"), tmp_path / "a.json", tmp_path / "b.json"
+    dst_a = write_json(tmp_path / "dst_a.json", {"type": "parquet", "path": str(tmp_path / "a")})
+    dst_b = write_json(tmp_path / "dst_b.json", {"type": "parquet", "path": str(tmp_path / "b")})
+    first = run_olake("sync", "--source", src, "--destination", dst_a, "--catalog", cat, "--state", str(state_a))
+    assert first.returncode == 0, first.stderr.decode()[-3000:]
+    _run(dsn, f"SELECT pg_drop_replication_slot('{slot}')", f"DROP PUBLICATION {pub}")
+
+    second = run_olake("sync", "--source", src, "--destination", dst_b, "--catalog", cat, "--state", str(state_b))
+    said = second.stderr.decode()
+    assert second.returncode == 0, said[-3000:]
+    [line] = [x for x in said.splitlines() if "no longer exists" in x]
+    assert f"replication slot '{slot}' no longer exists" in line and f"olake sync into the destination of {dst_a}" \
+        in line and "claim" in line, line
+    assert f"replication slot '{slot}' is now claimed by this pipeline (olake sync into the destination of " \
+           f"{dst_b}" in said, said
+    _assert_equals_source(dsn, catalog, tmp_path / "b")
+    assert _one(dsn, "SELECT destination FROM _olake.slot_claims WHERE slot_name = %s", slot)[0].startswith(
+        str(tmp_path / "b"))
+    _refused_sync(src, cat, dst_a, state_a, f"replication slot '{slot}' is used by another pipeline: olake sync "
+                                            f"into the destination of {dst_b}")
+    _run(dsn, f"SELECT pg_drop_replication_slot('{slot}')")

@@ -14,8 +14,11 @@ reads or changes anything, with one line naming the slot, the claim and the fix.
 Why a row on the source and not the slot's position: the slot is the thing shared, so its claim must
 live beside it, where every pipeline sees it; a position ahead of a state can also mean a stream that
 was deselected for a while, which is a lost position of that stream, not another pipeline. A claim
-stays when its slot is dropped by hand (a new slot of that name is the same pipeline's to create
-again); ``olake state drop-slot`` removes both. A run that names neither a destination nor a state file
+lives as long as its slot: a run that finds the claimed slot gone (dropped by hand, with or without its
+publication) removes the claim, says so in one line, and claims the slot it creates for its own pipeline,
+whichever that is. A slot dropped and created again by hand between two runs keeps its claim: PostgreSQL
+gives a slot no identity beyond its name, so nothing tells it from the slot that was claimed (``olake
+state drop-slot --claim-only`` forgets the claim). ``olake state drop-slot`` removes both. A run that names neither a destination nor a state file
 (``read`` alone, to look at what it prints) neither claims the slot nor is refused it: it starts from the
 slot's position and never moves it (a run moves the slot only up to positions its state held at the start).
 
@@ -74,7 +77,7 @@ def claim_slot(conn: psycopg.Connection, settings: PostgresSettings, pipeline: P
     try:
         with conn.transaction():
             _ensure_table(conn)
-            claim = read_claim(conn, slot, lock=True)
+            claim = _live_claim(conn, slot, log)
             if claim is None:
                 _insert(conn, slot, pipeline, settings.publication)
                 log(f"replication slot '{slot}' is now claimed by this pipeline ({pipeline.description}); "
@@ -91,6 +94,19 @@ def claim_slot(conn: psycopg.Connection, settings: PostgresSettings, pipeline: P
         log(f"warning: cannot record that this pipeline uses replication slot '{slot}' "
             f"({error_line(exc)}), so a second pipeline on it would go unnoticed; to allow it, run as an "
             f"administrator: {claims_table_sql(conn, settings.username)}")
+
+
+def _live_claim(conn: psycopg.Connection, slot: str, log: Callable[[str], None]) -> SlotClaim | None:
+    """The claim on ``slot``, locked; a claim whose slot no longer exists in this database is removed
+    (with one line saying so) and None returned: it was about a slot that is gone."""
+    claim = read_claim(conn, slot, lock=True)
+    if claim is None or conn.execute("SELECT EXISTS (SELECT FROM pg_replication_slots WHERE slot_name = %s AND "
+                                     "database = current_database())", (slot,)).fetchone()[0]:
+        return claim
+    release_claim(conn, slot)
+    log(f"replication slot '{slot}' no longer exists (dropped since it was claimed), so the claim of "
+        f"{claim.describe()} on it is removed")
+    return None
 
 
 def refusal(slot: str, claim: SlotClaim) -> str:
