@@ -12,6 +12,7 @@ import subprocess
 import time
 
 import psycopg
+import pytest
 
 from tests.support.cdc import discover_catalog
 from tests.support.cli import write_json
@@ -158,4 +159,66 @@ def test_read_follow_into_write_takes_a_new_stream_in_the_readers_next_catalog(p
     writer.wait(timeout=60)
     text = log.read_text()
     assert reader.returncode == 0 and writer.returncode == 0 and took < 10, text[-3000:]
+    assert "Traceback" not in text
+
+
+def _start_following(mode: str, src: str, dst: str, catalog: str, state: str, log, out) -> list[subprocess.Popen]:
+    """``sync --follow`` (one process) or ``read --follow | write`` (reader first) with live discovery."""
+    follow = ["--follow", "--commit-interval", "0.5", "--discovery-interval", "1"]
+    if mode == "sync":
+        return [start_olake(["sync", "--source", src, "--destination", dst, "--catalog", catalog, "--state", state,
+                             *follow], log, stdout=out)]
+    reader = start_olake(["read", "--config", src, "--catalog", catalog, "--state", state, *follow], log,
+                         stdout=subprocess.PIPE)
+    writer = start_olake(["write", "--config", dst, "--state", state], log, stdin=reader.stdout, stdout=out)
+    reader.stdout.close()
+    return [reader, writer]
+
+
+@pytest.mark.parametrize("mode", ["sync", "pipe"])
+def test_a_transaction_writing_a_found_table_before_it_joined_lands_whole(
+        pg_cluster, pg_db, pg_target, target_db, tmp_path, mode):
+    """A transaction that inserts into and updates a new table before discovery adds the table to the
+    publication, and commits only after: PostgreSQL never publishes its earlier changes, so the load
+    waits for it to end (saying so) and its snapshot holds them; the later changes of every table flow."""
+    source, target = pg_cluster.dsn(pg_db), pg_target.dsn(target_db)
+    with psycopg.connect(source, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v bigint NOT NULL, note text)")
+        conn.execute("INSERT INTO t SELECT g, 0, 'row ' || g FROM generate_series(1, 50) g")
+    slot = f"inflight_{mode}_{pg_db}"
+    src = write_json(tmp_path / "src.json", pg_cluster.source_config(
+        pg_db, replication_slot=slot, publication=f"{slot}_pub", create_slot_and_publication=True))
+    dst = write_json(tmp_path / "dst.json", pg_target.destination_config(target_db))
+    catalog = discover_catalog(src, tmp_path / "cat.json", {"t": "cdc"})
+    (tmp_path / "cat.json").write_text(json.dumps({**catalog, "new_streams": "cdc"}))
+    log = tmp_path / "run.log"
+    runs = _start_following(mode, src, dst, str(tmp_path / "cat.json"), str(tmp_path / "state.json"), log,
+                            open(tmp_path / "run.out", "wb"))
+    wait_until(lambda: "following the change log" in log.read_text(), "the change phase starts", run=runs[-1])
+    with psycopg.connect(source, autocommit=True) as conn:
+        conn.execute("CREATE TABLE nb (id int PRIMARY KEY, v bigint NOT NULL, note text)")
+        conn.execute("INSERT INTO nb SELECT g, 0, 'committed ' || g FROM generate_series(1, 500) g")
+    in_flight = psycopg.connect(source)
+    try:
+        in_flight.execute("UPDATE nb SET v = v + 1, note = 'updated in flight'")
+        in_flight.execute("INSERT INTO nb SELECT g, 7, 'inserted in flight' FROM generate_series(501, 2500) g")
+        wait_until(lambda: "public.nb: new stream found" in log.read_text(), "discovery finds nb", run=runs[-1])
+        wait_until(lambda: any(line in log.read_text() for line in ("joined after loading beside",
+                                                                    "began before the table joined")),
+                   "nb's load waits for the open transaction (or, unfixed, joins without it)", run=runs[-1])
+        time.sleep(1.0)
+        in_flight.commit()
+    finally:
+        in_flight.close()
+    with psycopg.connect(source, autocommit=True) as conn:
+        conn.execute("UPDATE t SET v = v + 1 WHERE id <= 10")
+        conn.execute("UPDATE nb SET note = 'later' WHERE id % 100 = 0")
+    wait_until(lambda: _same(source, target, "t") and _same(source, target, "nb"),
+               "both tables equal the source", timeout=60, run=runs[-1])
+    took = stop(runs[0])
+    for run in runs[1:]:
+        run.wait(timeout=60)
+    text = log.read_text()
+    assert all(run.returncode == 0 for run in runs) and took < 10, text[-3000:]
+    assert "waiting" in text and "began before the table joined publication" in text, text[-3000:]
     assert "Traceback" not in text

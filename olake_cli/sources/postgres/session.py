@@ -3,6 +3,7 @@ snapshot shared by every chunk, and the chunk readers planned in it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,7 @@ from olake_cli.sources.postgres import discover as disco
 from olake_cli.sources.postgres import live_schema
 from olake_cli.sources.postgres import types as pgtypes
 from olake_cli.sources.postgres.connection import PostgresSettings, connect
+from olake_cli.sources.postgres.membership_wait import wait_for_earlier_writers
 from olake_cli.sources.postgres.scan import PostgresChunkReader
 from olake_cli.sources.postgres.snapshot import ExportedSnapshot, rewritten_query
 from olake_cli.sources.postgres.wrapped_instants import instant_columns
@@ -66,14 +68,20 @@ def resolve_tables(conn, settings: PostgresSettings, streams: list[Any]) -> dict
 class PostgresReadSession:
     """The run's view of the database: resolved tables and one exported snapshot (a context manager)."""
 
-    def __init__(self, settings: PostgresSettings, streams: list[Any]) -> None:
-        self.settings = settings
+    def __init__(self, settings: PostgresSettings, streams: list[Any], log: Callable[[str], None]) -> None:
+        self.settings, self.log = settings, log
         with connect(settings) as conn:
             self.tables = resolve_tables(conn, settings, streams)
         self.warnings = [w for info in self.tables.values() for w in info.warnings]
         self.snapshot = ExportedSnapshot(settings)
+        self._captured = {s.label: self.tables[s.key] for s in streams if s.sync_mode == "cdc"}
 
     def __enter__(self) -> PostgresReadSession:
+        if self._captured and self.settings.publication:  # see membership_wait
+            with connect(self.settings) as conn:
+                wait_for_earlier_writers(conn, self.settings.publication, {
+                    label: sql.Identifier(t.schema, t.table).as_string(conn) for label, t in self._captured.items()},
+                    self.log)
         self.snapshot.__enter__()
         return self
 

@@ -137,9 +137,15 @@ class SnapshotHorizon:
 
     def contains(self, xid32: int) -> bool:
         """Whether the transaction ``xid32`` had committed when the snapshot was taken."""
-        xid = (self.xmax & ~0xFFFFFFFF) | xid32
-        if xid > self.xmax + (1 << 31):
-            xid -= 1 << 32
-        elif xid < self.xmax - (1 << 31):
-            xid += 1 << 32
+        xid = widen_xid(xid32, self.xmax)
         return xid < self.xmin or (xid < self.xmax and xid not in self.in_progress)
+
+
+def widen_xid(xid32: int, near: int) -> int:
+    """The 64-bit transaction id whose low 32 bits are ``xid32``, within 2^31 ids of ``near`` (a 64-bit id)."""
+    xid = (near & ~0xFFFFFFFF) | xid32
+    if xid > near + (1 << 31):
+        xid -= 1 << 32
+    elif xid < near - (1 << 31):
+        xid += 1 << 32
+    return xid

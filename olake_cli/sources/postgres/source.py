@@ -93,7 +93,7 @@ class PostgresSource:
 
     def open_session(self, streams: list[Any], log: Callable[[str], None]) -> PostgresReadSession:
         """The run's tables resolved against the database, and one exported snapshot for every chunk."""
-        return PostgresReadSession(self.settings, streams)
+        return PostgresReadSession(self.settings, streams, log)
 
     def change_capture(self, streams: list[Any], log: Callable[[str], None]):
         """Change capture from the configured replication slot for the run's ``cdc`` streams."""
