@@ -75,6 +75,49 @@ def test_signal_stops_sync_cleanly_and_the_rerun_completes(pg_cluster, pg_db, tm
         assert_table_matches(conn, "public", "t", stream["json_schema"], read_parquet(str(tmp_path / "lake" / "public" / "t")))
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_during_a_following_runs_load_is_a_clean_stop(pg_cluster, pg_db, tmp_path, signum):
+    """``sync --follow`` stopped by SIGTERM (a service manager) or SIGINT while it loads, before its change
+    phase: one line, status 0 (130 for SIGINT), the committed chunks kept; the same command resumes the load
+    from them, follows, and the lake then equals the source value by value."""
+    from tests.support.follow import lake_equals_source, start_olake, stop, wait_until
+
+    dsn = pg_cluster.dsn(pg_db)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v bigint NOT NULL, note text)")
+        conn.execute(f"INSERT INTO t SELECT g, 0, 'row ' || g FROM generate_series(1, {ROWS}) g")
+    slot = f"stopload_{signum}_{pg_db}"
+    src = write_json(tmp_path / "src.json", pg_cluster.source_config(
+        pg_db, chunk_strategy="primary_key", chunk_rows=CHUNK, replication_slot=slot, publication=f"{slot}_pub",
+        create_slot_and_publication=True))
+    dst = write_json(tmp_path / "dst.json", {"type": "parquet", "path": str(tmp_path / "lake")})
+    disc = run_olake("discover", "--config", src)
+    catalog = json.loads(disc.stdout)
+    for entry in catalog["catalog"]["streams"]:
+        entry["sync_mode"] = "cdc"
+    (tmp_path / "cat.json").write_text(json.dumps(catalog))
+    state, log = tmp_path / "st.json", tmp_path / "run.log"
+    args = ["sync", "--source", src, "--destination", dst, "--catalog", str(tmp_path / "cat.json"),
+            "--state", str(state), "--max-parallel", "1", "--follow", "--commit-interval", "0.5"]
+    run = start_olake(args, log, stdout=subprocess.DEVNULL)
+    wait_until(lambda: _succeeded_chunks(state) >= 2, "two chunks are committed", timeout=240, run=run)
+    took = stop(run, signum)
+    text = log.read_text()
+    assert run.returncode == (130 if signum == signal.SIGINT else 0) and took < 10, text[-3000:]
+    assert f"stopped by {signal.Signals(signum).name}" in text.strip().splitlines()[-1], text[-3000:]
+    assert "Traceback" not in text and "following the change log" not in text, text[-3000:]
+    assert 2 <= _succeeded_chunks(state) < ROWS // CHUNK, "the signal stopped the load part way"
+
+    run = start_olake(args, log, stdout=subprocess.DEVNULL)
+    wait_until(lambda: "following the change log" in log.read_text(), "the resumed load ends", timeout=240, run=run)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE t SET v = v + 1, note = 'changed' WHERE id % 1000 = 0")
+    wait_until(lambda: lake_equals_source(tmp_path / "lake" / "public" / "t", dsn), "the lake equals the source",
+               run=run)
+    stop(run)
+    assert run.returncode == 0 and "resuming full load" in log.read_text(), log.read_text()[-3000:]
+
+
 # ------------------------------------------------------------------ read | write
 
 PIPE_ROWS = 100_000

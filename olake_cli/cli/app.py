@@ -12,7 +12,7 @@ from typer.exceptions import TyperException
 
 from olake_cli.core.config import load_config
 from olake_cli.cli.progress_view import progress_view
-from olake_cli.cli.report import (LOG_FORMATS, command_guard, fail, interrupted, log,
+from olake_cli.cli.report import (LOG_FORMATS, command_guard, fail, interrupted, log, stopped,
                                   protocol_writer, set_log_format, stdout_closed)
 from olake_cli.core import messages
 from olake_cli.core.errors import ConfigError, OlakeError
@@ -144,7 +144,7 @@ def read(config: str = CONFIG_OPT, catalog: str = CATALOG_OPT, state: str | None
     from olake_cli.pipeline.connectors import SparkOptions, run_read, shutdown_engine
 
     # command_guard: click would turn these into a silent exit 1 or "Aborted!"
-    with command_guard(shutdown_engine, following=follow), progress_view() as view:
+    with command_guard(shutdown_engine, following=follow, feeds_writer=True), progress_view() as view:
         run_read(config, catalog, state, SparkOptions(spark_master, spark_remote), max_parallel, protocol_writer(),
                  log, state_from, view, tuple(full_refresh or ()), _follow_options(follow, commit_interval, metrics_port,
                                                                         discovery_interval))
@@ -179,7 +179,7 @@ def sync(source: str = typer.Option(..., "--source", metavar="FILE", help="Sourc
     """
     from olake_cli.pipeline.connectors import SparkOptions, run_sync, shutdown_engine
 
-    with command_guard(shutdown_engine), progress_view() as view:
+    with command_guard(shutdown_engine, following=follow), progress_view() as view:
         run_sync(source, destination, catalog, state, SparkOptions(spark_master, spark_remote), max_parallel,
                  protocol_writer(), log, view, tuple(full_refresh or ()), _follow_options(follow, commit_interval, metrics_port,
                                                                         discovery_interval))
@@ -205,8 +205,7 @@ def _stopped(follow: bool) -> None:
     signum = signal_caught()
     if not follow or signum is None:
         return
-    log(f"stopped by {signal.Signals(signum).name} after a last checkpoint; running the same command again "
-        f"resumes from there")
+    stopped(signum)
     if signum == signal.SIGINT:
         raise typer.Exit(130)
 

@@ -61,18 +61,36 @@ def protocol_writer() -> messages.MessageWriter:
 
 
 @contextmanager
-def command_guard(shutdown: Callable[[], None] = lambda: None, following: bool = False) -> Iterator[None]:
+def command_guard(shutdown: Callable[[], None] = lambda: None, following: bool = False,
+                  feeds_writer: bool = False) -> Iterator[None]:
     """Run a long command: a closed stdout ends it quietly (see :func:`stdout_closed`), or, for a run
-    that follows its change log, as a failure (:func:`follower_lost_stdout`); an interrupt ends it with
-    one line and status 128 + the signal number (see :func:`interrupted`)."""
+    that follows its change log into a writer (``feeds_writer``), as a failure (:func:`follower_lost_stdout`);
+    an interrupt ends it with one line and status 128 + the signal number (see :func:`interrupted`), or,
+    for a run that follows its change log, also during its loads, as a stop (:func:`stopped`)."""
     try:
         yield
     except BrokenPipeError:
-        if following:
+        if following and feeds_writer:
             follower_lost_stdout()
         stdout_closed()
     except KeyboardInterrupt as exc:
-        interrupted(getattr(exc, "signum", signal.SIGINT), shutdown)
+        signum = getattr(exc, "signum", signal.SIGINT)
+        if following:
+            _ignore_signals()
+            try:
+                shutdown()
+            finally:
+                stopped(signum)
+                protocol_writer().flush()
+                os._exit(130 if signum == signal.SIGINT else 0)
+        interrupted(signum, shutdown)
+
+
+def stopped(signum: int) -> None:
+    """The line of a following run that a signal stopped (it exits 0 for SIGTERM, 130 for SIGINT): what it
+    committed is kept, and the same command resumes from there."""
+    log(f"stopped by {signal.Signals(signum).name}; what was committed is kept (a load resumes from its "
+        f"committed chunks), and running the same command again resumes from there")
 
 
 def interrupted(signum: int, shutdown: Callable[[], None] = lambda: None) -> NoReturn:
