@@ -44,9 +44,10 @@ def catch_signals() -> None:
     logging.getLogger().addFilter(_not_an_interrupt)
 
 
-def stop_on_signal(stop: threading.Event) -> None:
+def stop_on_signal(stop: threading.Event | None) -> None:
     """From now on the first SIGINT or SIGTERM sets ``stop`` instead of raising (a run that follows its
-    change log commits what it read and ends); a second one raises :class:`Interrupted` as before."""
+    change log commits what it read and ends); a second one raises :class:`Interrupted` as before
+    (``None``: every one raises again)."""
     global _stop
     _stop = stop
 

@@ -97,6 +97,7 @@ def supervised(attempt: Callable[[], None], log: Callable[[str], None]) -> None:
             stop_on_signal(stop)
             if stop.wait(delay):
                 return
+            stop_on_signal(None)  # the next attempt's loads end on a signal as the first attempt's do
 
 
 def following_read(state_path: str | None, destination: Destination | None, catalog: Catalog,
