@@ -298,3 +298,49 @@ def test_check_takes_a_source_config_with_schema_for_schemas_as_a_source(pg_clus
     line = assert_one_error(result, "config_error", "unknown field 'schema'; did you mean 'schemas'?",
                             secrets=(pg_cluster.password,))
     assert "replication_slot" not in line and "publication" not in line, line
+
+
+def test_check_destination_tests_what_writing_needs_of_a_minimal_postgres_config(pg_target, target_db, tmp_path):
+    """A minimal ``postgres`` config (host, port, database, username, password) fits a source and a
+    destination alike: ``--config`` checks it as a source and says so, with the command that checks it as
+    a destination; ``--destination`` tests what writing needs (a role without privileges fails with the
+    GRANTs, and passes once they are run); ``--source`` takes it as a source."""
+    role, password = f"bare_{target_db}", "bare-Pa55-word"
+    with psycopg.connect(pg_target.dsn(target_db), autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(role), sql.Literal(password)))
+    dst = write_json(tmp_path / "dst.json", pg_target.destination_config(target_db, username=role, password=password))
+    try:
+        guessed = run_olake("check", "--config", dst)
+        [status] = connection_statuses(guessed.stdout)
+        assert guessed.returncode == 0 and status["status"] == "SUCCEEDED", guessed.stderr.decode()
+        assert f"checked as a source; it fits a destination too: olake check --destination {dst}" \
+            in status["message"], status
+        line = assert_check_failed(run_olake("check", "--destination", dst), "postgres destination",
+                                   f'GRANT CREATE ON DATABASE "{target_db}" TO "{role}";', secrets=(password,))
+        with psycopg.connect(pg_target.dsn(target_db), autocommit=True) as conn:
+            for grant in re.findall(r"GRANT [^;]+;", line):
+                conn.execute(grant)
+        passed = run_olake("check", "--destination", dst)
+        [status] = connection_statuses(passed.stdout)
+        assert passed.returncode == 0 and "every privilege writing needs is granted" in status["message"], status
+        assert "checked as" not in status["message"], "the side was given"
+        as_source = run_olake("check", "--source", dst)
+        assert as_source.returncode == 0 and "0 table(s)" in connection_statuses(as_source.stdout)[0]["message"]
+        with psycopg.connect(pg_target.dsn(target_db), autocommit=True) as conn:
+            conn.execute(sql.SQL("REVOKE CONNECT ON DATABASE {} FROM PUBLIC").format(sql.Identifier(target_db)))
+        assert_check_failed(run_olake("check", "--destination", dst), f"user '{role}' may not connect",
+                            f'GRANT CONNECT ON DATABASE "{target_db}" TO "{role}";', secrets=(password,))
+    finally:
+        with psycopg.connect(pg_target.dsn(target_db), autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP OWNED BY {0}; DROP ROLE {0}").format(sql.Identifier(role)))
+
+
+def test_check_takes_exactly_one_config_and_the_side_it_names(tmp_path):
+    parquet = write_json(tmp_path / "dst.json", {"type": "parquet", "path": str(tmp_path / "out")})
+    checked = run_olake("check", "--destination", parquet)
+    assert checked.returncode == 0 and connection_statuses(checked.stdout)[0]["status"] == "SUCCEEDED"
+    assert_one_error(run_olake("check", "--source", parquet), "config_error",
+                     "type 'parquet' is a destination, but a source config is expected here")
+    for args in ((), ("--config", parquet, "--destination", parquet), ("--source", parquet, "--destination", parquet)):
+        assert_one_error(run_olake("check", *args), "config_error",
+                         "check: give exactly one of --config FILE, --source FILE or --destination FILE")

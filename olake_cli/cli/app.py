@@ -92,18 +92,31 @@ def spec(source: str | None = typer.Option(None, "--source", metavar="TYPE", hel
 
 
 @app.command()
-def check(config: str = CONFIG_OPT) -> None:
+def check(config: str | None = typer.Option(None, "--config", metavar="FILE", help="A source or destination config "
+                                            "JSON file; its 'type' names the connector (postgres, both a source and "
+                                            "a destination: the side whose own fields the file sets more of, a "
+                                            "source on a tie)."),
+          source: str | None = typer.Option(None, "--source", metavar="FILE", help="Check FILE as a source config: "
+                                            "what reading needs."),
+          destination: str | None = typer.Option(None, "--destination", metavar="FILE", help="Check FILE as a "
+                                                 "destination config: what writing needs.")) -> None:
     """Check that a source or destination config works: each problem with its fix (CONNECTION_STATUS
-    on stdout when it is not a terminal)."""
-    from olake_cli.cli.check_view import show_check_failed, show_check_passed
+    on stdout when it is not a terminal). Give exactly one of --config, --source or --destination."""
+    from olake_cli.cli.check_view import guessed_side_note, show_check_failed, show_check_passed
     from olake_cli.pipeline.connectors import check_connector
 
-    role, kind, cfg = load_config(config)
+    given = [(path, side) for path, side in ((config, None), (source, "source"), (destination, "destination")) if path]
+    if len(given) != 1:
+        raise ConfigError("check: give exactly one of --config FILE, --source FILE or --destination FILE")
+    path, side = given[0]
+    role, kind, cfg = load_config(path, side)
+    note = "" if side else guessed_side_note(path, role, kind)
     try:
         text = check_connector(role, kind, cfg, log)
     except OlakeError as exc:
+        exc.message += note
         show_check_failed(exc)
-    show_check_passed(text)
+    show_check_passed(text + note)
 
 
 @app.command()

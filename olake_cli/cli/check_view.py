@@ -14,7 +14,9 @@ from typing import NoReturn
 
 from olake_cli.cli.report import fail, log, log_format, protocol_writer
 from olake_cli.core import messages
-from olake_cli.core.errors import OlakeError
+from olake_cli.core.config import load_config
+from olake_cli.core.errors import ConfigError, OlakeError
+from olake_cli.core.registry import DESTINATIONS, SOURCES
 
 ITEM_INDENT = "  "
 
@@ -39,6 +41,20 @@ def show_check_failed(error: OlakeError) -> NoReturn:
     out.flush()
     error.message = flat  # the TRACE and the stderr line say the same, on one line
     fail(error)
+
+
+def guessed_side_note(path: str, role: str, kind: str) -> str:
+    """For a config ``check --config`` took for ``role`` although its type is a source and a destination:
+    a finding line saying so and, when the file is a valid config of the other side too, the command that
+    checks it as that ("" for a type of one side only, or a file that fits one side only)."""
+    if kind not in SOURCES or kind not in DESTINATIONS:
+        return ""
+    other = "destination" if role == "source" else "source"
+    try:
+        load_config(path, other)
+    except ConfigError:
+        return ""
+    return f"\nchecked as a {role}; it fits a {other} too: olake check --{other} {path}"
 
 
 def one_line(text: str) -> str:

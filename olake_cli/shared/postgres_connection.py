@@ -118,9 +118,17 @@ def explain_connect_error(settings: ConnectionSettings, raw: str) -> str:
         hint = tls
     elif "no pg_hba.conf entry" in lowered:
         hint = f"the server at {where} refuses this client (pg_hba.conf)"
+    elif f'permission denied for database "{settings.database}"'.lower() in lowered:
+        hint = (f"user '{settings.username}' may not connect to database '{settings.database}'; run as an "
+                f"administrator: GRANT CONNECT ON DATABASE {_quoted(settings.database)} TO {_quoted(settings.username)};")
     else:
         hint = f"cannot connect to {where}"
     return f"postgres: {hint} ({detail})"
+
+
+def _quoted(name: str) -> str:
+    """An SQL identifier, always quoted (as psycopg quotes them)."""
+    return '"' + name.replace('"', '""') + '"'
 
 
 def _tls_hint(settings: ConnectionSettings, lowered: str, where: str) -> str | None:
