@@ -8,7 +8,11 @@ table's stream ends with a line saying so. Both tables then equal the source val
 from __future__ import annotations
 
 import json
+import os
+import random
+import signal
 import subprocess
+import threading
 import time
 
 import psycopg
@@ -16,7 +20,7 @@ import pytest
 
 from tests.support.cdc import discover_catalog
 from tests.support.cli import write_json
-from tests.support.follow import Incrementer, start_olake, stop, wait_until
+from tests.support.follow import Incrementer, create_counted_table, start_olake, stop, wait_until
 from tests.support.pg_compare import table_texts
 
 COLUMNS = ["id", "v", "note"]
@@ -222,3 +226,65 @@ def test_a_transaction_writing_a_found_table_before_it_joined_lands_whole(
     assert all(run.returncode == 0 for run in runs) and took < 10, text[-3000:]
     assert "waiting" in text and "began before the table joined publication" in text, text[-3000:]
     assert "Traceback" not in text
+
+
+def test_tables_found_with_transactions_in_flight_under_random_kills(pg_cluster, pg_db, pg_target, target_db, tmp_path):
+    """The follow fault schedule with live discovery: each round creates a table, opens a transaction that
+    updates and inserts into it, commits it at a seeded moment, and SIGKILLs the run at another (before,
+    during or after the table's discovery, load and join), then starts it again; a writer keeps changing
+    ``t`` throughout. Every table then equals the source value by value. OLAKE_FAULT_ROUNDS (default 2) and
+    OLAKE_FAULT_SEED make the schedule longer or another one."""
+    rng = random.Random(int(os.environ.get("OLAKE_FAULT_SEED", "18")))
+    rounds = int(os.environ.get("OLAKE_FAULT_ROUNDS", "2"))
+    source, target = pg_cluster.dsn(pg_db), pg_target.dsn(target_db)
+    create_counted_table(source)
+    src = write_json(tmp_path / "src.json", pg_cluster.source_config(
+        pg_db, replication_slot=f"inkill_{pg_db}", publication=f"inkill_{pg_db}_pub", create_slot_and_publication=True))
+    dst = write_json(tmp_path / "dst.json", pg_target.destination_config(target_db))
+    catalog = discover_catalog(src, tmp_path / "cat.json", {"t": "cdc"})
+    (tmp_path / "cat.json").write_text(json.dumps({**catalog, "new_streams": "cdc"}))
+    args = ["sync", "--source", src, "--destination", dst, "--catalog", str(tmp_path / "cat.json"),
+            "--state", str(tmp_path / "state.json"), "--follow", "--commit-interval", "0.5",
+            "--discovery-interval", "1"]
+    log = tmp_path / "sync.log"
+    steady = Incrementer(source, seed=rng.randrange(1000))
+    steady.start()
+    try:
+        run = start_olake(args, log, stdout=subprocess.DEVNULL)
+        wait_until(lambda: "following the change log" in log.read_text(), "the change phase starts", run=run)
+        for round_ in range(rounds):
+            commit = _open_writing_transaction(source, f"nb{round_}", rng.uniform(0.5, 5.0))
+            time.sleep(rng.uniform(0.5, 6.0))
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait(timeout=30)
+            commit.join(timeout=30)
+            run = start_olake(args, log, stdout=subprocess.DEVNULL)
+        time.sleep(2.0)
+    finally:
+        steady.stop()
+    tables = ["t"] + [f"nb{r}" for r in range(rounds)]
+    wait_until(lambda: all(_same(source, target, table) for table in tables), "every table equals the source",
+               timeout=120, run=run)
+    took = stop(run)
+    text = log.read_text()
+    assert run.returncode == 0 and took < 10 and "Traceback" not in text, text[-3000:]
+
+
+def _open_writing_transaction(dsn: str, table: str, commit_after: float) -> threading.Thread:
+    """Create ``table`` with 300 committed rows, then, in an open transaction, update half of them and
+    insert 1,000 more; a thread commits it ``commit_after`` seconds later (join it)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v bigint NOT NULL, note text)")
+        conn.execute(f"INSERT INTO {table} SELECT g, 0, 'row ' || g FROM generate_series(1, 300) g")
+    txn = psycopg.connect(dsn)
+    txn.execute(f"UPDATE {table} SET v = v + 1, note = 'in flight' WHERE id % 2 = 0")
+    txn.execute(f"INSERT INTO {table} SELECT g, 5, 'in flight' FROM generate_series(301, 1300) g")
+
+    def commit() -> None:
+        time.sleep(commit_after)
+        txn.commit()
+        txn.close()
+
+    thread = threading.Thread(target=commit, daemon=True)
+    thread.start()
+    return thread
