@@ -9,6 +9,7 @@ waits, tells its progress while it waits, and raises the reading session's memor
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 
@@ -19,10 +20,13 @@ from olake_cli.core.catalog import parse_catalog
 from olake_cli.core.state import State
 from olake_cli.sources.postgres.capture import PostgresChangeCapture
 from olake_cli.sources.postgres.connection import PostgresSettings
+from olake_cli.sources.postgres.lsn import format_lsn, parse_lsn
+from olake_cli.sources.postgres.replication import CATCH_UP_BYTES
 from tests.support.cli import messages, olake_cmd, olake_env, write_json
 from tests.support.states import stream_state
 
 UNRELATED_ROWS = 60_000  # about 10 MB in the server's reorder buffer: spilled at 1MB, not at 64MB
+BIG_UNRELATED_ROWS = 150_000  # about 25 MB of WAL, past the slot's catch-up threshold
 DECODES = re.compile(r"^change capture: reading slot '(\w+)' up to [0-9A-F]+/[0-9A-F]+; the server decodes "
                      r"([\d.]+) MB of WAL from the slot's restart_lsn [0-9A-F]+/[0-9A-F]+"
                      r".*, with logical_decoding_work_mem (\w+)$")
@@ -67,17 +71,22 @@ def spilled_bytes(dsn: str, slot: str) -> int:
                             (slot,)).fetchone()[0]
 
 
-def read_in_process(config: dict, position: str, stream: dict) -> tuple[list[str], list[tuple]]:
-    """One change read as ``read`` does it: the lines logged and the (op, id) of each change."""
+def read_in_process(config: dict, position: str, stream: dict) -> tuple[list[str], list[tuple], str]:
+    """One change read as ``read`` does it: the lines logged, the (op, id, v) of each change and the
+    position its last checkpoint gives the stream (what the destination commits)."""
     settings = PostgresSettings.from_config(config)
     catalog_stream = parse_catalog({"streams": [stream]}).streams[0]
     state = State(streams=[stream_state("cdc", "captured", "public", position, None, op_seq=0)])
     lines: list[str] = []
     capture = PostgresChangeCapture(settings, [catalog_stream], lines.append)
     capture.preflight(state)
-    changes = [(op, int(key)) for batch in capture.read([catalog_stream], state)
-               for run in batch.runs for op, key in zip(run.op.to_pylist(), run.data["id"].to_pylist())]
-    return lines, changes
+    changes = []
+    for batch in capture.read([catalog_stream], state):
+        for run in batch.runs:
+            changes += [(op, int(key), json.loads(v)) for op, key, v in
+                        zip(run.op.to_pylist(), run.data["id"].to_pylist(), run.data["v"].to_pylist())]
+        position = format_lsn(batch.position.commit) if batch.position is not None else position
+    return lines, changes, position
 
 
 def test_the_feed_session_spills_at_the_small_setting_and_not_at_the_configured_one(pg_cluster, pg_db,
@@ -89,21 +98,63 @@ def test_the_feed_session_spills_at_the_small_setting_and_not_at_the_configured_
     results = {}
     for mb in (1, None):
         before = spilled_bytes(dsn, slot)
-        lines, changes = read_in_process({**config, **({"logical_decoding_work_mem_mb": mb} if mb else {})},
-                                         position, stream)
+        lines, changes, _ = read_in_process({**config, **({"logical_decoding_work_mem_mb": mb} if mb else {})},
+                                            position, stream)
         results[mb] = lines, changes, spilled_bytes(dsn, slot) - before
-    assert results[1][1] == results[None][1] == [("c", 1), ("c", 2), ("c", 3)]
+    assert results[1][1] == results[None][1] == [("c", 1, "a"), ("c", 2, "b"), ("c", 3, "c")]
     assert results[1][2] > 0, "the database's 1MB must spill the unrelated transaction"
     assert results[None][2] == 0, "the default 256MB must keep it in memory"
     assert decodes_line(results[1][0]).group(3) == "1MB"
     assert decodes_line(results[None][0]).group(3) == "256MB"
 
 
+def slot_positions(dsn: str, slot: str) -> tuple[int, int]:
+    """The slot's (restart_lsn, confirmed_flush_lsn)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT restart_lsn::text, confirmed_flush_lsn::text FROM pg_replication_slots"
+                           " WHERE slot_name = %s", (slot,)).fetchone()
+    return parse_lsn(row[0]), parse_lsn(row[1])
+
+
+def test_the_pass_after_one_that_read_past_a_big_unrelated_transaction_does_not_decode_it_again(
+        pg_cluster, pg_db, unrelated_change):
+    """A bigger unrelated transaction (past the catch-up threshold), a running-xacts record after it (a
+    checkpoint) and a captured row. The first pass decodes and spills the unrelated transactions and
+    commits a position past them. The second starts by moving the slot there in fast-forward: the server
+    spills nothing, restart_lsn is past the unrelated transactions, and the slot is confirmed exactly
+    where the first pass's state was, no further. A third pass gives just the row written after."""
+    config, position, stream = unrelated_change
+    config = {**config, "logical_decoding_work_mem_mb": 1}
+    dsn, slot = pg_cluster.dsn(pg_db), config["replication_slot"]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE other SET (autovacuum_enabled = false)")  # no transaction of its own running
+        conn.execute(f"INSERT INTO other SELECT g, md5(g::text) FROM generate_series({UNRELATED_ROWS + 1}, "
+                     f"{UNRELATED_ROWS + BIG_UNRELATED_ROWS}) g")
+        unrelated_end = parse_lsn(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
+        conn.execute("CHECKPOINT")  # logs a running-xacts record: a point restart_lsn may move to
+        conn.execute("INSERT INTO captured VALUES (4, 'd')")
+    assert unrelated_end - slot_positions(dsn, slot)[0] > CATCH_UP_BYTES
+    spilled = spilled_bytes(dsn, slot)
+    _, changes, first = read_in_process(config, position, stream)
+    assert changes == [("c", 1, "a"), ("c", 2, "b"), ("c", 3, "c"), ("c", 4, "d")]
+    assert spilled_bytes(dsn, slot) > spilled, "the first pass must decode and spill the unrelated transactions"
+    assert parse_lsn(first) > unrelated_end
+    spilled = spilled_bytes(dsn, slot)
+    _, changes, second = read_in_process(config, first, stream)
+    assert changes == []
+    assert spilled_bytes(dsn, slot) == spilled, "the second pass decoded the unrelated transactions again"
+    restart, confirmed = slot_positions(dsn, slot)
+    assert unrelated_end < restart <= confirmed == parse_lsn(first)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO captured VALUES (5, 'e')")
+    assert read_in_process(config, second, stream)[1] == [("c", 5, "e")]
+
+
 def test_a_higher_server_setting_is_kept(pg_cluster, pg_db, unrelated_change):
     config, position, stream = unrelated_change
     with psycopg.connect(pg_cluster.dsn(pg_db), autocommit=True) as conn:
         conn.execute(f"ALTER DATABASE {pg_db} SET logical_decoding_work_mem = '300MB'")
-    lines, _ = read_in_process({**config, "logical_decoding_work_mem_mb": 64}, position, stream)
+    lines, _, _ = read_in_process({**config, "logical_decoding_work_mem_mb": 64}, position, stream)
     assert decodes_line(lines).group(3) == "300MB"
 
 
