@@ -11,14 +11,18 @@ their place among the lines, with no JSON in between.
 Following (``--follow``, ``core.follow``), the capture reads until the stop request; a transient failure
 of the source (connection lost or refused, server restarting) is logged and the capture is opened again
 after a backoff (``core.follow.Backoff``), resuming after the last change emitted; failures that go on
-for ten minutes without a change read in between end the run.
+for ten minutes without a change read in between end the run. What a run checks at its start, the
+capture looks at again while it follows: a stream it gives up (a lost position: re-synced, with a line
+saying why) or a table it finds changed under it (renamed or dropped: SourceChangedError) ends the run's
+reading, and the run starts again in the same process (:class:`StartAgain`), where its start checks
+decide: a re-synced stream is loaded anew beside the others' change capture (``load_beside``).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, closing
 from dataclasses import replace
 
 import orjson
@@ -27,7 +31,7 @@ import pyarrow.compute as pc
 from olake_cli.core import messages
 from olake_cli.core.catalog import CatalogStream
 from olake_cli.core.contracts import ChangeBatch, ChangeCapture, FollowingCapture, SourceBacklog
-from olake_cli.core.errors import ConfigError, ConnectionFailed, TransientError
+from olake_cli.core.errors import ConfigError, ConnectionFailed, SourceChangedError, TransientError
 from olake_cli.core.follow import Backoff, Follow
 from olake_cli.core.interrupts import stop_on_signal
 from olake_cli.core.record_lines import encode_change_lines
@@ -35,6 +39,7 @@ from olake_cli.core.resync import resync_marker
 from olake_cli.core.schema_drift import record_in_state
 from olake_cli.core.state import State, StreamState
 from olake_cli.pipeline.in_process import ChangeTable
+from olake_cli.pipeline.live_discovery import StreamsChanged
 from olake_cli.pipeline.load_beside import LoadBeside
 from olake_cli.pipeline.progress import REPLAYED
 
@@ -80,6 +85,11 @@ def require_following(capture: ChangeCapture) -> FollowingCapture:
     return capture
 
 
+class StartAgain(StreamsChanged):
+    """A following run's change capture gave up streams, or found a table changed under it: the run starts
+    again at once (``following.supervised``), and its start checks decide what follows."""
+
+
 def _follow(capture: FollowingCapture, emitter: _ChangeEmitter, follow: Follow, log: Callable[[str], None],
             beside: LoadBeside | None, lock: AbstractContextManager) -> None:
     """Emit the capture's changes until the stop request, opening it again after a transient failure,
@@ -99,11 +109,11 @@ def _follow(capture: FollowingCapture, emitter: _ChangeEmitter, follow: Follow, 
         while not follow.stop.is_set():
             reading = follow if beside is None else beside.until_loaded(follow)
             try:
-                for batch in capture.follow(list(emitter.active.values()), emitter.state, reading,
-                                            typed=emitter.tables is not None):
-                    with lock:
-                        emitter.emit(batch)
-                    backoff.succeeded()
+                _emit_until_resync(capture, emitter, reading, lock, backoff, log)
+            except SourceChangedError as exc:
+                log(f"change capture: {exc}; the run starts again, and its start checks decide "
+                    f"(--follow keeps running)")
+                raise StartAgain() from None
             except (TransientError, ConnectionFailed) as exc:
                 delay = backoff.failed()
                 if delay is None:
@@ -120,6 +130,23 @@ def _follow(capture: FollowingCapture, emitter: _ChangeEmitter, follow: Follow, 
                 emitter.add(joined)
     finally:
         status.close()
+
+
+def _emit_until_resync(capture: FollowingCapture, emitter: _ChangeEmitter, reading: Follow,
+                       lock: AbstractContextManager, backoff: Backoff, log: Callable[[str], None]) -> None:
+    """Emit the capture's batches until ``reading``'s stop request; StartAgain after a batch that re-syncs
+    streams (they are loaded anew beside the others when the run starts again)."""
+    with closing(capture.follow(list(emitter.active.values()), emitter.state, reading,
+                                typed=emitter.tables is not None)) as batches:
+        for batch in batches:
+            resynced = [emitter.active[key].label for key in batch.resync if key in emitter.active]
+            with lock:
+                emitter.emit(batch)
+            backoff.succeeded()
+            if resynced:
+                log(f"change capture: the run starts again to load {', '.join(resynced)} anew beside the other "
+                    f"streams (--follow keeps running)")
+                raise StartAgain()
 
 
 def _reporting(committed: Callable[[], State | None], status) -> Callable[[], State | None]:

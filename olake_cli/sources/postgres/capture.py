@@ -17,7 +17,7 @@ import psycopg
 
 from olake_cli.core.catalog import CatalogStream
 from olake_cli.core.contracts import ChangeBatch
-from olake_cli.core.errors import ConfigError, StateError
+from olake_cli.core.errors import ConfigError, PositionLostError, SourceChangedError, StateError
 from olake_cli.core.follow import Follow
 from olake_cli.core.opid import OpId
 from olake_cli.core.pipeline_identity import PipelineIdentity
@@ -25,8 +25,9 @@ from olake_cli.core.position_lost import handle_lost_position
 from olake_cli.core.state import State, StreamState
 from olake_cli.sources.postgres.connection import PostgresSettings, connect
 from olake_cli.sources.postgres.lsn import format_lsn, parse_lsn
-from olake_cli.sources.postgres.publication import PUBLICATION_ROWS, Membership, publication_members
-
+from olake_cli.sources.postgres.live_checks import moved_tables, publication_gaps, slot_problem
+from olake_cli.sources.postgres.publication import PUBLICATION_ROWS, Membership
+from olake_cli.sources.postgres.replica_identity import ResolvedTable
 
 
 class PostgresChangeCapture:
@@ -40,6 +41,7 @@ class PostgresChangeCapture:
         self.tables: dict = {}
         self._start: OpId | None = None
         self._members: dict[tuple, Membership] = {}  # stream key -> the publication rows last seen
+        self._resolved: dict[tuple, ResolvedTable] = {}  # stream key -> its table as first found (its oid)
         self._session_settings: dict[str, str] = {}  # set on the feed's connection (decoding memory)
         self._committed: State | None = None  # following: the state the destination last committed
 
@@ -118,9 +120,7 @@ class PostgresChangeCapture:
         for stream in self.streams:
             pos = self.position_of(state.find(stream.namespace, stream.name))
             if pos is not None and pos.commit < confirmed:
-                self._lost(state, stream, f"the slot is at {format_lsn(confirmed)}, past the stream's "
-                                          f"committed position {format_lsn(pos.commit)} (it was advanced by "
-                                          f"someone else)")
+                self._lost(state, stream, _past(confirmed, pos))
         self._start = OpId(confirmed, 0)
 
     def _create_missing(self, conn, table_names: list[tuple[str, str]]) -> None:
@@ -153,13 +153,10 @@ class PostgresChangeCapture:
         (create_slot_and_publication), so that it is created again and the streams re-sync.
         """
         slot, manage = self.settings.replication_slot, self.settings.create_slot_and_publication
-        if info is None:
-            self._all_lost(state, f"replication slot '{slot}' does not exist (dropped?)"
-                           + ("; creating it again" if manage else ""))
-        elif info["wal_status"] == "lost":
-            self._all_lost(state, f"replication slot '{slot}' was invalidated (wal_status = lost: the "
-                                  f"server removed WAL it still needed, see max_slot_wal_keep_size)")
-            if manage and info["plugin"] == "pgoutput":
+        problem = slot_problem(info, slot)
+        if problem is not None:
+            self._all_lost(state, problem + ("; creating it again" if manage and info is None else ""))
+            if info is not None and manage and info["plugin"] == "pgoutput":
                 from olake_cli.sources.postgres.change_feed import classify_error
 
                 try:
@@ -181,31 +178,37 @@ class PostgresChangeCapture:
             self._lost(state, stream, reason)
 
     def _publication_gaps(self, conn, streams: list[CatalogStream], state: State) -> list[tuple[CatalogStream, str]]:
-        """Streams whose table was out of the publication since their position, with the reason.
+        """Streams with a position whose table was out of the publication since (or is another table now),
+        with the reason; SourceChangedError when a table was renamed or dropped since the run found it.
 
         Every stream with a position is checked against the publication rows its state recorded (a state
         without them only against the publication now); the rows seen now are kept for the states this
         capture positions and recorded in each state that passes.
         """
+        tables = self._tables_of(conn, streams)
+        lost, gone = moved_tables(conn, tables)
+        if gone:
+            raise SourceChangedError("; ".join(gone.values()))
+        held = {s.key: ss for s in streams if self.position_of(ss := state.find(s.namespace, s.name)) is not None}
+        now, gaps = publication_gaps(conn, self.settings.publication, {k: t for k, t in tables.items() if k not in lost},
+                                     {k: ss.source.get(PUBLICATION_ROWS) for k, ss in held.items() if k not in lost})
+        self._members.update(now)
+        lost.update(gaps)
+        for key, ss in held.items():
+            if key not in lost:
+                ss.source[PUBLICATION_ROWS] = now[key].rows()
+        return [(s, lost[s.key]) for s in streams if s.key in held and s.key in lost]
+
+    def _tables_of(self, conn, streams: list[CatalogStream]) -> dict[tuple, ResolvedTable]:
+        """Each stream's table as the capture first found it (by name, then kept: its oid identifies it)."""
         from olake_cli.sources.postgres.replica_identity import resolve_tables as find_oids
 
-        found, _ = find_oids(conn, [(self.tables[s.key].schema, self.tables[s.key].table) for s in streams])
-        oids = {(t.schema, t.name): t.oid for t in found}
-        members = publication_members(conn, self.settings.publication, list(oids.values()))
-        gaps = []
-        for stream in streams:
-            table = self.tables[stream.key]
-            self._members[stream.key] = membership = members[oids[(table.schema, table.table)]]
-            ss = state.find(stream.namespace, stream.name)
-            if self.position_of(ss) is None:
-                continue
-            gap = membership.gap(ss.source.get(PUBLICATION_ROWS))
-            if gap is None:
-                ss.source[PUBLICATION_ROWS] = membership.rows()
-            else:
-                gaps.append((stream, _GAP_REASONS[gap].format(table=stream.label,
-                                                              publication=self.settings.publication)))
-        return gaps
+        new = [s for s in streams if s.key not in self._resolved]
+        found, missing = find_oids(conn, [(self.tables[s.key].schema, self.tables[s.key].table) for s in new])
+        if missing:
+            raise SourceChangedError(f"{'.'.join(missing[0])} was renamed or dropped")
+        self._resolved.update({s.key: table for s, table in zip(new, found)})
+        return {s.key: self._resolved[s.key] for s in streams}
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -238,6 +241,7 @@ class PostgresChangeCapture:
         from olake_cli.sources.postgres.change_feed import RUN_ROWS, current_wal_lsn, read_changes
         from olake_cli.sources.postgres.change_reader import CHECKPOINT_EVERY, ChangeReader
         from olake_cli.sources.postgres.decoding import DecodingProgress, measure
+        from olake_cli.sources.postgres.live_checks import StreamsLost
         from olake_cli.sources.postgres.moved_rows import MovedRowValues
         from olake_cli.sources.postgres.relation_watch import RelationWatch
 
@@ -246,35 +250,84 @@ class PostgresChangeCapture:
         slot = self.settings.replication_slot
         with connect(self.settings) as conn:
             upto = current_wal_lsn(conn)
-            lost = self._publication_gaps(conn, streams, state)  # seen after upto: covers what is read
-            routing = self._routing(conn, active)
-            decoding = measure(conn, slot, upto, self.settings.logical_decoding_work_mem_mb)
-        for stream, reason in lost:
-            if self.settings.on_position_lost == "fail":
-                self._lost(state, stream, reason)
-            del active[stream.key]
-        if lost:
-            yield ChangeBatch(resync={s.key: f"change position lost: {reason}; loading it anew on the next run"
-                                      for s, reason in lost})
+            lost = self._lost_positions(conn, streams, state)  # seen after upto: covers what is read
+            if len(lost) < len(active):
+                routing = self._routing(conn, {k: s for k, s in active.items() if k not in lost})
+                decoding = measure(conn, slot, upto, self.settings.logical_decoding_work_mem_mb)
+        yield from self._give_up(lost, state, active, follow)
         if not active:
             return
         self.log(decoding.describe(following=follow is not None))
         self._session_settings = decoding.session_settings()
         watch, moved = RelationWatch(lambda: connect(self.settings), self.log), MovedRowValues(self._feed_connection)
         progress = DecodingProgress(decoding, lambda: connect(self.settings), self.log)
+        checks = self._live_checks(active, follow)
         try:
             with read_changes(self._feed_connection, slot, self.settings.publication, None if follow else upto,
                               routing=routing, run_rows=min(RUN_ROWS, CHECKPOINT_EVERY), waiting=progress,
-                              confirm_lsn=confirm) as feed:
+                              confirm_lsn=confirm, between=checks) as feed:
                 reader = ChangeReader(self, active, state, watch, moved, typed)
                 yield from (reader.follow(feed, follow) if follow else reader.batches(feed))
             if feed.skipped_transactions:
                 self.log(f"change capture: left out {feed.skipped_transactions} transaction(s) applied under "
                          f"skipped origins (skip_origins)")
+        except StreamsLost as found:  # following: the read ends here (the pipeline starts the run again)
+            yield from self._give_up(found.lost, state, active, follow)
+        except PositionLostError:  # the slot went away under the read (or as it opened it)
+            problem = self._slot_problem()
+            if problem is None:
+                raise
+            yield from self._give_up(dict.fromkeys(active, problem), state, active, follow)
         finally:
-            progress.close()
-            watch.close()
-            moved.close()
+            for opened in (progress, watch, moved, checks):
+                if opened is not None:
+                    opened.close()
+
+    def _slot_problem(self) -> str | None:
+        """Why the slot holds no position now (see ``live_checks.slot_problem``), or None."""
+        from olake_cli.sources.postgres.change_feed import slot_info
+
+        with connect(self.settings) as conn:
+            return slot_problem(slot_info(conn, self.settings.replication_slot), self.settings.replication_slot)
+
+    def _lost_positions(self, conn, streams: list[CatalogStream], state: State) -> dict[tuple, str]:
+        """The streams whose position the slot no longer holds (it is gone, invalidated, or past the
+        position), or whose table was out of the publication since it (see :meth:`_publication_gaps`)."""
+        from olake_cli.sources.postgres.change_feed import slot_info
+
+        info = slot_info(conn, self.settings.replication_slot)
+        problem = slot_problem(info, self.settings.replication_slot)
+        if problem is not None:
+            return {s.key: problem for s in streams}
+        lost = {s.key: reason for s, reason in self._publication_gaps(conn, streams, state)}
+        for stream in streams:
+            pos = self.position_of(state.find(stream.namespace, stream.name))
+            if pos is not None and pos.commit < info["confirmed_flush_lsn"]:
+                lost.setdefault(stream.key, _past(info["confirmed_flush_lsn"], pos))
+        return lost
+
+    def _give_up(self, lost: dict[tuple, str], state: State, active: dict[tuple, CatalogStream],
+                 follow: Follow | None) -> Iterator[ChangeBatch]:
+        """Lost positions as at a start: on_position_lost = fail raises; resync ends the streams' reading
+        and yields them to re-sync (on the next run; following, the pipeline starts the run again)."""
+        for key, reason in lost.items():
+            if self.settings.on_position_lost == "fail":
+                self._lost(state, active[key], reason)
+            del active[key]
+        if lost:
+            when = "" if follow else " on the next run"
+            yield ChangeBatch(resync={key: f"change position lost: {reason}; loading it anew{when}"
+                                      for key, reason in lost.items()})
+
+    def _live_checks(self, active: dict[tuple, CatalogStream], follow: Follow | None):
+        """Following: the looks at the tables and the publication between transactions (live_checks.py)."""
+        from olake_cli.sources.postgres.live_checks import LiveChecks, check_every
+
+        if follow is None:
+            return None
+        return LiveChecks(lambda: connect(self.settings), self.settings.publication,
+                          {key: self._resolved[key] for key in active}, self._members,
+                          check_every(follow.commit_interval_s))
 
     def _feed_connection(self):
         """A connection for the slot read: the scan's text formats, and the decoding memory (see decoding.py)."""
@@ -292,13 +345,20 @@ class PostgresChangeCapture:
 
         infos = [self.tables[key] for key in active]
         roots = partition_roots(conn, [(t.schema, t.table) for t in infos])
+        oids = {self._resolved[key].oid: (self.tables[key].schema, self.tables[key].table) for key in active}
+        relations = {oid: (oids[root], oid != root) for root, oid in conn.execute(_RELATIONS_SQL, {"oids": list(oids)})}
         return FeedRouting(roots=roots, keys={(t.schema, t.table): tuple(t.primary_key) for t in infos},
-                           skip_origins=self.settings.skip_origins)
+                           skip_origins=self.settings.skip_origins, relations=relations)
 
 
-_GAP_REASONS = {
-    "left": "{table} left publication '{publication}' after the stream's position, so the changes made since "
-            "were never published",
-    "rejoined": "{table} left publication '{publication}' and joined it again after the stream's position, so "
-                "the changes made while it was out were never published",
-}
+_RELATIONS_SQL = """
+SELECT r.root, r.root FROM unnest(%(oids)s::oid[]) AS r(root)
+UNION ALL SELECT r.root, t.relid FROM unnest(%(oids)s::oid[]) AS r(root), pg_partition_tree(r.root::regclass) t
+WHERE t.relid <> r.root
+"""
+
+
+def _past(confirmed: int, position: OpId) -> str:
+    return (f"the slot is at {format_lsn(confirmed)}, past the stream's committed position "
+            f"{format_lsn(position.commit)} (it was advanced by someone else, or created again)")
+

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import operator
 import struct
-from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Callable, Iterator
 
@@ -33,8 +32,9 @@ from psycopg import sql
 
 from olake_cli.core.errors import (ConfigError, OlakeError, PositionLostError, SourceError,
                                    TransientError)
+from olake_cli.sources.postgres.feed_routing import FeedRouting, RelationView
 from olake_cli.sources.postgres.lsn import format_lsn
-from olake_cli.sources.postgres.feed_runs import (ChangeEvent, ColumnInfo, FeedRun, PendingRun, add_stretch, seq_after,
+from olake_cli.sources.postgres.feed_runs import (ChangeEvent, FeedRun, PendingRun, add_stretch, seq_after,
                                                   truncate_run)
 from olake_cli.sources.postgres.pgoutput import Begin, Commit, Origin, Relation, Truncate, decode
 from olake_cli.sources.postgres.replication import (Batch, Idle, ReplicationConnection, StreamReader, Waiting,
@@ -51,24 +51,6 @@ SLOT_BUSY_WAIT_S = 5.0  # a slot another process holds is awaited this long, the
 RUN_ROWS = 5000  # a run is cut at the first commit after this many rows, and anywhere at twice as many
 _PY_ENCODINGS = {"UTF8": "utf-8", "SQL_ASCII": "utf-8", "LATIN1": "latin-1", "WIN1252": "cp1252",
                  "EUC_JP": "euc_jp", "SJIS": "shift_jis", "GBK": "gbk", "BIG5": "big5"}
-
-
-@dataclass(frozen=True)
-class FeedRouting:
-    """What the feed needs to know about the streams it serves.
-
-    ``roots`` maps a leaf partition (schema, table) to its root stream (changes of leaves are reported
-    under the root, whatever ``publish_via_partition_root`` says); ``keys`` gives each stream's primary
-    key, so an update that changes it is reported as a delete of the old key followed by the update.
-    """
-
-    roots: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
-    keys: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
-    skip_origins: frozenset[str] | str = frozenset()  # drop transactions replicated from these ("*": any)
-
-    def skips(self, origin: str) -> bool:
-        """Whether a transaction carrying an Origin message with this name is left out."""
-        return self.skip_origins == "*" or origin in self.skip_origins
 
 
 def slot_info(conn: psycopg.Connection, slot: str) -> dict[str, Any] | None:
@@ -111,7 +93,8 @@ def advance_slot(conn: psycopg.Connection, slot: str, lsn: int) -> None:
 
 def read_changes(source: ConnectionSource, slot: str, publication: str, upto_lsn: int | None,
                  batch_size: int = 10000, routing: FeedRouting | None = None, run_rows: int = RUN_ROWS,
-                 waiting: Waiting | None = None, confirm_lsn: int | None = None) -> ChangeStream:
+                 waiting: Waiting | None = None, confirm_lsn: int | None = None,
+                 between: Callable[[], None] | None = None) -> ChangeStream:
     """Stream committed changes of ``slot`` (pgoutput, ``publication``) up to ``upto_lsn``, in commit order.
 
     ``source`` is an open connection (left open) or a factory (its connection is closed at the end):
@@ -125,17 +108,20 @@ def read_changes(source: ConnectionSource, slot: str, publication: str, upto_lsn
 
     Without ``upto_lsn`` the read follows the slot until closed: ``runs()`` then also yields None
     whenever the server is idle between transactions, with :attr:`ChangeStream.idle_lsn` saying how far
-    everything has been delivered, and :meth:`ChangeStream.confirm` moves the slot on the way.
+    everything has been delivered, and :meth:`ChangeStream.confirm` moves the slot on the way; ``between``
+    is called between transactions (after each commit and at each idle moment), and what it raises ends
+    the read.
     """
     return ChangeStream(source, slot, publication, upto_lsn, batch_size, routing or FeedRouting(),
-                        max(1, run_rows), waiting, confirm_lsn)
+                        max(1, run_rows), waiting, confirm_lsn, between)
 
 
 class ChangeStream:
     """Runs of changes (or ChangeEvents) from one bounded read; its attributes tell how far it got."""
 
     def __init__(self, source: ConnectionSource, slot: str, publication: str, upto_lsn: int | None, batch_size: int,
-                 routing: FeedRouting, run_rows: int, waiting: Waiting | None, confirm_lsn: int | None) -> None:
+                 routing: FeedRouting, run_rows: int, waiting: Waiting | None, confirm_lsn: int | None,
+                 between: Callable[[], None] | None = None) -> None:
         self.slot, self.publication, self.upto_lsn = slot, publication, upto_lsn
         self.read_upto_lsn: int | None = None  # upto_lsn clamped to the flushed WAL
         self.last_commit_lsn: int | None = None
@@ -148,6 +134,7 @@ class ChangeStream:
         self._replication: ReplicationConnection | None = None
         self._source, self._batch_size, self._waiting = source, batch_size, waiting
         self._routing, self._run_rows, self._confirm = routing, run_rows, confirm_lsn or 0
+        self._between = between or (lambda: None)
         self._runs = self._generate()
 
     def runs(self) -> Iterator[FeedRun | None]:
@@ -230,7 +217,7 @@ class ChangeStream:
             raise SourceError(f"pgoutput: malformed message: {exc}") from None
 
     def _stamp_runs(self, batches: Iterator[Batch | Idle], encoding: str) -> Iterator[FeedRun | None]:
-        relations: dict[int, _RelationView] = {}
+        relations: dict[int, RelationView] = {}
         pending: PendingRun | None = None
         commit_lsn = seq = ts = xid = 0
         skipping = False  # the transaction came from an origin the routing skips
@@ -243,6 +230,7 @@ class ChangeStream:
                         yield pending.finish(encoding)
                         pending = None
                     self.idle_lsn = max(self.idle_lsn, item.wal_end, self.last_end_lsn or 0)
+                    self._between()
                     yield None
                 continue
             lsns, datas = item
@@ -280,8 +268,9 @@ class ChangeStream:
                         if len(pending) >= self._run_rows or at == handed:
                             yield pending.finish(encoding)
                             pending = None
+                    self._between()
                 elif kind is Relation:
-                    relations[msg.oid] = _RelationView(msg, self._routing)
+                    relations[msg.oid] = RelationView(msg, self._routing)
                 elif kind is Truncate and not skipping:
                     if pending is not None:
                         run = pending.finish(encoding)
@@ -300,21 +289,6 @@ class ChangeStream:
         self.last_commit_lsn, self.last_end_lsn = msg.commit_lsn, msg.end_lsn
         self.last_commit_ts_us = msg.commit_ts_us
         self.transactions += 1
-
-
-class _RelationView:
-    """What events need from a Relation message, computed once per relation version."""
-
-    __slots__ = ("namespace", "name", "partition", "names", "columns", "key_flags", "stream_key")
-
-    def __init__(self, rel: Relation, routing: FeedRouting) -> None:
-        root = routing.roots.get((rel.namespace, rel.name))
-        self.partition = None if root is None else f"{rel.namespace}.{rel.name}"
-        self.namespace, self.name = root or (rel.namespace, rel.name)
-        self.names = rel.column_names
-        self.columns: list[ColumnInfo] = [(c.name, c.type_oid, c.typmod) for c in rel.columns]
-        self.key_flags = tuple(c.is_key for c in rel.columns)
-        self.stream_key = routing.keys.get((self.namespace, self.name), ())
 
 
 def classify_error(exc: psycopg.Error, slot: str) -> OlakeError:
