@@ -371,3 +371,45 @@ def test_write_bad_line_after_a_state_keeps_exactly_the_committed_state(discover
     assert out[0]["state"] == committed
     assert json.loads(state.read_text()) == {"level": "global", "version": "v1",
                                              "streams": [SETTINGS_STATE, EARLIER_ORDERS_STATE]}
+
+
+@pytest.mark.parametrize("option, value, needle", [
+    ("--commit-interval", "inf", "give a number of seconds above 0 and at most 86400 (1 day)"),
+    ("--commit-interval", "1e308", "give a number of seconds above 0 and at most 86400 (1 day)"),
+    ("--commit-interval", "nan", "give a number of seconds above 0 and at most 86400 (1 day)"),
+    ("--commit-interval", "0", "give a number of seconds above 0 and at most 86400 (1 day)"),
+    ("--commit-interval", "86400.5", "give a number of seconds above 0 and at most 86400 (1 day)"),
+    ("--discovery-interval", "inf", "give 0 (never) or a number of seconds up to 86400 (1 day)"),
+    ("--discovery-interval", "nan", "give 0 (never) or a number of seconds up to 86400 (1 day)"),
+    ("--discovery-interval", "1e308", "give 0 (never) or a number of seconds up to 86400 (1 day)"),
+])
+def test_an_interval_that_is_not_a_finite_number_of_seconds_up_to_a_day_is_refused(tmp_path, option, value, needle):
+    """Such an interval would never come round (nothing committed until SIGTERM); refused before any file
+    is read, by ``read`` and ``sync`` alike."""
+    for command in (["sync", "--source", "s.json", "--destination", "d.json"], ["read", "--config", "s.json"]):
+        line = assert_one_error(run_olake(*command, "--catalog", "c.json", "--follow", option, value),
+                                "config_error", f"{option} ", needle)
+        assert "does not exist" not in line
+
+
+@pytest.mark.parametrize("value", ["inf", "abc"])
+def test_a_status_interval_in_the_environment_that_is_not_a_finite_number_of_seconds_is_refused(
+        pg_cluster, pg_db, tmp_path, value):
+    """``OLAKE_STATUS_EVERY_S`` (the following run's status line) holds to what ``--commit-interval`` does:
+    one line naming the variable, not a run whose status never comes or an internal error."""
+    from tests.support.cdc import discover_catalog, make_accounts
+
+    make_accounts(pg_cluster.dsn(pg_db), "acct", 5)
+    src = write_json(tmp_path / "src.json", pg_cluster.source_config(
+        pg_db, replication_slot=f"slot_{pg_db}", publication=f"pub_{pg_db}", create_slot_and_publication=True))
+    discover_catalog(src, tmp_path / "cat.json", {"acct": "cdc"}, only={"acct"})
+    dst = write_json(tmp_path / "dst.json", {"type": "parquet", "path": str(tmp_path / "out")})
+    try:
+        result = run_olake("sync", "--source", src, "--destination", dst, "--catalog", str(tmp_path / "cat.json"),
+                           "--follow", env={"OLAKE_STATUS_EVERY_S": value}, timeout=120)
+        assert_one_error(result, "config_error", f"OLAKE_STATUS_EVERY_S={value}: give a number of seconds above 0 "
+                                                 "and at most 86400 (1 day)")
+    finally:
+        with psycopg.connect(pg_cluster.dsn(pg_db), autocommit=True) as conn:
+            conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s",
+                         (f"slot_{pg_db}",))

@@ -47,14 +47,14 @@ FOLLOW_OPT = typer.Option(False, "--follow", help="Keep running as a service aft
                           "they are made and commit them every --commit-interval seconds, until SIGTERM (exit 0) or "
                           "SIGINT (exit 130), which commit what was read first. Needs a cdc stream.")
 INTERVAL_OPT = typer.Option(None, "--commit-interval", metavar="SECONDS", help="With --follow: seconds between "
-                            "commits (default: the destination's, 1 for postgres, 30 for parquet, 60 for iceberg; "
-                            "read: 5).")
+                            "commits, above 0 and at most 86400 (default: the destination's, 1 for postgres, 30 for "
+                            "parquet, 60 for iceberg; read: 5).")
 METRICS_OPT = typer.Option(None, "--metrics-port", min=1, max=65535, metavar="PORT", help="With --follow: serve "
                            "Prometheus metrics on http://0.0.0.0:PORT/metrics (changes, commits, lag, source backlog, "
                            "retries).")
 DISCOVERY_OPT = typer.Option(None, "--discovery-interval", min=0, metavar="SECONDS", help="With --follow: look "
-                             "for new and dropped tables or collections this often (default 60; 0: never); the "
-                             "catalog's new_streams says what a new one gets.")
+                             "for new and dropped tables or collections this often, at most 86400 (default 60; 0: "
+                             "never); the catalog's new_streams says what a new one gets.")
 LogFormat = Enum("LogFormat", {name: name for name in LOG_FORMATS}, type=str)
 
 
@@ -202,6 +202,7 @@ def sync(source: str = typer.Option(..., "--source", metavar="FILE", help="Sourc
 def _follow_options(follow: bool, commit_interval: float | None, metrics_port: int | None,
                     discovery_interval: float | None):
     """``--follow`` and the options that go with it as the use cases take them (None: a bounded run)."""
+    from olake_cli.core.validation import check_interval
     from olake_cli.pipeline.connectors import FollowOptions
     from olake_cli.pipeline.live_discovery import DEFAULT_DISCOVERY_INTERVAL_S
 
@@ -209,6 +210,10 @@ def _follow_options(follow: bool, commit_interval: float | None, metrics_port: i
                         (discovery_interval, "--discovery-interval")):
         if given is not None and not follow:
             raise ConfigError(f"{name} applies to --follow runs only")
+    check_interval("--commit-interval", commit_interval)
+    check_interval("--discovery-interval", discovery_interval, never=0)
+    if follow:
+        import olake_cli.pipeline.follow_status  # noqa: F401  (reads OLAKE_STATUS_EVERY_S: a bad one fails now)
     interval = DEFAULT_DISCOVERY_INTERVAL_S if discovery_interval is None else discovery_interval
     return FollowOptions(commit_interval, metrics_port, interval) if follow else None
 

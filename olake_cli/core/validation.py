@@ -11,6 +11,8 @@ import copy
 import difflib
 import functools
 import json
+import math
+import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -23,6 +25,7 @@ from referencing import Registry, Resource
 from olake_cli.core.errors import ConfigError, OlakeError, ProtocolError
 
 _MAX_VALUE_CHARS = 60
+MAX_INTERVAL_S = 86_400.0  # one day: a longer interval of a following run (or NaN, infinity) is a mistake
 _JSON_TYPE_NAMES = {dict: "object", list: "array", str: "string", bool: "boolean",
                     int: "integer", float: "number", type(None): "null"}
 _MESSAGE_DEFS = {"RECORD": "record_message", "STATE": "state_message", "LOG": "log_message",
@@ -73,6 +76,34 @@ def _raise_first_error(validator: Draft202012Validator, instance: Any, what: str
     error = best_match(validator.iter_errors(instance))
     if error is not None:
         raise error_cls(format_validation_error(error, what))
+
+
+def check_interval(option: str, seconds: float | None, never: float | None = None) -> None:
+    """A ConfigError (one line) unless ``seconds`` (an option's value; None: not given) is a finite number
+    above 0, or ``never`` (the value meaning "never"), and at most :data:`MAX_INTERVAL_S`."""
+    if seconds is None or seconds == never or (math.isfinite(seconds) and 0 < seconds <= MAX_INTERVAL_S):
+        return
+    wanted = f"{never:g} (never) or a number of seconds up to" if never is not None else \
+        "a number of seconds above 0 and at most"
+    raise ConfigError(f"{option} {seconds:g}: give {wanted} {MAX_INTERVAL_S:g} (1 day)")
+
+
+def env_seconds(name: str, default: float) -> float:
+    """The seconds environment variable ``name`` sets (``default`` when unset), held to what
+    :func:`check_interval` allows; a ConfigError (one line naming the variable) otherwise."""
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    try:
+        check_interval(name, seconds)
+    except ConfigError:
+        raise ConfigError(f"{name}={text}: give a number of seconds above 0 and at most {MAX_INTERVAL_S:g} "
+                          "(1 day)") from None
+    return seconds
 
 
 def apply_defaults(instance: dict, schema_name: str) -> dict:

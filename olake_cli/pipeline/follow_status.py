@@ -14,7 +14,6 @@ Metrics (one registry per run):
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -26,8 +25,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 from olake_cli.core.errors import ConfigError
 from olake_cli.core.opid import OpId
 from olake_cli.core.state import State
+from olake_cli.core.validation import env_seconds
 
-STATUS_EVERY_S = float(os.environ.get("OLAKE_STATUS_EVERY_S", "60"))  # (tests make it short)
+STATUS_EVERY_S = env_seconds("OLAKE_STATUS_EVERY_S", 60.0)  # (tests make it short)
 BACKLOG_EVERY_S = 15.0
 
 

@@ -10,17 +10,17 @@ server's slot statistics (PostgreSQL 14 and later) say it has decoded and spille
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from collections.abc import Callable
 
 import psycopg
 
 from olake_cli.core.errors import OlakeError
+from olake_cli.core.validation import env_seconds
 from olake_cli.sources.postgres.lsn import format_lsn
 
 # Seconds between progress lines while the server decodes; OLAKE_CDC_PROGRESS_EVERY overrides it.
-PROGRESS_EVERY_S = max(0.01, float(os.environ.get("OLAKE_CDC_PROGRESS_EVERY", "5")))
+PROGRESS_EVERY_S = max(0.01, env_seconds("OLAKE_CDC_PROGRESS_EVERY", 5.0))
 _MB = 1 << 20
 _STATS_SQL = ("SELECT total_txns, total_bytes, spill_bytes FROM pg_stat_replication_slots"
               " WHERE slot_name = %s")
