@@ -413,3 +413,16 @@ def test_a_status_interval_in_the_environment_that_is_not_a_finite_number_of_sec
         with psycopg.connect(pg_cluster.dsn(pg_db), autocommit=True) as conn:
             conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s",
                          (f"slot_{pg_db}",))
+
+
+@pytest.mark.parametrize("kind, field, value", [("destination", "tombstone_hours", "NaN"),
+                                                ("destination", "tombstone_hours", "Infinity"),
+                                                ("source", "safe_zone_hours", "NaN")])
+def test_a_config_number_that_json_does_not_have_is_refused(tmp_path, kind, field, value):
+    """Python's JSON reader takes NaN and Infinity, which no schema bound (minimum, maximum) refuses."""
+    base = {"type": "postgres", "host": "h", "port": 5432, "database": "d", "username": "u", "password": "p"} \
+        if kind == "destination" else {"type": "dynamodb", "region": "us-east-1"}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(base)[:-1] + f', "{field}": {value}}}')
+    assert_one_error(run_olake("check", f"--{kind}", str(path)), "config_error", str(path),
+                     f"{value} is not a JSON number")

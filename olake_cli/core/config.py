@@ -13,7 +13,7 @@ from olake_cli.core.validation import apply_defaults, load_json_file, load_schem
 
 def load_config(path: str, role: str | None = None) -> tuple[str, str, dict[str, Any]]:
     """(role, type, validated config with defaults) of a config file; role is 'source' or 'destination'."""
-    config = load_json_file(path, what="config")
+    config = load_json_file(path, what="config", finite=True)
     if not isinstance(config, dict):
         raise ConfigError(f"{path}: a config must be a JSON object")
     kind = config.get("type")

@@ -115,9 +115,18 @@ def apply_defaults(instance: dict, schema_name: str) -> dict:
     return result
 
 
+class _NotJsonNumber(ValueError):
+    """``NaN``, ``Infinity`` or ``-Infinity``, which Python's JSON reader takes and JSON does not have."""
+
+
+def _not_json_number(name: str) -> Any:
+    raise _NotJsonNumber(name)
+
+
 def load_json_file(path: str | Path, what: str, error_cls: type[ConfigError] = ConfigError,
-                   require_object: bool = True) -> Any:
-    """Parse the JSON file ``path`` (``what`` says which file it is, e.g. "config"); one-line errors."""
+                   require_object: bool = True, finite: bool = False) -> Any:
+    """Parse the JSON file ``path`` (``what`` says which file it is, e.g. "config"); one-line errors.
+    ``finite``: refuse NaN and Infinity, which Python's reader takes and no schema bound refuses."""
     label = f"{what} file '{path}'"
     try:
         raw = Path(path).read_bytes()
@@ -134,7 +143,9 @@ def load_json_file(path: str | Path, what: str, error_cls: type[ConfigError] = C
     if not text.strip():
         raise error_cls(f"{label} is empty")
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=_not_json_number if finite else None)
+    except _NotJsonNumber as exc:
+        raise error_cls(f"{label}: {exc} is not a JSON number (give a finite number)") from None
     except json.JSONDecodeError as exc:
         raise error_cls(f"{label} is not valid JSON: {exc.msg} at line {exc.lineno} "
                         f"column {exc.colno}") from None
