@@ -253,8 +253,8 @@ def test_tables_found_with_transactions_in_flight_under_random_kills(pg_cluster,
         run = start_olake(args, log, stdout=subprocess.DEVNULL)
         wait_until(lambda: "following the change log" in log.read_text(), "the change phase starts", run=run)
         for round_ in range(rounds):
-            commit = _open_writing_transaction(source, f"nb{round_}", rng.uniform(0.5, 5.0))
-            time.sleep(rng.uniform(0.5, 6.0))
+            commit = _open_writing_transaction(source, f"nb{round_}", rng.uniform(2.5, 6.0))
+            time.sleep(rng.uniform(0.5, 8.0))
             os.killpg(run.pid, signal.SIGKILL)
             run.wait(timeout=30)
             commit.join(timeout=30)
