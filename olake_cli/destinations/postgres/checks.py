@@ -33,6 +33,7 @@ FUNCTIONS = {
     "pg_replication_origin_xact_setup": ("pg_replication_origin_xact_setup(pg_lsn, timestamp with time zone)",
                                          "origin"),
     "pg_xact_commit_timestamp_origin": ("pg_xact_commit_timestamp_origin(xid)", "conflicts"),
+    "pg_xact_commit_timestamp": ("pg_xact_commit_timestamp(xid)", "conflicts"),
     "pg_current_xact_id": ("pg_current_xact_id()", "conflicts"),
 }
 CATALOGS = {"pg_catalog.pg_replication_origin": "conflicts"}  # read by the apply's conflict rule
