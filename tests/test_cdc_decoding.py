@@ -21,7 +21,7 @@ from olake_cli.core.state import State
 from olake_cli.sources.postgres.capture import PostgresChangeCapture
 from olake_cli.sources.postgres.connection import PostgresSettings
 from olake_cli.sources.postgres.lsn import format_lsn, parse_lsn
-from olake_cli.sources.postgres.replication import CATCH_UP_BYTES
+from olake_cli.sources.postgres.slot_catch_up import CATCH_UP_BYTES
 from tests.support.cli import messages, olake_cmd, olake_env, write_json
 from tests.support.states import stream_state
 

@@ -29,15 +29,8 @@ update whenever the server has nothing to send). Closing ends COPY cleanly (Copy
 the walsender releases the slot before the next run starts; failing that within
 :data:`CLOSE_WAIT_S` seconds the connection is dropped.
 
-Before ``START_REPLICATION``, a slot whose ``restart_lsn`` lags the start position (what the destination
-committed) by :data:`CATCH_UP_BYTES` or more is moved there with ``pg_replication_slot_advance``
-(:meth:`ReplicationConnection.catch_up`): the walsender decodes everything from ``restart_lsn`` in full,
-queueing every change of every table (a transaction past ``logical_decoding_work_mem`` spilled to disk),
-even what lies before its start position, and ``restart_lsn`` moves only to a running-xacts record (the
-server logs one every 15 s while the database writes, and at checkpoints) before the confirmed
-position, so a big unrelated transaction was decoded again by each run until one had confirmed past
-such a record. The advance decodes in fast-forward mode (nothing queued or spilled: 310 MB of WAL in
-1.3 s here) and confirms only the start position, as the walsender's first status update does.
+Before ``START_REPLICATION`` the slot is fast-forwarded to the start position when it lags
+(``slot_catch_up``).
 
 An unbounded read (``upto`` None: ``--follow``) never completes; whenever the server has nothing to
 send, the thread hands on an :class:`Idle` mark carrying the last keepalive's walEnd (every transaction
@@ -59,12 +52,12 @@ import psycopg
 from psycopg import pq, sql
 
 from olake_cli.sources.postgres.lsn import format_lsn
+from olake_cli.sources.postgres.slot_catch_up import catch_up, check_result, literal
 
 STATUS_EVERY_S = 10.0  # standby status updates while the feed is busy (wal_sender_timeout: 60 s by default)
 REPLY_POLL_S = 0.1  # at most this often, ask the server where it is when it sends nothing
 CLOSE_WAIT_S = 5.0  # a clean end of COPY may take this long before the connection is dropped
 CONFIRM_EVERY_S = 1.0  # a newly confirmed position is reported at most this often
-CATCH_UP_BYTES = 16 << 20  # a slot whose restart_lsn lags the start by this much is fast-forwarded first
 _WAKE_S = 0.2  # the thread checks for a stop this often
 _GATHER_S = 0.005  # a batch is handed on once the server has sent nothing more for this long (or it is full)
 _Q = struct.Struct(">Q").unpack_from
@@ -134,43 +127,16 @@ class ReplicationConnection:
 
     def execute(self, statement: bytes) -> None:
         """Run one simple-query command (SET) before streaming."""
-        _check(self.pg.exec_(statement), pq.ExecStatus.COMMAND_OK)
+        check_result(self.pg.exec_(statement), pq.ExecStatus.COMMAND_OK)
 
     def start(self, slot: str, publication: str, start_lsn: int) -> None:
         """``START_REPLICATION`` of the pgoutput slot from ``start_lsn`` (the server starts at its
-        confirmed position if that is further), once the slot has caught up with it (:meth:`catch_up`)."""
-        self.catch_up(slot, start_lsn)
-        options = f"\"proto_version\" '1', \"publication_names\" {_literal(quote_publication(publication))}"
+        confirmed position if that is further), once the slot has caught up with it (``slot_catch_up``)."""
+        catch_up(self.pg, slot, start_lsn)
+        options = f"\"proto_version\" '1', \"publication_names\" {literal(quote_publication(publication))}"
         command = f"START_REPLICATION SLOT {_identifier(slot)} LOGICAL {format_lsn(start_lsn)} ({options})"
         self.pg.send_query(command.encode())
-        _check(self.pg.get_result(), pq.ExecStatus.COPY_BOTH)
-
-    def catch_up(self, slot: str, lsn: int) -> None:
-        """Fast-forward the slot to ``lsn`` (at or past its confirmed position: what the destination
-        committed) when its restart_lsn lags it by CATCH_UP_BYTES or more. Past the confirmed position the
-        server keeps only the first restart point it meets and applies it once a confirmation reaches it:
-        a call that moves the confirmed position may stop there (inside a big transaction), and a second
-        one, from there, applies every restart point before ``lsn``."""
-        before = self._slot_positions(slot)
-        if before is None or lsn - before[0] < CATCH_UP_BYTES:
-            return
-        self._advance(slot, lsn)
-        after = self._slot_positions(slot)
-        if before[1] < lsn and after is not None and before[0] < after[0] <= lsn - CATCH_UP_BYTES:
-            self._advance(slot, lsn)
-
-    def _slot_positions(self, slot: str) -> tuple[int, int] | None:
-        """The slot's (restart_lsn, confirmed_flush_lsn), or None when it has none (or does not exist)."""
-        result = self.pg.exec_(f"SELECT (restart_lsn - '0/0')::text, (confirmed_flush_lsn - '0/0')::text "
-                               f"FROM pg_replication_slots WHERE slot_name = {_literal(slot)}".encode())
-        _check(result, pq.ExecStatus.TUPLES_OK)
-        if result.ntuples == 0 or result.get_value(0, 0) is None or result.get_value(0, 1) is None:
-            return None
-        return int(result.get_value(0, 0)), int(result.get_value(0, 1))
-
-    def _advance(self, slot: str, lsn: int) -> None:
-        command = f"SELECT 1 FROM pg_replication_slot_advance({_literal(slot)}, '{format_lsn(lsn)}'::pg_lsn)"
-        _check(self.pg.exec_(command.encode()), pq.ExecStatus.TUPLES_OK)
+        check_result(self.pg.get_result(), pq.ExecStatus.COPY_BOTH)
 
     def drain(self, limit: int, upto: int) -> tuple[Batch, bool]:
         """The messages the server sends without a pause of _GATHER_S (at most ``limit``; none if it has
@@ -359,25 +325,13 @@ def _identifier(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 def _status_every(pg: pq.PGconn) -> float:
     """Seconds between status updates: STATUS_EVERY_S, or a quarter of this walsender's
     ``wal_sender_timeout`` when that is shorter (it may be set per connection)."""
     result = pg.exec_(b"SELECT setting::int FROM pg_settings WHERE name = 'wal_sender_timeout'")
-    _check(result, pq.ExecStatus.TUPLES_OK)
+    check_result(result, pq.ExecStatus.TUPLES_OK)
     timeout_ms = int(result.get_value(0, 0) or 0)
     return STATUS_EVERY_S if timeout_ms <= 0 else min(STATUS_EVERY_S, timeout_ms / 4000)
-
-
-def _check(result: pq.PGresult | None, expected: pq.ExecStatus) -> None:
-    if result is None or result.status != expected:
-        if result is not None and result.status == pq.ExecStatus.FATAL_ERROR:
-            raise psycopg.errors.error_from_result(result)
-        raise psycopg.OperationalError(f"unexpected reply from the replication connection: "
-                                       f"{None if result is None else result.status.name}")
 
 
 def wait_released(conn: psycopg.Connection, slot: str, pid: int | None = None,
