@@ -13,6 +13,7 @@ source value by value each time, while the run keeps going.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 
@@ -174,3 +175,70 @@ def test_a_table_renamed_while_following(pg_cluster, pg_db, pg_target, target_db
     assert text.count("stream 'public.t2' does not exist") == 1, text[-3000:]  # the start checks' line
     assert "public.t2 was renamed to public.t2_gone" in text, text[-3000:]
     assert "Traceback" not in text
+
+
+WINDOWS = {  # what a following read must notice, done after it began and before its first look
+    "out and back in one transaction": ["ALTER PUBLICATION {pub} DROP TABLE acct_f", "DELETE FROM acct_f WHERE id <= 5",
+                                        "ALTER PUBLICATION {pub} ADD TABLE acct_f"],
+    "an action switched off": ["ALTER PUBLICATION {pub} SET (publish = 'insert')"],
+}
+
+
+@pytest.mark.parametrize("on_position_lost", ["resync", "fail"])
+def test_a_following_read_gives_up_a_stream_whose_changes_went_unpublished(pg_cluster, pg_db, on_position_lost):
+    """In process: a window no look could see open (the table out of the publication and back inside one
+    transaction), and a publish action switched off, while ``follow`` reads: ``resync`` ends the read with
+    the stream to load anew, ``fail`` raises, each with the reason."""
+    import threading
+
+    from olake_cli.core.catalog import parse_catalog
+    from olake_cli.core.errors import PositionLostError
+    from olake_cli.core.follow import Follow
+    from olake_cli.core.state import State
+    from olake_cli.sources.postgres.capture import PostgresChangeCapture
+    from olake_cli.sources.postgres.connection import PostgresSettings
+    from olake_cli.sources.postgres.source import PostgresSource
+    from tests.support.cdc import make_accounts
+    from tests.support.states import stream_state
+
+    dsn, slot = pg_cluster.dsn(pg_db), f"livef_{on_position_lost}"
+    make_accounts(dsn, "acct_f", 20)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE PUBLICATION {slot}_pub FOR TABLE acct_f")
+        conn.execute(f"SELECT pg_create_logical_replication_slot('{slot}', 'pgoutput')")
+        position = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+                                (slot,)).fetchone()[0]
+    config = pg_cluster.source_config(pg_db, replication_slot=slot, publication=f"{slot}_pub",
+                                      on_position_lost=on_position_lost)
+    stream = parse_catalog(PostgresSource(config).discover()).find("public", "acct_f")
+    stream.sync_mode = "cdc"
+    expected = {"out and back in one transaction": "left publication .* and joined it again",
+                "an action switched off": "no longer publishes update, delete, truncate"}
+    for window, statements in WINDOWS.items():
+        def begun(line: str, statements=statements) -> None:  # the read checked its start: open the window
+            if "following slot" in line:
+                with psycopg.connect(dsn, autocommit=True) as conn:
+                    for statement in statements:
+                        conn.execute(statement.format(pub=f"{slot}_pub"))
+
+        state = State(streams=[stream_state("cdc", "acct_f", "public", position, None, op_seq=0)])
+        capture = PostgresChangeCapture(PostgresSettings.from_config(config), [stream], begun)
+        capture.preflight(state)
+        follow = Follow(commit_interval_s=0.2)
+        timer = threading.Timer(60, follow.stop.set)  # a read that never notices ends, and the test fails
+        timer.start()
+        try:
+            if on_position_lost == "fail":
+                with pytest.raises(PositionLostError, match=f"public.acct_f: change position lost: .*{expected[window]}"):
+                    list(capture.follow([stream], state, follow))
+            else:
+                resyncs = [batch.resync for batch in capture.follow([stream], state, follow) if batch.resync]
+                assert len(resyncs) == 1 and not follow.stop.is_set(), window
+                assert resyncs[0].keys() == {("public", "acct_f")}
+                assert re.search(expected[window], resyncs[0][("public", "acct_f")]), resyncs[0]
+        finally:
+            timer.cancel()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"ALTER PUBLICATION {slot}_pub SET (publish = 'insert, update, delete, truncate')")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"SELECT pg_drop_replication_slot('{slot}')")

@@ -25,7 +25,7 @@ from olake_cli.core.position_lost import handle_lost_position
 from olake_cli.core.state import State, StreamState
 from olake_cli.sources.postgres.connection import PostgresSettings, connect
 from olake_cli.sources.postgres.lsn import format_lsn, parse_lsn
-from olake_cli.sources.postgres.live_checks import moved_tables, publication_gaps, slot_problem
+from olake_cli.sources.postgres.live_checks import actions_problem, moved_tables, publication_gaps, slot_problem
 from olake_cli.sources.postgres.publication import PUBLICATION_ROWS, Membership
 from olake_cli.sources.postgres.replica_identity import ResolvedTable
 
@@ -292,11 +292,12 @@ class PostgresChangeCapture:
 
     def _lost_positions(self, conn, streams: list[CatalogStream], state: State) -> dict[tuple, str]:
         """The streams whose position the slot no longer holds (it is gone, invalidated, or past the
-        position), or whose table was out of the publication since it (see :meth:`_publication_gaps`)."""
+        position), whose changes the publication no longer publishes (an action switched off), or whose
+        table was out of the publication since it (see :meth:`_publication_gaps`)."""
         from olake_cli.sources.postgres.change_feed import slot_info
 
         info = slot_info(conn, self.settings.replication_slot)
-        problem = slot_problem(info, self.settings.replication_slot)
+        problem = slot_problem(info, self.settings.replication_slot) or actions_problem(conn, self.settings.publication)
         if problem is not None:
             return {s.key: problem for s in streams}
         lost = {s.key: reason for s, reason in self._publication_gaps(conn, streams, state)}

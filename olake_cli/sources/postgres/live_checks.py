@@ -9,9 +9,11 @@ and that each captured table is published by the catalog rows its stream's state
 * between transactions, every :func:`check_every` seconds: each table is still the one its stream was
   resolved to (same oid and name), and is still published by the rows seen when the read began. A table
   that left the publication has no row there; one that came back has a new row (oids are never reused),
-  so a table out for a while is seen even if it came back before the look.
+  so a table out for a while is seen even if it came back before the look;
+* at both: the publication still publishes every action (a run's start refuses one that does not).
 
-A stream whose position is lost (a publication gap, another table under its name, the slot) is re-synced
+A stream whose position is lost (a publication gap, another table under its name, the slot, an action
+no longer published) is re-synced
 or fails the run (``on_position_lost``), as at a start; a table renamed or dropped raises
 SourceChangedError, so that a following run starts again and its start checks decide (discovery ends
 the stream; otherwise the catalog names a table that does not exist).
@@ -25,7 +27,7 @@ from collections.abc import Callable
 import psycopg
 
 from olake_cli.core.errors import SourceChangedError
-from olake_cli.sources.postgres.publication import Membership, publication_members
+from olake_cli.sources.postgres.publication import PUBLISH_ACTIONS, Membership, publication_members
 from olake_cli.sources.postgres.replica_identity import ResolvedTable, resolve_tables
 
 FIRST_CHECK_S, LAST_CHECK_S = 1.0, 10.0  # the looks between transactions: the commit interval, within these
@@ -63,6 +65,17 @@ def slot_problem(info: dict | None, slot: str) -> str | None:
         return (f"replication slot '{slot}' was invalidated (wal_status = lost: the server removed WAL it still "
                 f"needed, see max_slot_wal_keep_size)")
     return None
+
+
+def actions_problem(conn: psycopg.Connection, publication: str) -> str | None:
+    """Why no stream's position holds when the publication skips an action now (None: it publishes all)."""
+    row = conn.execute("SELECT pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication WHERE pubname = %s",
+                       (publication,)).fetchone()
+    skipped = [action for action, on in zip(PUBLISH_ACTIONS, row or ()) if not on]
+    if not skipped:
+        return None
+    return (f"publication '{publication}' no longer publishes {', '.join(skipped)} (ALTER PUBLICATION ... SET "
+            f"(publish = ...)), so those changes were never published")
 
 
 def moved_tables(conn: psycopg.Connection, tables: dict[tuple, ResolvedTable]
@@ -123,6 +136,8 @@ class LiveChecks:
         lost, gone = moved_tables(self._conn, self.tables)
         if gone:
             raise SourceChangedError("; ".join(gone.values()))
+        if (problem := actions_problem(self._conn, self.publication)) is not None:
+            raise StreamsLost(dict.fromkeys(self.tables, problem))
         staying = {key: table for key, table in self.tables.items() if key not in lost}
         _, gaps = publication_gaps(self._conn, self.publication, staying,
                                    {key: self.members[key].rows() for key in staying})
