@@ -10,109 +10,22 @@ and ``read | write`` for some) one after the other; afterwards every node holds 
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
-from dataclasses import dataclass
-from pathlib import Path
 
 import psycopg
 import pytest
 
-from tests.support.cdc import discover_catalog, sync_once
-from tests.support.cli import olake_cmd, olake_env, run_olake, write_json
-from tests.support.pg_compare import assert_same_rows, table_texts
-from tests.support.pgcluster import PgCluster, create_database
-
-SEED = "CREATE TABLE t (id int PRIMARY KEY, v text, n int); INSERT INTO t SELECT g, 'seed', 0 FROM generate_series(1, 20) g"
-
-
-@dataclass
-class Node:
-    """One database of the mesh."""
-
-    name: str
-    cluster: PgCluster
-    db: str
-
-    @property
-    def dsn(self) -> str:
-        return self.cluster.dsn(self.db)
-
-    def execute(self, *statements: str) -> None:
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
-            for statement in statements:
-                conn.execute(statement)
-
-    def rows(self) -> dict[str, tuple]:
-        return {r[0]: tuple(r[1:]) for r in table_texts(self.dsn, "public", "t", ["id", "v", "n"])}
-
-    def conflicts(self) -> list[dict]:
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
-            cur = conn.execute("SELECT key, operation, applying_origin, incoming_row, incoming_origin, target_row, "
-                               "target_origin, winner, incoming_commit_ts < target_commit_ts AS older, "
-                               "source_position IS NOT NULL AS positioned FROM _olake.conflicts ORDER BY id")
-            names = [c.name for c in cur.description]
-            return [dict(zip(names, row)) for row in cur.fetchall()]
-
-
-class Mesh:
-    """Directions between nodes: configs, catalogs and state files in ``tmp``."""
-
-    def __init__(self, tmp: Path, nodes: list[Node]) -> None:
-        self.tmp, self.nodes = tmp, {n.name: n for n in nodes}
-        for node in nodes:
-            node.execute(SEED)
-
-    def source(self, src: str, dst: str) -> str:
-        node = self.nodes[src]
-        return write_json(self.tmp / f"{src}_{dst}_src.json", node.cluster.source_config(
-            node.db, replication_slot=f"{src}_to_{dst}_{node.db}", publication="pub", create_slot_and_publication=True,
-            skip_origins="*"))
-
-    def destination(self, src: str, dst: str) -> str:
-        node = self.nodes[dst]
-        return write_json(self.tmp / f"{src}_{dst}_dst.json", node.cluster.destination_config(
-            node.db, origin=f"from_{src}", local_origin=f"from_{dst}"))
-
-    def paths(self, src: str, dst: str) -> tuple[str, Path, str, Path]:
-        """(source config, catalog, destination config, state file) of a direction, made on first use."""
-        catalog = self.tmp / f"{src}_{dst}_catalog.json"
-        source = self.source(src, dst)
-        if not catalog.exists():
-            discover_catalog(source, catalog, {"t": "cdc"})
-            edited = json.loads(catalog.read_text())
-            edited["streams"][0]["skip_initial_load"] = True
-            catalog.write_text(json.dumps(edited))
-        return source, catalog, self.destination(src, dst), self.tmp / f"{src}_{dst}_state.json"
-
-    def sync(self, src: str, dst: str) -> str:
-        """One ``sync`` run of the direction; its stderr."""
-        source, catalog, destination, state = self.paths(src, dst)
-        result = run_olake("sync", "--source", source, "--destination", destination, "--catalog", str(catalog),
-                           "--state", str(state))
-        assert result.returncode == 0, result.stderr.decode()[-3000:]
-        return result.stderr.decode()
-
-    def pipe(self, src: str, dst: str) -> str:
-        """One ``read | write`` run of the direction; write's stderr."""
-        source, catalog, destination, state = self.paths(src, dst)
-        return sync_once(source, catalog, destination, state).write_stderr.decode()
-
-    def drop_slots(self) -> None:
-        for node in self.nodes.values():
-            with psycopg.connect(node.dsn, autocommit=True) as conn:
-                conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                             "WHERE database = current_database()")
+from tests.support.cli import olake_cmd, olake_env
+from tests.support.pg_compare import assert_same_rows
+from tests.support.pg_mesh import Node, meshes
+from tests.support.pgcluster import create_database
 
 
 @pytest.fixture()
 def make_mesh(tmp_path):
     """Mesh(tmp_path, nodes); every slot of its nodes' databases is dropped afterwards."""
-    made: list[Mesh] = []
-    yield lambda nodes: made.append(Mesh(tmp_path, nodes)) or made[-1]
-    for mesh in made:
-        mesh.drop_slots()
+    yield from meshes(tmp_path)
 
 
 def _summary(stderr: str) -> str:
@@ -220,3 +133,30 @@ def test_a_three_node_mesh_converges(pg_cluster, pg_db, pg_target, target_db, ma
     with psycopg.connect(b.dsn, autocommit=True) as conn:
         origins = conn.execute("SELECT origin FROM _olake.streams ORDER BY 1").fetchall()
     assert origins == [("from_a",), ("from_c",)], "one record per source writing the table"
+
+
+def test_a_key_moved_on_one_node_leaves_a_tombstone_for_its_old_key(pg_cluster, pg_db, pg_target, target_db,
+                                                                    make_mesh):
+    """An UPDATE that changes the key removes the old key as a DELETE would: an older update of the old
+    key made on the other node loses to that tombstone (it must not bring the old key back), a later
+    one brings it back on both nodes. Directions alternate ``sync`` and ``read | write``."""
+    a, b = Node("a", pg_cluster, pg_db), Node("b", pg_target, target_db)
+    mesh = make_mesh([a, b])
+    mesh.sync("a", "b")
+    mesh.pipe("b", "a")
+    a.execute("UPDATE t SET v = 'a-upd' WHERE id = 1")
+    b.execute("UPDATE t SET id = 100 WHERE id = 1")  # later: key 1 is gone on both nodes
+    b.execute("UPDATE t SET v = 'b-upd', n = 2 WHERE id = 2")
+    a.execute("UPDATE t SET id = 200, n = 3 WHERE id = 2")  # later: key 2 is gone on both nodes
+    a.execute("UPDATE t SET id = 300 WHERE id = 3")
+    b.execute("UPDATE t SET v = 'b-later', n = 4 WHERE id = 3")  # later: key 3 comes back on A
+    mesh.both_ways("a", "b")
+    expected = {str(i): ("seed", "0") for i in range(4, 21)}
+    expected.update({"100": ("seed", "0"), "200": ("seed", "3"), "300": ("seed", "0"), "3": ("b-later", "4")})
+    assert a.rows() == expected
+    assert b.rows() == expected
+    assert_same_rows(a.dsn, ("public", "t"), b.dsn, ("public", "t"), ["id", "v", "n"])
+    outcomes = {(c["key"], c["operation"], c["winner"]) for c in b.conflicts()}
+    assert ("(1)", "u", "target") in outcomes and ("(3)", "d", "target") in outcomes, outcomes
+    outcomes = {(c["key"], c["operation"], c["winner"]) for c in a.conflicts()}
+    assert ("(2)", "u", "target") in outcomes and ("(3)", "u", "incoming") in outcomes, outcomes

@@ -64,7 +64,8 @@ def test_check_wants_track_commit_timestamp_for_two_way(spare_cluster, tmp_path)
 
 
 class Writer(threading.Thread):
-    """Updates, inserts and deletes on one node until stopped (ids of its own, and shared ones)."""
+    """Updates, inserts, deletes and key moves on one node until stopped (ids of its own, and shared ones:
+    a shared key one node moves away while the other updates it is the key move's conflict)."""
 
     def __init__(self, dsn: str, own: range, shared: range, new_ids: range, seed: int) -> None:
         super().__init__(daemon=True)
@@ -76,15 +77,18 @@ class Writer(threading.Thread):
             with psycopg.connect(self.dsn, autocommit=True) as conn:
                 while not self.stop_event.is_set():
                     pick = self.rng.random()
-                    if pick < 0.5:
+                    if pick < 0.45:
                         conn.execute("UPDATE t SET v = v + 1 WHERE id = %s", (self.rng.choice(self.own),))
-                    elif pick < 0.75:
+                    elif pick < 0.7:
                         conn.execute("UPDATE t SET v = v + 10, note = %s WHERE id = %s",
                                      (f"from {self.dsn[-12:]}", self.rng.choice(self.shared)))
-                    elif pick < 0.9:
+                    elif pick < 0.85:
                         conn.execute("INSERT INTO t VALUES (%s, 0, 'new')", (next(self.new_ids),))
-                    else:
+                    elif pick < 0.93:
                         conn.execute("DELETE FROM t WHERE id = %s", (self.rng.choice(self.own),))
+                    else:  # a key move: of a key of its own, or (rarely: they run out) of a shared one
+                        moved = self.rng.choice(self.own if pick < 0.9995 else self.shared)
+                        conn.execute("UPDATE t SET id = %s, v = v + 100 WHERE id = %s", (next(self.new_ids), moved))
         except BaseException as exc:  # surfaced by stop()
             self.error = exc
 
@@ -160,6 +164,10 @@ def test_two_way_replication_converges_without_loops(pg_cluster, pg_db, pg_targe
         conn_b.execute("UPDATE t SET note = 'B, later' WHERE id = 1")  # the later commit wins on both nodes
         conn_b.execute("UPDATE t SET note = 'B, earlier' WHERE id = 2")
         conn_a.execute("UPDATE t SET note = 'A, later' WHERE id = 2")
+        conn_a.execute("UPDATE t SET note = 'A, earlier' WHERE id = 3")
+        conn_b.execute("UPDATE t SET id = 40003 WHERE id = 3")  # later: key 3 leaves both nodes, not to return
+        conn_b.execute("UPDATE t SET note = 'B, earlier' WHERE id = 4")
+        conn_a.execute("UPDATE t SET id = 40004 WHERE id = 4")
     writers = [Writer(a, range(10, 200), range(550, 600), range(10_000, 20_000), 1),
                Writer(b, range(300, 500), range(550, 600), range(20_000, 30_000), 2)]
     for writer in writers:
@@ -173,8 +181,8 @@ def test_two_way_replication_converges_without_loops(pg_cluster, pg_db, pg_targe
         conflicts += _conflicts(a_to_b().write_stderr) + _conflicts(b_to_a().stderr)
     assert_same_rows(a, ("public", "t"), b, ("public", "t"), ["id", "v", "note"])
     notes = dict((int(k), n) for k, _, n in table_texts(a, "public", "t", ["id", "v", "note"])
-                 if k in ("1", "2"))
-    assert notes == {1: "B, later", 2: "A, later"}
+                 if k in ("1", "2", "3", "4", "40003", "40004"))
+    assert notes == {1: "B, later", 2: "A, later", 40003: "seed", 40004: "seed"}
     assert conflicts >= 2, "the two deliberate conflicts (at least) are counted"
     quiet_ab, quiet_ba = a_to_b(), b_to_a()
     assert b"wrote 0 record(s)" in quiet_ab.write_stderr and b"wrote 0 record(s)" in quiet_ba.stderr, \

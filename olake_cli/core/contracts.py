@@ -271,10 +271,9 @@ class CommitBatch:
     """One stream's share of a commit, as the pipeline's stream buffer hands it to the destination.
 
     Rows are Arrow tables of the stream's destination types followed by the ``_olake_*`` columns of
-    ``core.row_metadata.STORED_NAMES`` (full-load rows rank at ``op_key``). The destination makes them
-    durable and visible together with ``merged`` as the stream's committed state, and records
-    ``watermark`` (the highest operation id applied) where it keeps one: the buffer drops changes at or
-    below it as replays.
+    ``core.row_metadata.STORED_NAMES`` (full-load rows rank at ``op_key``). The destination makes them durable
+    and visible together with ``merged`` as the stream's committed state, and records ``watermark`` (the
+    highest operation id applied) where it keeps one: the buffer drops changes at or below it as replays.
     """
 
     state: StreamState  # the STATE's own stream state, or a re-sync marker (``core.resync``)
@@ -290,6 +289,7 @@ class CommitBatch:
     op_key: str | None  # the operation id the load's rows rank at (``load_op_key``)
     base_watermark: str | None  # the highest operation id applied before the changes (after the load)
     watermark: str | None  # ... and after them
+    truncated_at: int | None = None  # the source commit time of that truncate (µs since 1970), when known
 
 
 class StreamTarget(Protocol):

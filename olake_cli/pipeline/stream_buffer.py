@@ -53,6 +53,7 @@ class StreamBuffer:
         self.load_rows = self.change_rows = 0
         self.put_rows = self.put_changes = 0  # rows handed to the target since the last commit
         self.truncated = False
+        self.truncated_at: int | None = None  # the source commit time (µs) of that truncate
         self.replayed = 0  # changes dropped as replays since the last commit
         self.warned: set[str] = set()
 
@@ -77,12 +78,14 @@ class StreamBuffer:
             self.change_rows += changes.num_rows
         self._spill(whole_only=True)
 
-    def truncate(self, op_key: str | None) -> None:
-        """The source emptied the stream (at operation ``op_key``): what came before it is dropped."""
+    def truncate(self, op_key: str | None, commit_ts: int | None = None) -> None:
+        """The source emptied the stream (at operation ``op_key``, committed at ``commit_ts`` µs): what came
+        before it is dropped."""
         if op_key is not None and self.watermark is not None and op_key <= self.watermark:
             self.replayed += 1
             return
         self._drop(truncated=True)
+        self.truncated_at = commit_ts
         self.log(f"{self.stream.label}: truncated at the source; the stream is emptied at the next commit")
 
     def observe(self, ss: StreamState) -> None:
@@ -121,10 +124,10 @@ class StreamBuffer:
             base = op_key if new_load and (has_load or ss.sync_type == "full-load") else _newer(base, op_key)
         top = base if changes is None else _newer(base, pc.max(changes.column(OP_ID)).as_py())
         batch = CommitBatch(ss, marker, merged_stream_state(self.committed, ss), load_id, new_load, newly, load,
-                            load_replayed, changes, self.truncated, op_key, base, top)
+                            load_replayed, changes, self.truncated, op_key, base, top, self.truncated_at)
         self.committed, self.watermark, self.load_id = batch.merged, top, load_id
         self.changes, self.change_rows, self.put_changes = [], 0, 0
-        self.truncated, self.replayed = False, 0
+        self.truncated, self.truncated_at, self.replayed = False, None, 0
         return batch
 
     def _marker_if_lost(self, ss: StreamState) -> StreamState:
@@ -206,9 +209,9 @@ class StreamBuffers:
         """Decoded rows of a stream (see :meth:`StreamBuffer.add`)."""
         self.buffers[key].add(table, warnings)
 
-    def truncate(self, key: tuple, op_key: str | None) -> None:
+    def truncate(self, key: tuple, op_key: str | None, commit_ts: int | None = None) -> None:
         """A source TRUNCATE of a stream (see :meth:`StreamBuffer.truncate`)."""
-        self.buffers[key].truncate(op_key)
+        self.buffers[key].truncate(op_key, commit_ts)
 
     def widen(self, stream: CatalogStream) -> None:
         """Later rows of ``stream`` follow its wider schema (see :meth:`StreamBuffer.widen`)."""

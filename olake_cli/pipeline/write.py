@@ -28,7 +28,7 @@ from olake_cli.core.opid import OpId
 from olake_cli.core.record_block import BlockDecoder
 from olake_cli.core.record_lines import record_prefix
 from olake_cli.core.row_hooks import RowHooks, catalog_hooks
-from olake_cli.core.row_metadata import OP, OP_ID
+from olake_cli.core.row_metadata import COMMIT_TS, OP, OP_ID
 from olake_cli.core.schema_change import SchemaDiff, compare_columns, olake_type_of
 from olake_cli.core.schema_drift import apply_to_catalog, changed_columns, column_type, explained
 from olake_cli.core.state import FileStateStore, State, parse_state
@@ -180,7 +180,8 @@ class WritePipeline:
             op_key = None if row.get(OP_ID) is None else OpId.from_json(row[OP_ID]).to_key()
         except OlakeError as exc:
             raise ProtocolError(f"stdin line {lineno}: {exc.message}") from None
-        self.buffers.truncate(key, op_key)
+        commit_ts = row.get(COMMIT_TS)
+        self.buffers.truncate(key, op_key, commit_ts if isinstance(commit_ts, int) else None)
         self.records += 1
 
     def _add_rows(self, key: tuple, rows: list[dict], linenos: list[int]) -> None:

@@ -8,7 +8,9 @@ the staging table it is written into.
 ``_olake.chunks``: full-load chunks that Spark tasks of ``olake sync`` committed themselves, each in
 the same transaction as its rows. Every write here shares its transaction with the rows it covers.
 ``_olake.row_versions`` and ``_olake.conflicts``: two-way replication's memory of each key's last
-change and deleted keys, and its record of every conflict (``conflicts.py``).
+change and deleted keys, and its record of every conflict (``conflicts.py``), and the functions of the
+triggers by which local writes leave tombstones (``tombstones.py``). The schema's comment names the
+version of all this; a database set up by an earlier version is brought up to date on first use.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from typing import Any
 import orjson
 from psycopg import sql
 from psycopg.types.json import Jsonb
+
+from olake_cli.destinations.postgres import tombstones
 
 SCHEMA = "_olake"
 _DDL = """
@@ -48,18 +52,7 @@ CREATE TABLE IF NOT EXISTS _olake.conflicts (
     incoming_row jsonb, incoming_commit_ts timestamptz, incoming_origin text,
     target_row jsonb, target_commit_ts timestamptz, target_origin text,
     winner text NOT NULL CHECK (winner IN ('incoming', 'target')));
-CREATE OR REPLACE FUNCTION _olake.remember_deletes() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $fn$
-BEGIN  -- a local delete leaves a tombstone; olake's own sessions (olake.applying) record theirs exactly
-    IF coalesce(current_setting('olake.applying', true), '') <> 'on' THEN
-        EXECUTE format('INSERT INTO _olake.row_versions (table_schema, table_name, key, commit_ts, origin, deleted) '
-                       'SELECT %L, %L, ROW(%s)::text, NULL, NULL, true FROM olake_gone '
-                       'ON CONFLICT (table_schema, table_name, key) DO UPDATE SET commit_ts = NULL, origin = NULL, '
-                       'deleted = true, recorded_at = now()', TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_ARGV[0]);
-    END IF;
-    RETURN NULL;
-END $fn$;
-"""
+""" + tombstones.FUNCTIONS
 # databases olake wrote into before sources had their own rows in _olake.streams
 _MIGRATE = """
 ALTER TABLE _olake.streams ADD COLUMN origin text NOT NULL DEFAULT '';
@@ -67,16 +60,19 @@ ALTER TABLE _olake.streams DROP CONSTRAINT streams_pkey;
 ALTER TABLE _olake.streams ADD PRIMARY KEY (table_schema, table_name, origin);
 """
 _LOCK_CLASS = 0x6F6C6C64  # advisory locks serialising load registration per table
+# the comment of schema _olake: a database whose _olake has another (an earlier version's) runs _DDL again
+_VERSION = "olake bookkeeping 2: key moves and truncates leave tombstones"
 
 
 def ensure_bookkeeping(conn) -> None:
-    """Create the ``_olake`` schema and tables if missing (committed)."""
-    if not _has_column(conn, "chunks", "run_id"):  # the newest part of the schema
+    """Create the ``_olake`` schema, tables and functions if missing or older than this version (committed)."""
+    if conn.execute("SELECT obj_description(to_regnamespace('_olake'), 'pg_namespace')").fetchone()[0] != _VERSION:
         conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (_LOCK_CLASS,))
         conn.execute(_DDL)
         if not _has_column(conn, "streams", "origin"):
             conn.execute(_MIGRATE)
         conn.execute("ALTER TABLE _olake.chunks ADD COLUMN IF NOT EXISTS run_id text")
+        conn.execute(sql.SQL("COMMENT ON SCHEMA _olake IS {}").format(sql.Literal(_VERSION)))
     conn.commit()
 
 

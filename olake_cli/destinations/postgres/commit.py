@@ -1,7 +1,7 @@
 """One stream's commit: the rows a STATE covers and that STATE go into one target transaction.
 
 Inside it: full-load rows by COPY (into the table, or into the staging table of a load that replaces
-the table's rows), a source TRUNCATE, the changes (``apply``), the swap of a completed staged load,
+the table's rows), a source TRUNCATE (in two-way setups, rows written here after it stay), the changes (``apply``), the swap of a completed staged load,
 and the stream's row in ``_olake.streams`` (state and highest applied operation id); then one commit
 under the replication origin. A process killed before that commit leaves nothing; killed after it,
 the next run starts from an older state file and replays, and the pipeline's stream buffer drops what
@@ -19,6 +19,7 @@ load alone, and the next run's load replaces them in one step.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from collections.abc import Callable
 
 import pyarrow as pa
@@ -35,6 +36,9 @@ from olake_cli.destinations.postgres.change_plan import reduce_changes
 from olake_cli.destinations.postgres.load_copy import copy_load, replacing_keys
 from olake_cli.destinations.postgres.session import commit_under_origin
 from olake_cli.destinations.postgres.stream import PostgresStream, for_apply
+from olake_cli.destinations.postgres.tombstones import apply_truncate
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass
@@ -59,6 +63,7 @@ class StreamCommit:
     load_rows: pa.Table | None
     op_key: str | None
     truncate: bool
+    truncated_at: int | None  # the source commit time of that TRUNCATE (µs since 1970), when known
     changes: EncodedChanges | None
     source_commit: tuple[int, int] | None  # the newest change's (LSN, commit time in µs)
     finish_load: bool  # a complete load: a staged one replaces the table's rows
@@ -78,7 +83,7 @@ def prepare_commit(buf: PostgresStream, batch: CommitBatch, ctx: CommitContext) 
         top = pc.max(changes.column(OP_ID)).as_py()
         source_commit = (int(top[:16], 16), pc.max(changes.column(COMMIT_TS)).as_py() or 0)
     return StreamCommit(buf, batch.state, batch.merged, batch.load_id, register, rows, batch.op_key, batch.truncated,
-                        encoded, source_commit, not batch.marker and load_complete(batch.state), batch.watermark)
+                        batch.truncated_at, encoded, source_commit, not batch.marker and load_complete(batch.state), batch.watermark)
 
 
 def send_commit(work: StreamCommit, ctx: CommitContext) -> Applied | None:
@@ -96,8 +101,7 @@ def send_commit(work: StreamCommit, ctx: CommitContext) -> Applied | None:
             else:
                 load(conn, target)
     if work.truncate:
-        conn.execute(sql.SQL("TRUNCATE {}").format(table.qualified))
-        bookkeeping.forget_versions(conn, table.ident)
+        _truncate(work, ctx)
     applied = None
     if work.changes is not None:
         wrote = True
@@ -110,3 +114,19 @@ def send_commit(work: StreamCommit, ctx: CommitContext) -> Applied | None:
     commit_under_origin(conn, ctx.origin, work.source_commit)
     buf.committed_at = committed_at
     return applied
+
+
+def _truncate(work: StreamCommit, ctx: CommitContext) -> None:
+    """Empty the table as the source did. Where conflicts are decided, rows written here after the
+    source's TRUNCATE stay (``tombstones.apply_truncate``); otherwise ``TRUNCATE`` (which forgets the
+    rows' versions)."""
+    conn, table, rule = ctx.conn, work.buf.table, ctx.applier.rule
+    if rule is None or not table.key or work.truncated_at is None:
+        conn.execute(sql.SQL("TRUNCATE {}").format(table.qualified))
+        bookkeeping.forget_versions(conn, table.ident)
+        return
+    at = _EPOCH + timedelta(microseconds=work.truncated_at)
+    deleted, kept = apply_truncate(conn, table, rule.origin, rule.local_origin, at)
+    if kept:
+        ctx.log(f"{work.buf.stream.label}: the source's TRUNCATE (committed {at.isoformat()}) deleted {deleted} "
+                f"row(s) and kept {kept} written here after it")

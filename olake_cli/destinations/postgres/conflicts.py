@@ -8,10 +8,11 @@ key's *version* is the commit time and origin of its last write:
   is the row's, i.e. while nobody wrote the row since;
 - a row anyone else wrote (a local session, PostgreSQL's own subscription): its transaction's commit
   time and origin (``pg_xact_commit_timestamp_origin(xmin)``);
-- a deleted key: its tombstone in ``_olake.row_versions``: olake's deletes with their source commit
-  time, local deletes recorded by a statement trigger (``_olake.remember_deletes``) with their
-  transaction, so that an older update of a deleted key loses instead of bringing the row back.
-  Entries older than ``tombstone_hours`` are pruned; beyond that horizon a key counts as never seen.
+- a key without a row: the later of its tombstone in ``_olake.row_versions`` and the table's last
+  TRUNCATE: olake's deletes and truncates with their source commit time, local deletes, key moves and
+  truncates recorded by triggers with their transaction (``tombstones.py``), so that an older update
+  of a key that left the table loses instead of bringing the row back. Entries older than
+  ``tombstone_hours`` are pruned; beyond that horizon a key counts as never seen.
 
 A change loses when the version is someone else's and later (equal times: the greater origin name;
 a local write counts as ``local_origin``). The decision is atomic with the write: the batch's target
@@ -31,6 +32,8 @@ from datetime import datetime
 from psycopg import sql
 
 from olake_cli.core.row_metadata import COMMIT_TS, OP, OP_ID, TOAST
+from olake_cli.destinations.postgres.tombstones import (ORIGIN_NAME as _ORIGIN_NAME, ROW_VERSION_ORIGIN,
+                                                        ROW_VERSION_TS, ROWS_WITH_VERSIONS, TRUNCATED, install_triggers)
 
 _APPLY_LOCK_CLASS = 0x6F6C6170  # 'olap': olake's applies into one table take turns
 XMIN, PASS = "_olake_xmin", "_olake_pass"  # the temporary table's columns this module fills
@@ -75,7 +78,7 @@ class TwoWayApply:
         rule = self.rule
         found = self._run(_DECIDE_SQL, {"schema": self.table.ident[0], "table": self.table.ident[1],
                                         "ours": rule.origin, "local": rule.local_origin, "since": self.since,
-                                        "pass": number, "not_data": _NOT_DATA}).fetchall()
+                                        "pass": number, "not_data": _NOT_DATA, "truncated": TRUNCATED}).fetchall()
         decided = Decided()
         for key_text, op, incoming_ts, row_ts, row_origin, present, lost in found:
             decided.conflicts += 1
@@ -149,40 +152,30 @@ def keep_versions(conn, table, rule: ConflictRule) -> None:
 
 
 def prepare_table(conn, table, horizon_hours: float) -> None:
-    """Make a keyed table ready for two-way applies (inside the caller's transaction): local deletes
-    leave tombstones, and versions older than the horizon are forgotten."""
-    keys = ", ".join(sql.Identifier(k).as_string(conn) for k in table.key)
-    arguments = conn.execute("SELECT encode(tgargs, 'escape') FROM pg_trigger WHERE tgrelid = %s::regclass "
-                             "AND tgname = 'olake_remember_deletes'", (table.qualified.as_string(conn),)).fetchone()
-    if arguments is None or arguments[0] != keys + "\\000":  # made once: a trigger's DDL waits for open writers
-        conn.execute(sql.SQL("CREATE OR REPLACE TRIGGER olake_remember_deletes AFTER DELETE ON {} REFERENCING OLD "
-                             "TABLE AS olake_gone FOR EACH STATEMENT EXECUTE FUNCTION _olake.remember_deletes({})")
-                     .format(table.qualified, sql.Literal(keys)))
+    """Make a keyed table ready for two-way applies (inside the caller's transaction): local deletes, key
+    moves and truncates leave tombstones (``tombstones.install_triggers``), and versions older than the
+    horizon are forgotten."""
+    install_triggers(conn, table)
     conn.execute("DELETE FROM _olake.row_versions WHERE table_schema = %s AND table_name = %s "
                  "AND recorded_at < now() - make_interval(secs => %s)", (*table.ident, horizon_hours * 3600))
 
 
-_ORIGIN_NAME = "CASE {c}.roident WHEN 0 THEN %(local)s ELSE (SELECT o.roname FROM pg_replication_origin o " \
-               "WHERE o.roident = {c}.roident) END"
 _KEEP_VERSIONS_SQL = f"""
 INSERT INTO _olake.row_versions AS v (table_schema, table_name, key, commit_ts, origin, deleted)
 SELECT * FROM (
-    SELECT %(schema)s, %(table)s, ROW({{tkeys}})::text,
-           CASE WHEN o.xmin = t.xmin THEN coalesce(o.commit_ts, oc.timestamp) ELSE tc.timestamp END AS commit_ts,
-           CASE WHEN o.xmin = t.xmin THEN coalesce(o.origin, {_ORIGIN_NAME.format(c="oc")})
-                ELSE {_ORIGIN_NAME.format(c="tc")} END, false
-    FROM {{target}} t
-    LEFT JOIN _olake.row_versions o
-           ON o.table_schema = %(schema)s AND o.table_name = %(table)s AND o.key = ROW({{tkeys}})::text
-    LEFT JOIN LATERAL pg_xact_commit_timestamp_origin(t.xmin) tc ON true
-    LEFT JOIN LATERAL pg_xact_commit_timestamp_origin(o.xmin) oc ON true
+    SELECT %(schema)s, %(table)s, ROW({{tkeys}})::text, {ROW_VERSION_TS} AS commit_ts, {ROW_VERSION_ORIGIN}, false
+    FROM {ROWS_WITH_VERSIONS}
 ) known WHERE known.commit_ts IS NOT NULL
 ON CONFLICT (table_schema, table_name, key) DO UPDATE SET
     commit_ts = EXCLUDED.commit_ts, origin = EXCLUDED.origin, deleted = false
 """
 _VERSION_OF_ROW = "(v.row_xmin = s._olake_xmin OR (s._olake_xmin IS NULL AND v.deleted))"
 _DECIDE_SQL = f"""
-WITH d AS (
+WITH truncated AS (  -- the table's last TRUNCATE (tombstones.py)
+    SELECT coalesce(r.commit_ts, rc.timestamp) AS ts, coalesce(r.origin, {_ORIGIN_NAME.format(c="rc")}) AS origin
+    FROM _olake.row_versions r LEFT JOIN LATERAL pg_xact_commit_timestamp_origin(r.xmin) rc ON true
+    WHERE r.table_schema = %(schema)s AND r.table_name = %(table)s AND r.key = %(truncated)s
+), own AS (
     SELECT s.ctid AS sid, ROW({{skeys}})::text AS key_text, s._olake_op AS op, s._olake_op_id AS op_id,
            s._olake_commit_ts AS in_ts, s._olake_xmin IS NOT NULL AS present,
            CASE WHEN {_VERSION_OF_ROW} THEN coalesce(v.commit_ts, vc.timestamp) ELSE tc.timestamp END AS row_ts,
@@ -196,6 +189,11 @@ WITH d AS (
     LEFT JOIN LATERAL pg_xact_commit_timestamp_origin(s._olake_xmin) tc ON true
     LEFT JOIN LATERAL pg_xact_commit_timestamp_origin(v.row_xmin) vc ON true
     WHERE s._olake_pass = %(pass)s
+), d AS (  -- a key without a row: the later of its tombstone and the table's truncation
+    SELECT o.sid, o.key_text, o.op, o.op_id, o.in_ts, o.present, coalesce(t.ts, o.row_ts) AS row_ts,
+           CASE WHEN t.ts IS NULL THEN o.row_origin ELSE t.origin END AS row_origin
+    FROM own o LEFT JOIN truncated t ON NOT o.present AND t.ts IS NOT NULL
+         AND (o.row_ts IS NULL OR t.ts > o.row_ts OR (t.ts = o.row_ts AND t.origin > o.row_origin))
 ), foreign_versions AS (
     SELECT * FROM d WHERE row_ts IS NOT NULL AND row_origin IS DISTINCT FROM %(ours)s
 ), lost AS (

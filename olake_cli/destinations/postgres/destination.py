@@ -133,7 +133,23 @@ class PostgresDestination:
         existing = existing_columns(conn, ident)
         if existing is not None:  # a table olake writes already is widened with its source
             plan = check_table(plan, existing, unique_keys(conn, ident), widen=bookkeeping.is_managed(conn, ident))
+        elif self._dropped_in_two_way(conn, stream, ident):
+            raise ConfigError(f"postgres destination: table {ident[0]}.{ident[1]} (stream {stream.label}) was dropped "
+                              f"after olake wrote into it, and this database is the source of another direction (it "
+                              f"has a logical replication slot): DROP TABLE is not replicated, and a table made anew "
+                              f"here would be loaded or changed apart from the other node's copy. Drop it on the "
+                              f"other node as well and deselect the stream in both directions, or restore it here "
+                              f"with the other node's rows")
         return plan, existing
+
+    def _dropped_in_two_way(self, conn, stream: CatalogStream, ident: tuple[str, str]) -> bool:
+        """Whether a missing table is one olake wrote into and that was dropped in a two-way setup: conflicts
+        are decided, the stream keeps its rows between runs, and a logical slot reads this database."""
+        if self.context.applier.rule is None or stream.sync_mode == "full_refresh" \
+                or not bookkeeping.is_managed(conn, ident):
+            return False
+        return conn.execute("SELECT EXISTS (SELECT FROM pg_replication_slots WHERE database = current_database() "
+                            "AND slot_type = 'logical')").fetchone()[0]
 
     def _prepare(self, conn, stream: CatalogStream, plan: TargetTable, existing: dict | None) -> None:
         kept = False
