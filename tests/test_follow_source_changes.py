@@ -242,3 +242,53 @@ def test_a_following_read_gives_up_a_stream_whose_changes_went_unpublished(pg_cl
             conn.execute(f"ALTER PUBLICATION {slot}_pub SET (publish = 'insert, update, delete, truncate')")
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"SELECT pg_drop_replication_slot('{slot}')")
+
+
+def test_a_partition_created_while_following_reaches_its_stream(pg_cluster, pg_db):
+    """In process: a partition attached to a captured partitioned table after the following read began (its
+    routing was made then) publishes its changes under its own name: they reach the root's stream."""
+    import threading
+
+    from olake_cli.core.catalog import parse_catalog
+    from olake_cli.core.follow import Follow
+    from olake_cli.core.state import State
+    from olake_cli.sources.postgres.capture import PostgresChangeCapture
+    from olake_cli.sources.postgres.connection import PostgresSettings
+    from olake_cli.sources.postgres.source import PostgresSource
+    from tests.support.states import stream_state
+
+    dsn, slot = pg_cluster.dsn(pg_db), "partf"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE parted (id int PRIMARY KEY, v text) PARTITION BY RANGE (id)")
+        conn.execute("CREATE TABLE parted_1 PARTITION OF parted FOR VALUES FROM (0) TO (100)")
+        conn.execute(f"CREATE PUBLICATION {slot}_pub FOR TABLE parted")
+        conn.execute(f"SELECT pg_create_logical_replication_slot('{slot}', 'pgoutput')")
+        position = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+                                (slot,)).fetchone()[0]
+    config = pg_cluster.source_config(pg_db, replication_slot=slot, publication=f"{slot}_pub")
+    stream = parse_catalog(PostgresSource(config).discover()).find("public", "parted")
+    stream.sync_mode = "cdc"
+
+    def begun(line: str) -> None:  # the read made its routing: a new partition, and rows in both
+        if "following slot" in line:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("CREATE TABLE parted_2 PARTITION OF parted FOR VALUES FROM (100) TO (200)")
+                conn.execute("INSERT INTO parted SELECT g, 'v' || g FROM generate_series(95, 104) g")
+
+    state = State(streams=[stream_state("cdc", "parted", "public", position, None, op_seq=0)])
+    capture = PostgresChangeCapture(PostgresSettings.from_config(config), [stream], begun)
+    capture.preflight(state)
+    follow = Follow(commit_interval_s=0.2)
+    timer = threading.Timer(30, follow.stop.set)  # a read that never sees them ends, and the test fails
+    timer.start()
+    ids: list[str] = []
+    try:
+        for batch in capture.follow([stream], state, follow):
+            ids += [i for run in batch.runs if run.stream == ("public", "parted") for i in run.data["id"].to_pylist()]
+            if len(ids) >= 10:
+                follow.stop.set()
+    finally:
+        timer.cancel()
+    assert sorted(ids, key=int) == [str(i) for i in range(95, 105)], ids
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"SELECT pg_drop_replication_slot('{slot}')")

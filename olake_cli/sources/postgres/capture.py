@@ -252,7 +252,7 @@ class PostgresChangeCapture:
             upto = current_wal_lsn(conn)
             lost = self._lost_positions(conn, streams, state)  # seen after upto: covers what is read
             if len(lost) < len(active):
-                routing = self._routing(conn, {k: s for k, s in active.items() if k not in lost})
+                routing = self._routing(conn, {k: s for k, s in active.items() if k not in lost}, follow is not None)
                 decoding = measure(conn, slot, upto, self.settings.logical_decoding_work_mem_mb)
         yield from self._give_up(lost, state, active, follow)
         if not active:
@@ -279,7 +279,7 @@ class PostgresChangeCapture:
                 raise
             yield from self._give_up(dict.fromkeys(active, problem), state, active, follow)
         finally:
-            for opened in (progress, watch, moved, checks):
+            for opened in (progress, watch, moved, checks, routing.find_root):
                 if opened is not None:
                     opened.close()
 
@@ -339,9 +339,11 @@ class PostgresChangeCapture:
             conn.execute(f"SET {name} = '{value}'")
         return conn
 
-    def _routing(self, conn, active: dict[tuple, CatalogStream]):
-        """Leaf partitions of partitioned streams map to their root; each stream's key (key updates)."""
+    def _routing(self, conn, active: dict[tuple, CatalogStream], following: bool):
+        """Leaf partitions of partitioned streams map to their root (by oid and by name; following, a
+        partition created later by asking the catalog); each stream's key (key updates)."""
         from olake_cli.sources.postgres.change_feed import FeedRouting
+        from olake_cli.sources.postgres.live_checks import NewPartitions
         from olake_cli.sources.postgres.partitions import partition_roots
 
         infos = [self.tables[key] for key in active]
@@ -349,7 +351,8 @@ class PostgresChangeCapture:
         oids = {self._resolved[key].oid: (self.tables[key].schema, self.tables[key].table) for key in active}
         relations = {oid: (oids[root], oid != root) for root, oid in conn.execute(_RELATIONS_SQL, {"oids": list(oids)})}
         return FeedRouting(roots=roots, keys={(t.schema, t.table): tuple(t.primary_key) for t in infos},
-                           skip_origins=self.settings.skip_origins, relations=relations)
+                           skip_origins=self.settings.skip_origins, relations=relations,
+                           find_root=NewPartitions(lambda: connect(self.settings), oids) if following else None)
 
 
 _RELATIONS_SQL = """

@@ -10,7 +10,10 @@ and that each captured table is published by the catalog rows its stream's state
   resolved to (same oid and name), and is still published by the rows seen when the read began. A table
   that left the publication has no row there; one that came back has a new row (oids are never reused),
   so a table out for a while is seen even if it came back before the look;
-* at both: the publication still publishes every action (a run's start refuses one that does not).
+* at both: the publication still publishes every action (a run's start refuses one that does not);
+* at each Relation message of a relation the feed's routing does not know: whether it is a partition
+  of a captured table (created or attached since the read began), whose changes then reach that stream
+  (:class:`NewPartitions`).
 
 A stream whose position is lost (a publication gap, another table under its name, the slot, an action
 no longer published) is re-synced
@@ -144,6 +147,32 @@ class LiveChecks:
         if lost or gaps:
             raise StreamsLost({**lost, **gaps})
         self._next = time.monotonic() + self.every_s
+
+    def close(self) -> None:
+        """Close the connection, if one was opened."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+class NewPartitions:
+    """The feed routing's ``find_root`` of a following read: the stream of the captured table (by oid in
+    ``roots``) a relation is a partition of, asked of the catalog once per relation, on a connection of its
+    own (a relation since dropped is no partition: None)."""
+
+    def __init__(self, connect: Callable[[], psycopg.Connection], roots: dict[int, tuple[str, str]]) -> None:
+        self._connect, self.roots = connect, roots
+        self._found: dict[int, tuple[str, str] | None] = {}
+        self._conn: psycopg.Connection | None = None
+
+    def __call__(self, oid: int) -> tuple[str, str] | None:
+        if oid not in self._found:
+            if self._conn is None:
+                self._conn = self._connect()
+            rows = self._conn.execute("SELECT relid::oid FROM pg_partition_ancestors(%s::oid::regclass)",
+                                      (oid,)).fetchall()
+            self._found[oid] = next((self.roots[row[0]] for row in rows if row[0] in self.roots), None)
+        return self._found[oid]
 
     def close(self) -> None:
         """Close the connection, if one was opened."""
