@@ -24,6 +24,47 @@ from olake_cli.core.state import State, merge_state
 IDLE_CHECKPOINT_S = 10.0  # a checkpoint that only moves an idle stream's position, at most this often
 RETRY_FIRST_S, RETRY_MAX_S = 1.0, 30.0  # a transient failure's backoff: doubling from the first to the most
 RETRY_GIVE_UP_S = 600.0  # failures going on this long (with nothing done in between) end the run
+RETRY_QUIET_S = 2 * RETRY_MAX_S  # a failure this long after the last try began starts a new series
+
+
+def _wait(seconds: float, stop: threading.Event) -> bool:
+    return stop.wait(seconds)
+
+
+class Backoff:
+    """When to try again after a transient failure of a following run, and when to give up: the delay
+    doubles from RETRY_FIRST_S to RETRY_MAX_S; :meth:`succeeded` starts over; failures going on for
+    RETRY_GIVE_UP_S end it. One per following process: every level that retries (the capture opened
+    again, the whole run started again) counts on the same give-up clock.
+
+    ``clock`` and ``sleep`` (``sleep(seconds, stop)``: True when ``stop`` was set meanwhile) are the real
+    ones unless a test gives its own."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float, threading.Event], bool] = _wait) -> None:
+        self.clock, self._sleep = clock, sleep
+        self.delay, self.since, self.tried = RETRY_FIRST_S, None, None
+
+    def pause(self, delay: float, stop: threading.Event) -> bool:
+        """Wait ``delay`` seconds; False when ``stop`` was set before or meanwhile (no more tries)."""
+        return not stop.is_set() and not self._sleep(delay, stop)
+
+    def failed(self) -> float | None:
+        """The seconds to wait before the next try, or None to give up. A failure RETRY_QUIET_S or more
+        after the last try began (the run worked meanwhile) starts a new series."""
+        now = self.clock()
+        if self.tried is not None and now - self.tried >= RETRY_QUIET_S:
+            self.succeeded()
+        self.since = self.since if self.since is not None else now
+        if now - self.since > RETRY_GIVE_UP_S:
+            return None
+        delay, self.delay = self.delay, min(2 * self.delay, RETRY_MAX_S)
+        self.tried = now + delay
+        return delay
+
+    def succeeded(self) -> None:
+        """Something was done since the last failure: the next one starts a new series."""
+        self.delay, self.since, self.tried = RETRY_FIRST_S, None, None
 
 
 @dataclass
@@ -34,29 +75,7 @@ class Follow:
     stop: threading.Event = field(default_factory=threading.Event)
     committed: Callable[[], State | None] = lambda: None
     metrics_port: int | None = None  # serve Prometheus metrics there (``pipeline.follow_status``)
-
-
-class Backoff:
-    """When to try again after a transient failure of a following run, and when to give up: the delay
-    doubles from RETRY_FIRST_S to RETRY_MAX_S; :meth:`succeeded` starts over; failures going on for
-    RETRY_GIVE_UP_S end it."""
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
-        self.delay, self.since = RETRY_FIRST_S, None
-
-    def failed(self) -> float | None:
-        """The seconds to wait before the next try, or None to give up."""
-        now = self._clock()
-        self.since = self.since if self.since is not None else now
-        if now - self.since > RETRY_GIVE_UP_S:
-            return None
-        delay, self.delay = self.delay, min(2 * self.delay, RETRY_MAX_S)
-        return delay
-
-    def succeeded(self) -> None:
-        """Something was done since the last failure: the next one starts a new series."""
-        self.delay, self.since = RETRY_FIRST_S, None
+    retries: Backoff = field(default_factory=Backoff)  # the process's (``pipeline.following.supervised``)
 
 
 class CommittedStates:

@@ -40,6 +40,7 @@ from olake_cli.core.schema_drift import record_in_state
 from olake_cli.core.state import State, StreamState
 from olake_cli.pipeline.in_process import ChangeTable
 from olake_cli.pipeline.live_discovery import StreamsChanged
+from olake_cli.pipeline.following import retry_pause
 from olake_cli.pipeline.load_beside import LoadBeside
 from olake_cli.pipeline.progress import REPLAYED
 
@@ -104,23 +105,17 @@ def _follow(capture: FollowingCapture, emitter: _ChangeEmitter, follow: Follow, 
         f"commits what was read and stops")
     follow = replace(follow, committed=_reporting(follow.committed, status))
     emitter.status = status
-    backoff = Backoff()
     try:
         while not follow.stop.is_set():
             reading = follow if beside is None else beside.until_loaded(follow)
             try:
-                _emit_until_resync(capture, emitter, reading, lock, backoff, log)
+                _emit_until_resync(capture, emitter, reading, lock, follow.retries, log)
             except SourceChangedError as exc:
                 log(f"change capture: {exc}; the run starts again, and its start checks decide "
                     f"(--follow keeps running)")
                 raise StartAgain() from None
             except (TransientError, ConnectionFailed) as exc:
-                delay = backoff.failed()
-                if delay is None:
-                    raise
-                status.retried(type(exc).__name__)
-                log(f"change capture: {exc}; trying again in {delay:.0f}s (--follow keeps running)")
-                if follow.stop.wait(delay):
+                if not retry_pause(exc, follow.retries, follow.stop, log, "change capture", "trying again"):
                     return
                 continue
             if beside is None or follow.stop.is_set() or (joined := beside.joined()) is None:

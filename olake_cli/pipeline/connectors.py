@@ -12,6 +12,7 @@ from olake_cli.core.catalog import load_catalog
 from olake_cli.core.config import load_config
 from olake_cli.core.contracts import ChunkSink
 from olake_cli.core.errors import ConfigError
+from olake_cli.core.follow import Backoff
 from olake_cli.core.locks import acquire, lock_state
 from olake_cli.core.messages import MessageWriter
 from olake_cli.core.pipeline_identity import pipeline_identity
@@ -76,13 +77,13 @@ def run_read(config_path: str, catalog_path: str, state_path: str | None, spark:
     shows the progress (default: lines through ``log``). With ``--state`` the run holds the state file's
     read lock (``core.locks``).
     """
-    _once_or_supervised(lambda: _read(config_path, catalog_path, state_path, spark, max_parallel, out, log,
-                                      state_from, view, full_refresh, follow), follow, log)
+    _once_or_supervised(lambda retries: _read(config_path, catalog_path, state_path, spark, max_parallel, out, log,
+                                              state_from, view, full_refresh, follow, retries), follow, log)
 
 
 def _read(config_path: str, catalog_path: str, state_path: str | None, spark: SparkOptions,
           max_parallel: int | None, out: MessageWriter, log: Callable[[str], None], state_from: str | None,
-          view, full_refresh: tuple[str, ...], follow: FollowOptions | None) -> None:
+          view, full_refresh: tuple[str, ...], follow: FollowOptions | None, retries: Backoff | None) -> None:
     from olake_cli.pipeline.following import following_read
     from olake_cli.pipeline.read import ReadPipeline
     from olake_cli.pipeline.recover import forget_marked, starting_state, streams_named
@@ -110,7 +111,7 @@ def _read(config_path: str, catalog_path: str, state_path: str | None, spark: Sp
         runner = _runner(_target(spark, config), max_parallel, config, log)
         try:
             pipeline = pipeline_identity("read", destination and destination.lock_path(), state_from, state_path)
-            following = following_read(state_path, destination, catalog, follow, log) \
+            following = following_read(state_path, destination, catalog, follow, log, retries) \
                 if follow else None
             with _watching(source, catalog, follow, following, log) as watch:
                 ReadPipeline(source, catalog, start.state, out, runner, log, view=view, on_source_open=source_open,
@@ -135,13 +136,13 @@ def run_sync(source_path: str, dest_path: str, catalog_path: str, state_path: st
     and checked: a source that fails leaves the destination untouched. A stream whose load the
     destination lost is then loaded anew (``recover.reload_lost_streams``).
     """
-    _once_or_supervised(lambda: _sync(source_path, dest_path, catalog_path, state_path, spark, max_parallel, out,
-                                      log, view, full_refresh, follow), follow, log)
+    _once_or_supervised(lambda retries: _sync(source_path, dest_path, catalog_path, state_path, spark, max_parallel,
+                                              out, log, view, full_refresh, follow, retries), follow, log)
 
 
 def _sync(source_path: str, dest_path: str, catalog_path: str, state_path: str | None, spark: SparkOptions,
           max_parallel: int | None, out: MessageWriter, log: Callable[[str], None], view,
-          full_refresh: tuple[str, ...], follow: FollowOptions | None) -> None:
+          full_refresh: tuple[str, ...], follow: FollowOptions | None, retries: Backoff | None) -> None:
     from olake_cli.pipeline.following import following_sync
     from olake_cli.pipeline.recover import forget_marked, reload_lost_streams, starting_state, streams_named
     from olake_cli.pipeline.sync import run_in_process
@@ -174,7 +175,7 @@ def _sync(source_path: str, dest_path: str, catalog_path: str, state_path: str |
             forget_marked(start.state, refresh)
 
         runner = _runner(target, max_parallel, source_config, log)
-        following = following_sync(destination, start.state, follow) if follow else None
+        following = following_sync(destination, start.state, follow, retries) if follow else None
         try:
             with _watching(source, catalog, follow, following and following.follow, log) as watch:
                 run_in_process(source, destination, catalog, start.state, store, sink, runner, out, log, view,
@@ -187,11 +188,12 @@ def _sync(source_path: str, dest_path: str, catalog_path: str, state_path: str |
         watch.raise_if_changed()
 
 
-def _once_or_supervised(attempt: Callable[[], None], follow: FollowOptions | None,
+def _once_or_supervised(attempt: Callable[[Backoff | None], None], follow: FollowOptions | None,
                         log: Callable[[str], None]) -> None:
-    """A bounded run once; a following one started again after transient failures (``following.supervised``)."""
+    """A bounded run once; a following one started again after transient failures (``following.supervised``),
+    every attempt given the process's one Backoff."""
     if follow is None:
-        attempt()
+        attempt(None)
         return
     from olake_cli.pipeline.following import supervised
 

@@ -37,7 +37,7 @@ class _Metrics:
     def __init__(self) -> None:
         self.registry = registry = CollectorRegistry()
         self.served: int | None = None  # the port they are served on
-        self.retried = 0  # transient failures retried (the status line's count)
+        self.retried_count = 0  # transient failures retried (the status line's count)
         self.changes = Counter("olake_changes", "Changes captured and handed to the destination",
                                ["stream", "op"], registry=registry)
         self.commits = Counter("olake_commits", "States the destination committed", registry=registry)
@@ -49,6 +49,12 @@ class _Metrics:
                              "the replication slot's retained WAL)", registry=registry)
         self.retries = Counter("olake_retries", "Transient failures retried", registry=registry)
         self.errors = Counter("olake_errors", "Failures met, by error", ["error"], registry=registry)
+
+    def retried(self, error: str) -> None:
+        """A transient failure (``error``: its kind), retried."""
+        self.retries.inc()
+        self.retried_count += 1
+        self.errors.labels(error).inc()
 
     def serve(self, port: int, log: Callable[[str], None]) -> None:
         """Serve the metrics on ``port`` (once per process)."""
@@ -116,12 +122,6 @@ class FollowStatus:
             self._lag = max(0.0, now - newest)
             self.m.lag.set(self._lag)
 
-    def retried(self, error: str) -> None:
-        """A transient failure (``error``: its kind), retried."""
-        self.m.retries.inc()
-        self.m.retried += 1
-        self.m.errors.labels(error).inc()
-
     def close(self) -> None:
         """Stop the status thread (the metrics server ends with the process)."""
         self._stop.set()
@@ -159,4 +159,4 @@ class FollowStatus:
             parts.append(f"lag {self._lag:.1f}s")
         if self._backlog_bytes is not None:
             parts.append(f"source backlog {self._backlog_bytes:,} bytes")
-        return ", ".join(parts + [f"{self.m.retried} retries"])
+        return ", ".join(parts + [f"{self.m.retried_count} retries"])

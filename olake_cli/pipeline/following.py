@@ -22,7 +22,7 @@ from typing import Protocol
 from olake_cli.core.catalog import Catalog
 from olake_cli.core.contracts import Destination, FollowCadence
 from olake_cli.core.errors import ConfigError, ConnectionFailed, OlakeError, TransientError
-from olake_cli.core.follow import RETRY_MAX_S, Backoff, CommittedStates, Follow, StateFileWatch
+from olake_cli.core.follow import Backoff, CommittedStates, Follow, StateFileWatch
 from olake_cli.core.interrupts import signal_caught, stop_on_signal
 from olake_cli.core.state import State, load_state
 from olake_cli.pipeline.live_discovery import StreamsChanged
@@ -58,50 +58,53 @@ def commit_interval(given: float | None, destination: object | None) -> float:
     return READ_COMMIT_INTERVAL_S
 
 
-def following_sync(destination: Destination, start: State, options: FollowOptions) -> Following:
+def following_sync(destination: Destination, start: State, options: FollowOptions, retries: Backoff) -> Following:
     """The set-up of ``sync --follow``: the writer reports each commit to the reader."""
     states = CommittedStates(start)
     return Following(Follow(commit_interval(options.commit_interval_s, destination), committed=states.latest,
-                            metrics_port=options.metrics_port), states.add)
+                            metrics_port=options.metrics_port, retries=retries), states.add)
 
 
-def supervised(attempt: Callable[[], None], log: Callable[[str], None]) -> None:
-    """Run ``attempt`` (one following run) until it ends (a signal) or fails otherwise: start it again at
-    once when discovery ended it (``live_discovery.StreamsChanged``), after a backoff when it failed
-    transiently, unless transient failures go on for ten minutes (an attempt that ran a minute starts a
-    new series)."""
-    backoff = Backoff()
+def supervised(attempt: Callable[[Backoff], None], log: Callable[[str], None], backoff: Backoff | None = None) -> None:
+    """Run ``attempt`` (one following run, given the process's :class:`Backoff`) until it ends (a signal)
+    or fails otherwise: start it again at once when discovery or the capture asked for it
+    (``live_discovery.StreamsChanged``), after a backoff when it failed transiently, unless transient
+    failures go on for RETRY_GIVE_UP_S (see :class:`Backoff` for what starts a new series)."""
+    backoff = backoff or Backoff()
     while True:
-        started = time.monotonic()
         try:
-            attempt()
+            attempt(backoff)
             return
-        except StreamsChanged:  # discovery ended the run: start it again with the streams it found
+        except StreamsChanged:  # start again at once, with what was found
             backoff.succeeded()
             continue
         except (TransientError, ConnectionFailed) as exc:
             if signal_caught() is not None:
                 raise
-            if time.monotonic() - started > 2 * RETRY_MAX_S:
-                backoff.succeeded()
-            delay = backoff.failed()
-            if delay is None:
-                raise
-            from olake_cli.pipeline.follow_status import metrics
-
-            metrics().retries.inc()
-            metrics().retried += 1
-            metrics().errors.labels(type(exc).__name__).inc()
-            log(f"the run failed: {exc}; starting it again in {delay:.0f}s (--follow keeps running)")
             stop = threading.Event()
             stop_on_signal(stop)
-            if stop.wait(delay):
+            if not retry_pause(exc, backoff, stop, log, "the run failed", "starting it again"):
                 return
             stop_on_signal(None)  # the next attempt's loads end on a signal as the first attempt's do
 
 
+def retry_pause(exc: Exception, backoff: Backoff, stop: threading.Event, log: Callable[[str], None],
+                what: str, again: str) -> bool:
+    """The one retry step of a following run after the transient failure ``exc``: count it, say it, wait
+    out the backoff's next delay. True to try again; False when ``stop`` was set meanwhile; ``exc`` again
+    once failures have gone on for RETRY_GIVE_UP_S."""
+    from olake_cli.pipeline.follow_status import metrics
+
+    delay = backoff.failed()
+    if delay is None:
+        raise exc
+    metrics().retried(type(exc).__name__)
+    log(f"{what}: {exc}; {again} in {delay:.0f}s (--follow keeps running)")
+    return backoff.pause(delay, stop)
+
+
 def following_read(state_path: str | None, destination: Destination | None, catalog: Catalog,
-                   options: FollowOptions, log: Callable[[str], None]) -> Follow:
+                   options: FollowOptions, log: Callable[[str], None], retries: Backoff) -> Follow:
     """The set-up of ``read --follow``: the committed state comes from ``--state`` or ``--state-from``."""
     if state_path:
         committed = StateFileWatch(state_path, load_state).latest
@@ -112,7 +115,7 @@ def following_read(state_path: str | None, destination: Destination | None, cata
         log("read --follow without --state or --state-from: the replication slot (or other change log) is let "
             "go only when the next run starts; give the --state file 'olake write --state' keeps")
     return Follow(commit_interval(options.commit_interval_s, None), committed=committed,
-                  metrics_port=options.metrics_port)
+                  metrics_port=options.metrics_port, retries=retries)
 
 
 def _nothing() -> State | None:
