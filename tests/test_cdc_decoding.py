@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from collections.abc import Callable
 
 import psycopg
 import pytest
@@ -71,14 +72,16 @@ def spilled_bytes(dsn: str, slot: str) -> int:
                             (slot,)).fetchone()[0]
 
 
-def read_in_process(config: dict, position: str, stream: dict) -> tuple[list[str], list[tuple], str]:
-    """One change read as ``read`` does it: the lines logged, the (op, id, v) of each change and the
-    position its last checkpoint gives the stream (what the destination commits)."""
+def read_in_process(config: dict, position: str, stream: dict,
+                    heard: Callable[[str], None] = lambda line: None) -> tuple[list[str], list[tuple], str]:
+    """One change read as ``read`` does it: the lines logged (``heard`` hears each as it comes), the
+    (op, id, v) of each change and the position its last checkpoint gives the stream (what the
+    destination commits)."""
     settings = PostgresSettings.from_config(config)
     catalog_stream = parse_catalog({"streams": [stream]}).streams[0]
     state = State(streams=[stream_state("cdc", "captured", "public", position, None, op_seq=0)])
     lines: list[str] = []
-    capture = PostgresChangeCapture(settings, [catalog_stream], lines.append)
+    capture = PostgresChangeCapture(settings, [catalog_stream], lambda line: (lines.append(line), heard(line)))
     capture.preflight(state)
     changes = []
     for batch in capture.read([catalog_stream], state):
@@ -148,6 +151,35 @@ def test_the_pass_after_one_that_read_past_a_big_unrelated_transaction_does_not_
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("INSERT INTO captured VALUES (5, 'e')")
     assert read_in_process(config, second, stream)[1] == [("c", 5, "e")]
+
+
+def test_a_pass_ends_where_the_server_said_it_had_sent_everything_past_a_record_logged_while_it_read(
+        pg_cluster, pg_db, unrelated_change):
+    """A running-xacts record written after the pass took its bound (a checkpoint as the read starts; the
+    background writer logs one every 15 s while the server decodes a big transaction): the read ends at
+    the server's position past it, not at the bound, so the next pass moves restart_lsn past the
+    unrelated transactions and decodes none of them again."""
+    config, position, stream = unrelated_change
+    config = {**config, "logical_decoding_work_mem_mb": 1}
+    dsn, slot = pg_cluster.dsn(pg_db), config["replication_slot"]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE other SET (autovacuum_enabled = false)")
+        conn.execute(f"INSERT INTO other SELECT g, md5(g::text) FROM generate_series({UNRELATED_ROWS + 1}, "
+                     f"{UNRELATED_ROWS + BIG_UNRELATED_ROWS}) g")
+        unrelated_end = parse_lsn(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
+
+        def checkpoint_once_bound(line: str) -> None:
+            if DECODES.match(line):  # logged once the bound is taken, before the read
+                conn.execute("CHECKPOINT")
+        lines, changes, first = read_in_process(config, position, stream, checkpoint_once_bound)
+    bound = parse_lsn(re.search(r"up to ([0-9A-F]+/[0-9A-F]+)", decodes_line(lines).string).group(1))
+    assert changes == [("c", 1, "a"), ("c", 2, "b"), ("c", 3, "c")]
+    assert parse_lsn(first) > bound > unrelated_end
+    spilled = spilled_bytes(dsn, slot)
+    assert read_in_process(config, first, stream)[1] == []
+    assert spilled_bytes(dsn, slot) == spilled, "the second pass decoded the unrelated transactions again"
+    restart, confirmed = slot_positions(dsn, slot)
+    assert unrelated_end < restart <= confirmed == parse_lsn(first)
 
 
 def test_a_higher_server_setting_is_kept(pg_cluster, pg_db, unrelated_change):

@@ -162,10 +162,12 @@ class ChangeStream:
     @property
     def resume_lsn(self) -> int | None:
         """Once exhausted, where the slot may be advanced when everything yielded is durable: the end of
-        the range read, which also skips transactions with nothing published. None before (a run's
-        ``ends_at`` tells where its transaction ends)."""
+        the range read (or the server's position when it said it had sent everything before a later one),
+        which also skips transactions with nothing published. None before (a run's ``ends_at`` tells
+        where its transaction ends)."""
         if self.finished and self.read_upto_lsn is not None:
-            return max(self.read_upto_lsn, self.last_end_lsn or 0)
+            sent = self._replication.server_end if self._replication is not None else 0
+            return max(self.read_upto_lsn, self.last_end_lsn or 0, sent)
         return None
 
     def _generate(self) -> Iterator[FeedRun]:

@@ -25,9 +25,15 @@ slot's confirmed position moves there, never further.
 
 A bounded read ends at ``upto``: at the first transaction whose commit lies at or past it (its
 Begin), or at a keepalive saying the server has sent everything before it (asked for with a status
-update whenever the server has nothing to send). Closing ends COPY cleanly (CopyDone both ways), so
-the walsender releases the slot before the next run starts; failing that within
-:data:`CLOSE_WAIT_S` seconds the connection is dropped.
+update whenever the server has nothing to send). Every keepalive's walEnd is a valid end too: nothing
+published committed between ``upto`` and it, or its Begin would have come first; so the range read ends at
+:attr:`ReplicationConnection.server_end` when that is further. After a read that took a while (the server
+decoded something big), the first keepalive past ``upto`` may answer a question the server heard as it
+finished a big transaction, and it reads on at once: its keepalives are then taken until it has been
+quiet for a moment, so that the range covers the running-xacts records logged while it decoded, past
+which the next run can move the slot's ``restart_lsn``. Closing ends COPY cleanly (CopyDone both ways), so the walsender releases
+the slot before the next run starts; failing that within :data:`CLOSE_WAIT_S` seconds the connection
+is dropped.
 
 Before ``START_REPLICATION`` the slot is fast-forwarded to the start position when it lags
 (``slot_catch_up``).
@@ -58,6 +64,9 @@ STATUS_EVERY_S = 10.0  # standby status updates while the feed is busy (wal_send
 REPLY_POLL_S = 0.1  # at most this often, ask the server where it is when it sends nothing
 CLOSE_WAIT_S = 5.0  # a clean end of COPY may take this long before the connection is dropped
 CONFIRM_EVERY_S = 1.0  # a newly confirmed position is reported at most this often
+SETTLE_AFTER_S = 0.2  # a bounded read that took longer reads the server's keepalives past its end until
+SETTLE_QUIET_S = 0.25  # it has been quiet for an eighth of the read's time (0.05 s to this),
+SETTLE_MAX_S = 1.0  # at most this long
 _WAKE_S = 0.2  # the thread checks for a stop this often
 _GATHER_S = 0.005  # a batch is handed on once the server has sent nothing more for this long (or it is full)
 _Q = struct.Struct(">Q").unpack_from
@@ -118,6 +127,7 @@ class ReplicationConnection:
         self.asked = False  # a status update asked for a reply that has not come yet
         self.sending = False  # the range ended at a Begin: the server is sending that transaction
         self._asked_at = self._status_at = float("-inf")
+        self._started = time.monotonic()  # when streaming began
         self.status_every = _status_every(self.pg)
 
     @property
@@ -137,6 +147,7 @@ class ReplicationConnection:
         command = f"START_REPLICATION SLOT {_identifier(slot)} LOGICAL {format_lsn(start_lsn)} ({options})"
         self.pg.send_query(command.encode())
         check_result(self.pg.get_result(), pq.ExecStatus.COPY_BOTH)
+        self._started = time.monotonic()
 
     def drain(self, limit: int, upto: int) -> tuple[Batch, bool]:
         """The messages the server sends without a pause of _GATHER_S (at most ``limit``; none if it has
@@ -155,6 +166,7 @@ class ReplicationConnection:
                     lsns.append(_Q(buf, 1)[0])
                     datas.append(bytes(buf[25:]))
                 elif buf[0] == _KEEPALIVE_MSG and self._keepalive(buf) >= upto:
+                    self._settle()
                     return self._received(lsns, datas), True
             elif size == 0:
                 if not self._readable(_GATHER_S if datas else 0.0):
@@ -163,6 +175,26 @@ class ReplicationConnection:
             else:
                 raise self._copy_ended()
         return self._received(lsns, datas), False
+
+    def _settle(self) -> None:
+        """After a read that took SETTLE_AFTER_S or more, take the server's keepalives until it has been
+        quiet for an eighth of that time (0.05 s to SETTLE_QUIET_S; at most SETTLE_MAX_S in all), so that
+        :attr:`server_end` covers what it read after the big transaction it was decoding. A transaction
+        it sends meanwhile committed past them: the range ends before it."""
+        took = time.monotonic() - self._started
+        if took < SETTLE_AFTER_S:
+            return
+        quiet, deadline = min(SETTLE_QUIET_S, max(0.05, took / 8)), time.monotonic() + SETTLE_MAX_S
+        while time.monotonic() < deadline and self._readable(quiet):
+            self.pg.consume_input()
+            while (got := self.pg.get_copy_data(1))[0] > 0:
+                if got[1][0] == _XLOG_DATA:
+                    self.sending = True
+                    return
+                if got[1][0] == _KEEPALIVE_MSG:
+                    self._keepalive(got[1])
+            if got[0] < 0:
+                raise self._copy_ended()
 
     def _received(self, lsns: list[int], datas: list[bytes]) -> Batch:
         if lsns:
