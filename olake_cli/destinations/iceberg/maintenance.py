@@ -6,8 +6,11 @@ commit that leaves more than ``MAX_SMALL_FILES`` small data files or ``MAX_DELET
 files, one extra commit (the state is not touched) rewrites the small data files into one file per
 partition (their deleted rows dropped), and merges the remaining position deletes into one file per
 partition; a data file whose rows are all deleted is removed. The cost of that commit grows with the
-rows changed since the last compaction, never with the large files a full load wrote. Snapshots
-beyond the newest ``KEEP_SNAPSHOTS`` are expired (metadata only: pyiceberg deletes no data files).
+rows changed since the last compaction, never with the large files a full load wrote. Once a table
+holds more than twice as many snapshots as it keeps, those beyond the newest are expired: it keeps its
+``history.expire.min-snapshots-to-keep`` property's number (Iceberg's own retention property, set by
+a user with any engine), else ``KEEP_SNAPSHOTS``. Expiry is metadata only: no file is deleted, so a
+reader still reading an expired snapshot finishes.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pyiceberg.manifest import ManifestContent
 from pyiceberg.table import DataScan, FileScanTask, Table
 from pyiceberg.table.update.snapshot import ExpireSnapshots
 
+from olake_cli.core.errors import DestinationError
 from olake_cli.destinations.iceberg.files import write_position_deletes, write_rows
 from olake_cli.destinations.iceberg.lookup import DeleteCache
 from olake_cli.destinations.iceberg.snapshot import RowDelta, live_files
@@ -29,6 +33,7 @@ MAX_DELETE_FILES = 32
 MAX_MANIFESTS = 64
 SMALL_FILE_ROWS = 250_000
 KEEP_SNAPSHOTS = 100
+KEEP_PROPERTY = "history.expire.min-snapshots-to-keep"
 
 
 def maintain(table: Table, compression: str, log: Callable[[str], None]) -> Table:
@@ -44,9 +49,20 @@ def maintain(table: Table, compression: str, log: Callable[[str], None]) -> Tabl
                        for m in manifests if m.content == ManifestContent.DELETES)
     if delete_files > MAX_DELETE_FILES or len(manifests) > MAX_MANIFESTS:
         table = compact(table, compression, log)
-    if len(table.metadata.snapshots) > 2 * KEEP_SNAPSHOTS:
+    if len(table.metadata.snapshots) > 2 * snapshots_kept(table):
         table = expire_snapshots(table)
     return table
+
+
+def snapshots_kept(table: Table) -> int:
+    """How many of the newest snapshots expiry keeps: the table's KEEP_PROPERTY, else KEEP_SNAPSHOTS."""
+    given = table.properties.get(KEEP_PROPERTY)
+    if given is None:
+        return KEEP_SNAPSHOTS
+    if not given.strip().isdigit() or int(given) < 1:
+        raise DestinationError(f"iceberg: table {'.'.join(table.name())}: property {KEEP_PROPERTY} is {given!r}; "
+                               f"give a whole number of snapshots above 0")
+    return int(given)
 
 
 def compact(table: Table, compression: str, log: Callable[[str], None]) -> Table:
@@ -90,11 +106,11 @@ def _rewrite(table: Table, tasks: list[FileScanTask], compression: str) -> list:
 
 
 def expire_snapshots(table: Table) -> Table:
-    """Expire every snapshot but the newest KEEP_SNAPSHOTS (and branch heads)."""
+    """Expire every snapshot but the newest :func:`snapshots_kept` and those a branch or a tag names (a
+    user's tag keeps its snapshot readable by time travel)."""
     snapshots = sorted(table.metadata.snapshots, key=lambda s: s.timestamp_ms)
-    current = table.current_snapshot()
-    old = [s.snapshot_id for s in snapshots[:-KEEP_SNAPSHOTS]
-           if current is None or s.snapshot_id != current.snapshot_id]
+    named = {ref.snapshot_id for ref in table.metadata.refs.values()}
+    old = [s.snapshot_id for s in snapshots[:-snapshots_kept(table)] if s.snapshot_id not in named]
     if old:
         txn = table.transaction()
         ExpireSnapshots(txn).by_ids(old).commit()
