@@ -37,13 +37,15 @@ def test_a_truncate_on_either_node_keeps_only_the_writes_made_after_it(pg_cluste
     a.execute("TRUNCATE t")
     b.execute("UPDATE t SET v = 'b-after', n = 2 WHERE id = 2", "INSERT INTO t VALUES (50, 'b-new', 5)")
     a.execute("INSERT INTO t VALUES (60, 'a-new', 6)")
-    mesh.both_ways("a", "b")
+    mesh.sync("a", "b")  # A's TRUNCATE applied by sync, B's later by read | write
+    mesh.pipe("b", "a")
     expected = {"2": ("b-after", "2"), "50": ("b-new", "5"), "60": ("a-new", "6")}
     assert (a.rows(), b.rows()) == (expected, expected)
     a.execute("UPDATE t SET v = 'a-before' WHERE id = 60")
     b.execute("TRUNCATE t")  # the other way round
     a.execute("INSERT INTO t VALUES (70, 'a-after', 7)")
-    mesh.both_ways("b", "a")
+    mesh.pipe("b", "a")
+    mesh.sync("a", "b")
     assert (a.rows(), b.rows()) == ({"70": ("a-after", "7")}, {"70": ("a-after", "7")})
     assert_same_rows(a.dsn, ("public", "t"), b.dsn, ("public", "t"), ["id", "v", "n"])
     outcomes = {(c["key"], c["operation"], c["winner"]) for c in b.conflicts()}

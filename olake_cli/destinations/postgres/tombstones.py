@@ -130,11 +130,12 @@ ROWS_WITH_VERSIONS = """{target} t
     LEFT JOIN LATERAL pg_xact_commit_timestamp_origin(o.xmin) oc ON true"""
 _DELETE_OLDER_SQL = f"""
 WITH versions AS MATERIALIZED (
-    SELECT t.ctid AS tid, {ROW_VERSION_TS} AS ts, {ROW_VERSION_ORIGIN} AS origin FROM {ROWS_WITH_VERSIONS}
-), gone AS (
+    SELECT t.tableoid AS toid, t.ctid AS tid, {ROW_VERSION_TS} AS ts, {ROW_VERSION_ORIGIN} AS origin
+    FROM {ROWS_WITH_VERSIONS}
+), gone AS (  -- (a row written meanwhile is another tuple: it stays)
     DELETE FROM {{target}} t USING versions v
-    WHERE t.ctid = v.tid AND NOT coalesce(v.origin <> %(ours)s AND (v.ts > %(at)s OR (v.ts = %(at)s
-                                                                       AND v.origin > %(ours)s)), false)
+    WHERE t.tableoid = v.toid AND t.ctid = v.tid
+      AND NOT coalesce(v.origin <> %(ours)s AND (v.ts > %(at)s OR (v.ts = %(at)s AND v.origin > %(ours)s)), false)
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM versions) - (SELECT count(*) FROM gone)
