@@ -242,7 +242,7 @@ def test_a_reader_stopped_alone_says_so_once_and_the_writer_points_to_it(pipe_lo
     _, _, read_args, write_args = pipe_load
     codes, (read_text, write_text), write_out, both_s, _ = _interrupt_mid_load(read_args, write_args,
                                                                                  signal.SIGTERM, False)
-    assert codes == (143, 1), (read_text[-2000:], write_text[-2000:])
+    assert codes == (143, 75), (read_text[-2000:], write_text[-2000:])  # write: the reader's transient failure
     assert both_s < BOTH_GONE_S, f"read and write took {both_s:.2f}s"
     read_lines = [line for line in read_text.splitlines() if "interrupted" in line or "error" in line]
     assert read_lines == [read_lines[0]] and read_lines[0].startswith("olake: interrupted by SIGTERM; "), read_text

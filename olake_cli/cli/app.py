@@ -50,8 +50,11 @@ INTERVAL_OPT = typer.Option(None, "--commit-interval", metavar="SECONDS", help="
                             "commits, above 0 and at most 86400 (default: the destination's, 1 for postgres, 30 for "
                             "parquet, 60 for iceberg; read: 5).")
 METRICS_OPT = typer.Option(None, "--metrics-port", min=1, max=65535, metavar="PORT", help="With --follow: serve "
-                           "Prometheus metrics on http://0.0.0.0:PORT/metrics (changes, commits, lag, source backlog, "
-                           "retries).")
+                           "Prometheus metrics on http://127.0.0.1:PORT/metrics (changes, commits, lag, source "
+                           "backlog, retries); --metrics-host for another address.")
+METRICS_HOST_OPT = typer.Option(None, "--metrics-host", metavar="ADDRESS", help="With --metrics-port: the address "
+                                "to serve the metrics on (default 127.0.0.1, this machine only; 0.0.0.0 for every "
+                                "interface, as in a container).")
 DISCOVERY_OPT = typer.Option(None, "--discovery-interval", min=0, metavar="SECONDS", help="With --follow: look "
                              "for new and dropped tables or collections this often, at most 86400 (default 60; 0: "
                              "never); the catalog's new_streams says what a new one gets.")
@@ -148,7 +151,8 @@ def read(config: str = CONFIG_OPT, catalog: str = CATALOG_OPT, state: str | None
          spark_master: str | None = MASTER_OPT, spark_remote: str | None = REMOTE_OPT,
          max_parallel: int | None = PARALLEL_OPT, full_refresh: list[str] | None = FULL_REFRESH_OPT,
          follow: bool = FOLLOW_OPT, commit_interval: float | None = INTERVAL_OPT,
-         metrics_port: int | None = METRICS_OPT, discovery_interval: float | None = DISCOVERY_OPT) -> None:
+         metrics_port: int | None = METRICS_OPT, metrics_host: str | None = METRICS_HOST_OPT,
+         discovery_interval: float | None = DISCOVERY_OPT) -> None:
     """Read the selected streams and print RECORD and STATE messages on stdout.
 
     Without --state or --state-from every stream starts from the beginning; to resume a pipe, give the
@@ -160,7 +164,7 @@ def read(config: str = CONFIG_OPT, catalog: str = CATALOG_OPT, state: str | None
     with command_guard(shutdown_engine, following=follow, feeds_writer=True), progress_view() as view:
         run_read(config, catalog, state, SparkOptions(spark_master, spark_remote), max_parallel, protocol_writer(),
                  log, state_from, view, tuple(full_refresh or ()), _follow_options(follow, commit_interval, metrics_port,
-                                                                        discovery_interval))
+                                                                        discovery_interval, metrics_host))
     _stopped(follow)
 
 
@@ -184,7 +188,8 @@ def sync(source: str = typer.Option(..., "--source", metavar="FILE", help="Sourc
          spark_master: str | None = MASTER_OPT, spark_remote: str | None = REMOTE_OPT,
          max_parallel: int | None = PARALLEL_OPT, full_refresh: list[str] | None = FULL_REFRESH_OPT,
          follow: bool = FOLLOW_OPT, commit_interval: float | None = INTERVAL_OPT,
-         metrics_port: int | None = METRICS_OPT, discovery_interval: float | None = DISCOVERY_OPT) -> None:
+         metrics_port: int | None = METRICS_OPT, metrics_host: str | None = METRICS_HOST_OPT,
+         discovery_interval: float | None = DISCOVERY_OPT) -> None:
     """Read and write in one process (full-load chunks are written by the chunk tasks); prints STATEs.
 
     Resumes from the state the destination committed with its rows, with or without --state; a stream
@@ -195,27 +200,51 @@ def sync(source: str = typer.Option(..., "--source", metavar="FILE", help="Sourc
     with command_guard(shutdown_engine, following=follow), progress_view() as view:
         run_sync(source, destination, catalog, state, SparkOptions(spark_master, spark_remote), max_parallel,
                  protocol_writer(), log, view, tuple(full_refresh or ()), _follow_options(follow, commit_interval, metrics_port,
-                                                                        discovery_interval))
+                                                                        discovery_interval, metrics_host))
     _stopped(follow)
 
 
 def _follow_options(follow: bool, commit_interval: float | None, metrics_port: int | None,
-                    discovery_interval: float | None):
+                    discovery_interval: float | None, metrics_host: str | None = None):
     """``--follow`` and the options that go with it as the use cases take them (None: a bounded run)."""
     from olake_cli.core.validation import check_interval
     from olake_cli.pipeline.connectors import FollowOptions
     from olake_cli.pipeline.live_discovery import DEFAULT_DISCOVERY_INTERVAL_S
 
     for given, name in ((commit_interval, "--commit-interval"), (metrics_port, "--metrics-port"),
-                        (discovery_interval, "--discovery-interval")):
+                        (metrics_host, "--metrics-host"), (discovery_interval, "--discovery-interval")):
         if given is not None and not follow:
             raise ConfigError(f"{name} applies to --follow runs only")
     check_interval("--commit-interval", commit_interval)
     check_interval("--discovery-interval", discovery_interval, never=0)
     if follow:
         import olake_cli.pipeline.follow_status  # noqa: F401  (reads OLAKE_STATUS_EVERY_S: a bad one fails now)
+    if follow and (metrics_port is not None or metrics_host is not None):
+        _metrics_address(metrics_host, metrics_port)
     interval = DEFAULT_DISCOVERY_INTERVAL_S if discovery_interval is None else discovery_interval
     return FollowOptions(commit_interval, metrics_port, interval) if follow else None
+
+
+def _metrics_address(host: str | None, port: int | None) -> None:
+    """Serve the metrics on ``--metrics-host`` (default 127.0.0.1), checked before the run starts: one line if
+    the port cannot be bound there (an unknown address, one of another machine, a port in use)."""
+    import socket
+
+    from olake_cli.pipeline.follow_status import metrics
+
+    if port is None:
+        raise ConfigError("--metrics-host applies with --metrics-port only")
+    served = metrics()
+    served.host = host or served.host
+    try:
+        family, kind, _, _, address = socket.getaddrinfo(served.host, port, type=socket.SOCK_STREAM,
+                                                         flags=socket.AI_PASSIVE)[0]
+        with socket.socket(family, kind) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as exc:
+        raise ConfigError(f"--metrics-host {served.host} --metrics-port {port}: cannot serve metrics there "
+                          f"({exc.strerror})") from None
 
 
 def _stopped(follow: bool) -> None:
@@ -225,7 +254,7 @@ def _stopped(follow: bool) -> None:
         return
     stopped(signum)
     if signum == signal.SIGINT:
-        raise typer.Exit(130)
+        sys.exit(130)  # not typer.Exit: main() would take that status for an interrupt and say so again
 
 
 @app.command()

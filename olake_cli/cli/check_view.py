@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from typing import NoReturn
 
-from olake_cli.cli.report import fail, log, log_format, protocol_writer
+from olake_cli.cli.report import exit_status, fail, log, log_format, protocol_writer
 from olake_cli.core import messages
 from olake_cli.core.config import load_config
 from olake_cli.core.errors import ConfigError, OlakeError
@@ -34,7 +34,7 @@ def show_check_failed(error: OlakeError) -> NoReturn:
     """Show a failed check and exit non-zero (on a terminal its lines, else the message and a TRACE)."""
     if _on_terminal():
         _print_lines("olake: error: ", error.message)
-        sys.exit(1)
+        sys.exit(exit_status(error))
     flat = one_line(error.message)
     out = protocol_writer()
     out.write(messages.connection_status(False, flat))

@@ -15,6 +15,8 @@ from olake_cli.core import messages
 from olake_cli.core.errors import OlakeError
 
 _WRITER: messages.MessageWriter | None = None
+EXIT_TRANSIENT = 75  # sysexits.h EX_TEMPFAIL: the same command may work later, as it is
+EXIT_CONFIG = 78  # sysexits.h EX_CONFIG: a config, catalog, state, grant or server setting needs a fix first
 LOG_FORMATS = ("text", "json")
 _LOG_FORMAT = "text"
 
@@ -152,8 +154,15 @@ def _stdout_to_devnull() -> None:
     os.dup2(devnull, 1)
 
 
-def fail(error: OlakeError, exit_code: int = 1) -> NoReturn:
-    """Report an error as a TRACE on stdout and one line on stderr, then exit non-zero."""
+def exit_status(error: OlakeError) -> int:
+    """The exit status of a run that ``error`` ends, by its ``failure_type``: EXIT_CONFIG for a
+    ``config_error``, EXIT_TRANSIENT for a ``transient_error``, 1 for anything else."""
+    return {"config_error": EXIT_CONFIG, "transient_error": EXIT_TRANSIENT}.get(error.failure_type, 1)
+
+
+def fail(error: OlakeError, exit_code: int | None = None) -> NoReturn:
+    """Report an error as a TRACE on stdout and one line on stderr, then exit non-zero (``exit_code``, or
+    the error's :func:`exit_status`)."""
     _ignore_signals()
     stack = error.stack_trace
     if stack is None and error.failure_type == "system_error" and error.__traceback__ is not None:
@@ -166,4 +175,4 @@ def fail(error: OlakeError, exit_code: int = 1) -> NoReturn:
         pass
     details = {} if error.internal_message is None else {"internal_message": error.internal_message}
     log(error.message, "error", failure_type=error.failure_type, **details)
-    sys.exit(exit_code)
+    sys.exit(exit_status(error) if exit_code is None else exit_code)

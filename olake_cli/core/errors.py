@@ -55,6 +55,13 @@ class ConnectionFailed(ConfigError):
     """A server could not be reached or refused the credentials."""
 
 
+class ServerUnreachable(ConnectionFailed):
+    """A server did not answer or refused connections (down, restarting, a network cut): the config may be
+    right, and trying again later may work."""
+
+    failure_type = "transient_error"
+
+
 class TransientError(OlakeError):
     """A failure that may go away on retry (network blip, serialization failure)."""
 

@@ -37,6 +37,7 @@ class _Metrics:
     def __init__(self) -> None:
         self.registry = registry = CollectorRegistry()
         self.served: int | None = None  # the port they are served on
+        self.host = "127.0.0.1"  # the address they are served on (--metrics-host)
         self.retried_count = 0  # transient failures retried (the status line's count)
         self.changes = Counter("olake_changes", "Changes captured and handed to the destination",
                                ["stream", "op"], registry=registry)
@@ -61,11 +62,12 @@ class _Metrics:
         if self.served is not None:
             return
         try:
-            start_http_server(port, registry=self.registry)
+            start_http_server(port, addr=self.host, registry=self.registry)
         except OSError as exc:
-            raise ConfigError(f"--metrics-port {port}: cannot serve metrics there ({exc.strerror})") from None
+            raise ConfigError(f"--metrics-host {self.host} --metrics-port {port}: cannot serve metrics there "
+                              f"({exc.strerror})") from None
         self.served = port
-        log(f"metrics on http://0.0.0.0:{port}/metrics")
+        log(f"metrics on http://{f'[{self.host}]' if ':' in self.host else self.host}:{port}/metrics")
 
 
 _METRICS: _Metrics | None = None

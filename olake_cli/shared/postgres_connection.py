@@ -13,10 +13,13 @@ from typing import Any
 from urllib.parse import quote
 
 from olake_cli.core.config import config_files
-from olake_cli.core.errors import ConfigError, ConnectionFailed
+from olake_cli.core.errors import ConfigError, ConnectionFailed, ServerUnreachable
 from olake_cli.core.redact import remove_secrets
 
 TLS_FILE_FIELDS = ("sslrootcert", "sslcert", "sslkey")
+# libpq's words for a server that is starting, stopping or full, or a network that does not reach it
+SERVER_DOWN = ("the database system is", "too many clients", "remaining connection slots", "temporary failure",
+               "no route to host", "network is unreachable", "server closed the connection unexpectedly")
 
 
 @dataclass(frozen=True)
@@ -88,42 +91,50 @@ def _tls_files(values: dict[str, Any]) -> dict[str, str]:
 
 
 def connect(settings: ConnectionSettings, autocommit: bool = True):
-    """Open a psycopg connection, turning failures into one actionable ConnectionFailed line."""
+    """Open a psycopg connection, turning failures into one actionable line: a ServerUnreachable (transient)
+    for a server that is down, starting or full or out of reach, else a ConnectionFailed (fix the config)."""
     import psycopg
 
     try:
         return psycopg.connect(**settings.conninfo(), autocommit=autocommit)
     except psycopg.OperationalError as exc:
-        raise ConnectionFailed(explain_connect_error(settings, str(exc))) from None
+        hint, down = _connect_hint(settings, str(exc).lower())
+        raise (ServerUnreachable if down else ConnectionFailed)(_with_detail(settings, hint, str(exc))) from None
 
 
-def explain_connect_error(settings: ConnectionSettings, raw: str) -> str:
-    """Map a libpq error text to a one-line hint naming what to fix (never the password)."""
+def _with_detail(settings: ConnectionSettings, hint: str, raw: str) -> str:
+    """``postgres: hint (libpq's cause)``, without the password."""
     text = [line.strip() for line in settings.scrub(raw).strip().splitlines() if line.strip()]
     failed = [line for line in text if "failed:" in line]  # libpq's cause, not its closing advice
     detail = (failed or text or ["unknown error"])[-1]
-    lowered = raw.lower()
+    return f"postgres: {hint} ({detail})"
+
+
+def _connect_hint(settings: ConnectionSettings, lowered: str) -> tuple[str, bool]:
+    """What a failed connection's (lower-cased) text means, and whether the server is down or out of reach
+    rather than the config wrong."""
     where = f"{settings.host}:{settings.port}"
     if "password authentication failed" in lowered or "no password supplied" in lowered:
-        hint = f"wrong username or password for user '{settings.username}'"
-    elif f'database "{settings.database}" does not exist'.lower() in lowered:
-        hint = f"database '{settings.database}' does not exist on {where}"
-    elif "could not translate host name" in lowered or "name or service not known" in lowered:
-        hint = f"unknown host '{settings.host}'; check 'host'"
-    elif "connection refused" in lowered:
-        hint = f"nothing accepts connections at {where}; check 'host' and 'port' and that PostgreSQL runs"
-    elif "timeout" in lowered or "timed out" in lowered:
-        hint = f"connecting to {where} timed out after {settings.connect_timeout}s; check 'host', 'port' and firewalls"
-    elif tls := _tls_hint(settings, lowered, where):
-        hint = tls
-    elif "no pg_hba.conf entry" in lowered:
-        hint = f"the server at {where} refuses this client (pg_hba.conf)"
-    elif f'permission denied for database "{settings.database}"'.lower() in lowered:
-        hint = (f"user '{settings.username}' may not connect to database '{settings.database}'; run as an "
-                f"administrator: GRANT CONNECT ON DATABASE {_quoted(settings.database)} TO {_quoted(settings.username)};")
-    else:
-        hint = f"cannot connect to {where}"
-    return f"postgres: {hint} ({detail})"
+        return f"wrong username or password for user '{settings.username}'", False
+    if f'database "{settings.database}" does not exist'.lower() in lowered:
+        return f"database '{settings.database}' does not exist on {where}", False
+    if "could not translate host name" in lowered and "temporary failure" not in lowered \
+            or "name or service not known" in lowered:
+        return f"unknown host '{settings.host}'; check 'host'", False
+    if "connection refused" in lowered:
+        return f"nothing accepts connections at {where}; check 'host' and 'port' and that PostgreSQL runs", True
+    if "timeout" in lowered or "timed out" in lowered:
+        return (f"connecting to {where} timed out after {settings.connect_timeout}s; check 'host', 'port' and "
+                f"firewalls"), True
+    if tls := _tls_hint(settings, lowered, where):
+        return tls, False
+    if "no pg_hba.conf entry" in lowered:
+        return f"the server at {where} refuses this client (pg_hba.conf)", False
+    if f'permission denied for database "{settings.database}"'.lower() in lowered:
+        return (f"user '{settings.username}' may not connect to database '{settings.database}'; run as an "
+                f"administrator: GRANT CONNECT ON DATABASE {_quoted(settings.database)} TO "
+                f"{_quoted(settings.username)};"), False
+    return f"cannot connect to {where}", any(sign in lowered for sign in SERVER_DOWN)
 
 
 def _quoted(name: str) -> str:

@@ -12,7 +12,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from olake_cli.core.errors import ConfigError, ConnectionFailed, OlakeError, SourceError, TransientError
+from olake_cli.core.errors import (
+    ConfigError, ConnectionFailed, OlakeError, ServerUnreachable, SourceError, TransientError,
+)
 
 _TRANSIENT_CODES = frozenset({
     "ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",
@@ -147,7 +149,7 @@ def aws_error(settings: DynamoSettings, exc: BaseException, doing: str) -> Olake
         return exc
     where = settings.where()
     if isinstance(exc, (bex.EndpointConnectionError, bex.ConnectTimeoutError, bex.ConnectionClosedError)):
-        return ConnectionFailed(settings.scrub(f"dynamodb: cannot reach {where} while {doing}: {exc}; check "
+        return ServerUnreachable(settings.scrub(f"dynamodb: cannot reach {where} while {doing}: {exc}; check "
                                                "'endpoint_url' and 'region'"))
     if isinstance(exc, (bex.NoCredentialsError, bex.PartialCredentialsError, bex.ProfileNotFound)):
         return ConnectionFailed(settings.scrub(

@@ -16,9 +16,7 @@ from olake_cli.core.errors import CatalogError, ConfigError, OlakeError
 from olake_cli.core.state import StreamState
 from olake_cli.sources.dynamodb.connection import DynamoSettings
 from olake_cli.sources.dynamodb.scan import DynamoChunkReader, parse_segment_bound, segment_bound
-from olake_cli.sources.dynamodb.tables import (
-    TableInfo, describe_table, still_configured, table_names, table_tags,
-)
+from olake_cli.sources.dynamodb.tables import TableInfo, configured_tables, describe_table, still_configured
 
 CHUNK_COLUMN = "scan_segment"
 
@@ -30,9 +28,10 @@ class DynamoReadSession:
         self.settings, self.log = settings, log
         self.warnings: list[str] = []
         self.client = settings.client()
+        configured = configured_tables(self.client, settings)  # as check and discover: refused when none is found
         self.tables: dict[tuple, TableInfo] = {s.key: self._checked_table(s) for s in streams}
         if settings.tags is not None:
-            self._note_new_tables({s.name for s in streams})
+            self._note_new_tables(configured, {s.name for s in streams})
 
     def __enter__(self) -> DynamoReadSession:
         return self
@@ -60,15 +59,11 @@ class DynamoReadSession:
                                f"{list(info.key_names)} (run discover again)")
         return info
 
-    def _note_new_tables(self, known: set[str]) -> None:
+    def _note_new_tables(self, configured: list[TableInfo], known: set[str]) -> None:
         """Warn about tables that now pass the tag filter but are not in the catalog."""
-        for name in table_names(self.client, self.settings):
-            if name in known:
-                continue
-            info = describe_table(self.client, self.settings, name)
-            if self.settings.tags.matches(table_tags(self.client, self.settings, info)) \
-                    and info.stream_problem() is None:
-                self.warnings.append(f"dynamodb: table '{name}' now carries {self.settings.tags.describe()} "
+        for info in configured:
+            if info.name not in known:
+                self.warnings.append(f"dynamodb: table '{info.name}' now carries {self.settings.tags.describe()} "
                                      "but is not in the catalog; run discover again to copy it")
 
     def key_columns(self, stream: Any) -> tuple[str, ...]:

@@ -9,7 +9,9 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote
 
 from olake_cli.core.config import config_files
-from olake_cli.core.errors import ConfigError, ConnectionFailed, OlakeError, SourceError, TransientError
+from olake_cli.core.errors import (
+    ConfigError, ConnectionFailed, OlakeError, ServerUnreachable, SourceError, TransientError,
+)
 from olake_cli.core.redact import remove_secrets
 
 DEFAULT_READ_PREFERENCE = "secondaryPreferred"
@@ -197,26 +199,29 @@ def connection_error(settings: MongoSettings, exc: Exception) -> OlakeError:
     if isinstance(exc, (errors.InvalidURI, errors.ConfigurationError)):
         return ConfigError(f"mongodb: invalid connection settings: {detail}")
     if isinstance(exc, errors.ServerSelectionTimeoutError):
-        return ConnectionFailed(f"mongodb: {_unreachable_hint(settings, str(exc))} ({detail})")
+        hint, down = _unreachable_hint(settings, str(exc))
+        return (ServerUnreachable if down else ConnectionFailed)(f"mongodb: {hint} ({detail})")
     if isinstance(exc, errors.PyMongoError):
         return ConnectionFailed(f"mongodb: cannot use the server at {where}: {detail}")
     return ConnectionFailed(f"mongodb: cannot connect to {where}: {type(exc).__name__}: {detail}")
 
 
-def _unreachable_hint(settings: MongoSettings, raw: str) -> str:
+def _unreachable_hint(settings: MongoSettings, raw: str) -> tuple[str, bool]:
+    """What a server selection timeout means, and whether the servers are down or out of reach (transient)
+    rather than the config wrong (an unknown host, TLS)."""
     lowered, where = raw.lower(), settings.where()
     key = "'uri'" if settings.uri is not None else "'hosts'"
     if "connection refused" in lowered:
-        return f"nothing accepts connections at {where}; check {key} and that MongoDB runs"
+        return f"nothing accepts connections at {where}; check {key} and that MongoDB runs", True
     if any(s in lowered for s in ("name or service not known", "nodename nor servname", "getaddrinfo",
                                   "no address associated", "temporary failure in name resolution")):
-        return f"unknown host in {where}; check {key}"
+        return f"unknown host in {where}; check {key}", False
     tls = _tls_hint(settings, lowered)
     if tls:
-        return tls
+        return tls, False
     if "replicaset" in lowered.replace(" ", "") or "replica set" in lowered:
-        return f"no member of replica set '{settings.replica_set}' answered at {where}; check 'replica_set'"
-    return f"no server answered at {where} within {settings.connect_timeout}s; check {key} and firewalls"
+        return f"no member of replica set '{settings.replica_set}' answered at {where}; check 'replica_set'", True
+    return f"no server answered at {where} within {settings.connect_timeout}s; check {key} and firewalls", True
 
 
 def _tls_hint(settings: MongoSettings, lowered: str) -> str | None:

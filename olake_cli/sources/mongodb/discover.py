@@ -24,6 +24,22 @@ def supports_change_streams(hello: dict[str, Any]) -> bool:
     return bool(hello.get("setName")) or hello.get("msg") == "isdbgrid"
 
 
+def require_database(client, settings: MongoSettings) -> None:
+    """A ConfigError when the configured database does not exist (MongoDB lists a database once it has a
+    collection): ``check``, ``discover`` and every run refuse a misspelt one instead of finding nothing in
+    it. Nothing is said when the user may not list databases."""
+    from pymongo.errors import OperationFailure
+
+    try:
+        databases = client.list_database_names()
+    except OperationFailure:
+        return
+    if settings.database not in databases:
+        shown = ", ".join(sorted(d for d in databases if d not in ("admin", "config", "local"))[:10])
+        raise ConfigError(f"mongodb: database '{settings.database}' does not exist on {settings.where()} "
+                          f"(it has no collections); databases: {shown or 'none'}; fix 'database'")
+
+
 def list_collections(db, settings: MongoSettings, restrict: bool = True) -> list[str]:
     """The names of the database's ordinary collections (no views, no ``system.*``), sorted;
     restricted to ``collections`` when configured (a ConfigError names one that does not exist) and
@@ -80,8 +96,10 @@ def discover_stream(db, name: str, settings: MongoSettings, change_streams: bool
 
 
 def discover_catalog(client, settings: MongoSettings) -> dict[str, Any]:
-    """The catalog object (``{"streams": [...]}``) of every collection of the configured database."""
+    """The catalog object (``{"streams": [...]}``) of every collection of the configured database (a
+    ConfigError when it does not exist)."""
     change_streams = supports_change_streams(server_hello(client))
+    require_database(client, settings)
     db = client[settings.database]
     return {"streams": [discover_stream(db, name, settings, change_streams)
                         for name in list_collections(db, settings)]}

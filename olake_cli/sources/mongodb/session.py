@@ -26,7 +26,7 @@ from olake_cli.sources.mongodb import brackets
 from olake_cli.sources.mongodb.bson_schema import BSON_CODEC_OPTIONS
 from olake_cli.sources.mongodb.chunks import plan_chunks
 from olake_cli.sources.mongodb.connection import MongoSettings, cluster_time, open_client, read_error
-from olake_cli.sources.mongodb.discover import CURSOR_BRACKETS, list_collections
+from olake_cli.sources.mongodb.discover import CURSOR_BRACKETS, list_collections, require_database
 from olake_cli.sources.mongodb.scan import MongoChunkReader, collection_uuid, encode_query
 
 _NUMBER_TYPES = CURSOR_BRACKETS["int64"]
@@ -61,6 +61,7 @@ class MongoReadSession:
         """CatalogError for a stream of another database, a missing collection or a bad cursor."""
         db = self.client[self.settings.database]
         try:
+            require_database(self.client, self.settings)  # as check and discover do: a misspelt one finds nothing
             live = set(list_collections(db, self.settings, restrict=False))
         except OlakeError:
             raise

@@ -41,11 +41,7 @@ class MongoSource:
     def _readable_collections(self, client) -> list[str]:
         """The collections discover would list, each read once; ConfigError if there are none."""
         settings = self.settings
-        databases = _database_names(client)
-        if databases is not None and settings.database not in databases:
-            shown = ", ".join(sorted(d for d in databases if d not in ("admin", "config", "local"))[:10])
-            raise ConfigError(f"mongodb: database '{settings.database}' does not exist on {settings.where()} "
-                              f"(it has no collections); databases: {shown or 'none'}; fix 'database'")
+        disco.require_database(client, settings)
         db = client[settings.database]
         names = disco.list_collections(db, settings)
         if not names:
@@ -74,13 +70,3 @@ class MongoSource:
         from olake_cli.sources.mongodb.capture import MongoChangeCapture
 
         return MongoChangeCapture(self.settings, streams, log)
-
-
-def _database_names(client) -> list[str] | None:
-    """The databases the user may see, or None when listing them is not allowed."""
-    from pymongo.errors import OperationFailure
-
-    try:
-        return client.list_database_names()
-    except OperationFailure:
-        return None

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from olake_cli.core.catalog import is_cursor_type
+from olake_cli.core.errors import ConfigError
 from olake_cli.core.stream_filter import keep_streams
 from olake_cli.sources.postgres import types as pgtypes
 from olake_cli.sources.postgres.array_shapes import with_data_shapes
@@ -35,6 +36,21 @@ ORDER BY k.ord
 
 TABLE_KINDS = ("r", "p")  # relations change capture can serve; views ('v') and matviews ('m') cannot
 _RELKIND_NAMES = {"r": "table", "p": "partitioned", "v": "view", "m": "materialized_view"}
+
+
+def require_schemas(conn, schemas: tuple[str, ...] | list[str]) -> None:
+    """A ConfigError naming each configured schema the database does not have, and the schemas it has:
+    ``check``, ``discover`` and every run refuse a misspelt schema instead of finding nothing in it."""
+    missing = [row[0] for row in conn.execute(
+        "SELECT s FROM unnest(%s::text[]) WITH ORDINALITY AS u(s, n) "
+        "WHERE NOT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = s) ORDER BY n", (list(schemas),)).fetchall()]
+    if not missing:
+        return
+    existing = [row[0] for row in conn.execute(
+        "SELECT nspname FROM pg_namespace WHERE nspname NOT LIKE 'pg\\_%' AND nspname <> 'information_schema' "
+        "ORDER BY 1").fetchall()]
+    raise ConfigError(f"postgres: schema(s) {', '.join(missing)} do not exist in database '{conn.info.dbname}' "
+                      f"(its schemas: {', '.join(existing) or 'none'}); fix 'schemas'")
 
 
 def list_tables(conn, schemas: tuple[str, ...] | list[str],
@@ -90,7 +106,8 @@ def _default_cursor(candidates: list[str]) -> str | None:
 def discover_catalog(conn, schemas: tuple[str, ...] | list[str], include: tuple[str, ...] = (),
                      exclude: tuple[str, ...] = ()) -> dict[str, Any]:
     """The catalog object (``{"streams": [...]}``) of every table in ``schemas`` the ``include`` and
-    ``exclude`` patterns keep (``core.stream_filter``)."""
+    ``exclude`` patterns keep (``core.stream_filter``); a ConfigError for a schema that does not exist."""
+    require_schemas(conn, schemas)
     rows = list_tables(conn, schemas)
     chosen = set(keep_streams([(s, t) for s, t, _, _ in rows], include, exclude, "postgres"))
     rows = [row for row in rows if (row[0], row[1]) in chosen]

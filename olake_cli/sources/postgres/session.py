@@ -71,6 +71,7 @@ class PostgresReadSession:
     def __init__(self, settings: PostgresSettings, streams: list[Any], log: Callable[[str], None]) -> None:
         self.settings, self.log = settings, log
         with connect(settings) as conn:
+            disco.require_schemas(conn, settings.schemas)  # as check and discover do: a misspelt one finds nothing
             self.tables = resolve_tables(conn, settings, streams)
         self.warnings = [w for info in self.tables.values() for w in info.warnings]
         self.snapshot = ExportedSnapshot(settings)

@@ -22,11 +22,7 @@ class PostgresSource:
     def check(self) -> str:
         """Connect and verify SELECT privilege on every table of the configured schemas."""
         with connect(self.settings) as conn:
-            missing_schemas = [s for s in self.settings.schemas if conn.execute(
-                "SELECT 1 FROM pg_namespace WHERE nspname = %s", (s,)).fetchone() is None]
-            if missing_schemas:
-                raise ConfigError(f"postgres: schema(s) {', '.join(missing_schemas)} do not exist in "
-                                  f"database '{self.settings.database}'; fix 'schemas'")
+            disco.require_schemas(conn, self.settings.schemas)
             denied = conn.execute(
                 """SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                    WHERE n.nspname = ANY(%s) AND c.relkind IN ('r','p','v','m') AND NOT c.relispartition
