@@ -25,6 +25,59 @@ IDLE_CHECKPOINT_S = 10.0  # a checkpoint that only moves an idle stream's positi
 RETRY_FIRST_S, RETRY_MAX_S = 1.0, 30.0  # a transient failure's backoff: doubling from the first to the most
 RETRY_GIVE_UP_S = 600.0  # failures going on this long (with nothing done in between) end the run
 RETRY_QUIET_S = 2 * RETRY_MAX_S  # a failure this long after the last try began starts a new series
+# Changes between checkpoints at transactions' ends (inside one huge transaction every 5x as many), for
+# bounded and following runs alike. OLAKE_CDC_CHECKPOINT_EVERY overrides it (tests checkpoint more often).
+CHECKPOINT_EVERY = max(1, int(os.environ.get("OLAKE_CDC_CHECKPOINT_EVERY", "20000")))
+INSIDE_FACTOR = 5
+
+
+class CommitPolicy:
+    """When a following run checkpoints (Debezium's ``OffsetCommitPolicy``): a source says where it may
+    (a transaction's end, a point inside a transaction, an idle moment) and how many changes it holds
+    since the last checkpoint, and asks; only the source knows where a checkpoint is safe, the policy
+    alone says when one is due:
+
+    - at a transaction's end, with changes pending: after ``every`` of them, or ``interval_s`` after the
+      last checkpoint;
+    - inside a transaction: after INSIDE_FACTOR x ``every`` changes (a huge transaction);
+    - at an idle moment: ``interval_s`` after the last checkpoint with changes pending; with none, when
+      the position moved and max(``interval_s``, ``idle_s``) has passed (keeps an idle position fresh).
+    """
+
+    def __init__(self, interval_s: float, every: int = CHECKPOINT_EVERY, idle_s: float = IDLE_CHECKPOINT_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval_s, self.every, self.idle_s, self._clock = interval_s, every, idle_s, clock
+        self._at = clock()
+
+    def at_end(self, pending: int) -> bool:
+        """Whether a checkpoint is due at a transaction's end."""
+        return pending > 0 and (pending >= self.every or self._waited() >= self.interval_s)
+
+    def inside(self, pending: int) -> bool:
+        """Whether a checkpoint is due inside a transaction."""
+        return pending >= INSIDE_FACTOR * self.every
+
+    def idle(self, pending: int, moved: bool) -> bool:
+        """Whether a checkpoint is due at an idle moment (``moved``: the position is past the last one)."""
+        if pending:
+            return self._waited() >= self.interval_s
+        return moved and self._waited() >= max(self.interval_s, self.idle_s)
+
+    def checkpointed(self) -> None:
+        """A checkpoint was set now."""
+        self._at = self._clock()
+
+    def held_between(self, low: float, high: float) -> float:
+        """The checkpoint interval held between ``low`` and ``high`` seconds: how often a following source
+        looks again at what it watches (keeping pace with its commits, within bounds)."""
+        return min(max(self.interval_s, low), high)
+
+    def wait(self, stop: threading.Event) -> bool:
+        """For a source read in bounded rounds: wait until the next round is due; True when ``stop`` came."""
+        return stop.wait(self.interval_s)
+
+    def _waited(self) -> float:
+        return self._clock() - self._at
 
 
 def _wait(seconds: float, stop: threading.Event) -> bool:
@@ -76,6 +129,10 @@ class Follow:
     committed: Callable[[], State | None] = lambda: None
     metrics_port: int | None = None  # serve Prometheus metrics there (``pipeline.follow_status``)
     retries: Backoff = field(default_factory=Backoff)  # the process's (``pipeline.following.supervised``)
+    policy: CommitPolicy = field(init=False)  # when to checkpoint, from ``commit_interval_s``
+
+    def __post_init__(self) -> None:
+        self.policy = CommitPolicy(self.commit_interval_s)
 
 
 class CommittedStates:

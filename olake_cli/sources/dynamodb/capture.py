@@ -186,7 +186,7 @@ class DynamoChangeCapture:
 
     def follow(self, streams: list[CatalogStream], state: State, follow: Follow,
                typed: bool = False) -> Iterator[ChangeBatch]:
-        """A bounded read up to now every ``follow.commit_interval_s`` seconds (each lists the shards again,
+        """A bounded read up to now each time ``follow.policy`` says a round is due (each lists the shards again,
         so new ones are read in lineage order as they appear) until ``follow.stop``; a table whose position
         is lost leaves the cycle. Each read ends with every table's checkpoint."""
         streams, quiet = list(streams), False
@@ -196,7 +196,7 @@ class DynamoChangeCapture:
                 yield batch
             quiet = True
             follow.committed()  # DynamoDB keeps its streams by time: nothing to let go; the run's status hears of it
-            if follow.stop.wait(follow.commit_interval_s):
+            if follow.policy.wait(follow.stop):
                 return
 
 

@@ -4,11 +4,11 @@ Checkpoints fall between cluster times only (the operations of one transaction s
 while an update whose document was gone waits for its delete. A bounded run reads up to a cluster time
 and checkpoints every CHECKPOINT_EVERY changes (BATCH_CHANGES at most per batch). A following run
 (``--follow``, ``core.follow``) keeps the stream open: each empty ``try_next`` is an idle moment (the
-server awaited new events for ``max_await_time_ms``); it checkpoints every ``commit_interval_s``
-seconds at a cluster time's end or an idle moment, sooner after CHECKPOINT_EVERY changes, and moves
-an idle stream's position to the post-batch resume token at most every IDLE_CHECKPOINT_S (so the
-position stays inside the oplog while the followed collections are quiet and the database is not). On
-its stop request it checkpoints at the next cluster time's end or idle moment and returns.
+server awaited new events for ``max_await_time_ms``); at a cluster time's end or an idle moment it
+checkpoints when the run's ``CommitPolicy`` says one is due, and at an idle moment it may move an idle
+stream's position to the post-batch resume token (so the position stays inside the oplog while the
+followed collections are quiet and the database is not). On its stop request it checkpoints at the
+next cluster time's end or idle moment and returns.
 
 Updates carry the post-image (``fullDocument: updateLookup``). When it is missing (the document was
 deleted before the lookup, or a server could not look it up), the document is looked up again by its
@@ -26,7 +26,6 @@ capture, and the stream is loaded anew on the next run (whose full load widens i
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC
@@ -36,7 +35,7 @@ from olake_cli.core.catalog import CatalogStream
 from olake_cli.core.change_runs import Change, ChangeRun, runs_of_changes
 from olake_cli.core.contracts import ChangeBatch
 from olake_cli.core.errors import SourceError
-from olake_cli.core.follow import IDLE_CHECKPOINT_S, Follow
+from olake_cli.core.follow import CHECKPOINT_EVERY, Follow
 from olake_cli.core.opid import OpId
 from olake_cli.core.schema_drift import column_type, changed_columns, needs_reload, widened
 from olake_cli.sources.mongodb.change_decode import PendingChange, decoded_run
@@ -44,7 +43,6 @@ from olake_cli.sources.mongodb.change_positions import MongoPosition, cluster_op
 
 _OPS = {"insert": "c", "replace": "u", "update": "u", "delete": "d"}
 _ENDS = ("drop", "rename", "dropDatabase", "invalidate")
-CHECKPOINT_EVERY = max(1, int(os.environ.get("OLAKE_CDC_CHECKPOINT_EVERY", "20000")))
 BATCH_CHANGES = 5000
 GONE_WAIT_S = 10.0  # how long a run waits for the delete of a document an update found gone
 
@@ -80,18 +78,17 @@ class ChangeEventReader:
     def follow(self, stream, follow: Follow, cluster_time: Callable[[], OpId], start: OpId) -> Iterator[ChangeBatch]:
         """Events as they come, until ``follow.stop`` (see the module's docstring); ``cluster_time`` reads
         the deployment's cluster time, ``start`` is the op id of the position the stream resumed at."""
-        checkpointed, held, read_before, deadline = time.monotonic(), start, None, None
+        policy, held, read_before, deadline = follow.policy, start, None, None
         while stream.alive and self.streams:
             follow.committed()  # nothing to confirm to the server; the run's status hears of commits
             event = stream.try_next()
-            waited = time.monotonic() - checkpointed
             if event is not None:
                 read_before, deadline = None, None
                 op = cluster_op(event["clusterTime"])
-                if self._between(op) and (follow.stop.is_set() or self.since >= CHECKPOINT_EVERY
-                                          or (self.since and waited >= follow.commit_interval_s)):
+                if self._between(op) and (follow.stop.is_set() or policy.at_end(self.since)):
                     yield self._handed(self.last)
-                    checkpointed, held = time.monotonic(), self.last.op
+                    held = self.last.op
+                    policy.checkpointed()
                     if follow.stop.is_set():
                         return
                 elif self.size >= BATCH_CHANGES:
@@ -100,12 +97,11 @@ class ChangeEventReader:
                 continue
             deadline = self._still_waiting(deadline)
             position = self._idle_position(stream, read_before)
-            due = waited >= follow.commit_interval_s if self.since else (
-                waited >= max(follow.commit_interval_s, IDLE_CHECKPOINT_S) and position is not None
-                and position.op > held)
+            due = policy.idle(self.since, moved=position is not None and position.op > held)
             if position is not None and not self.gone and (due or follow.stop.is_set()):
                 yield self._handed(position)
-                checkpointed, held = time.monotonic(), position.op
+                held = position.op
+                policy.checkpointed()
             if follow.stop.is_set():
                 return
             read_before = cluster_time()  # before the next empty batch, whose token is then past it

@@ -328,7 +328,7 @@ class PostgresChangeCapture:
             return None
         return LiveChecks(lambda: connect(self.settings), self.settings.publication,
                           {key: self._resolved[key] for key in active}, self._members,
-                          check_every(follow.commit_interval_s))
+                          check_every(follow.policy))
 
     def _feed_connection(self):
         """A connection for the slot read: the scan's text formats, and the decoding memory (see decoding.py)."""

@@ -5,22 +5,17 @@ partitions; bounded (``batches``) or following the slot (``follow``, see ``core.
 
 from __future__ import annotations
 
-import os
-import time
 from collections.abc import Iterator
 
 import numpy as np
 
 from olake_cli.core.catalog import CatalogStream
 from olake_cli.core.contracts import ChangeBatch
-from olake_cli.core.follow import IDLE_CHECKPOINT_S, Follow
+from olake_cli.core.follow import CHECKPOINT_EVERY, INSIDE_FACTOR, Follow
 from olake_cli.core.opid import OpId
 from olake_cli.core.state import State, StreamState
 from olake_cli.sources.postgres.lsn import parse_lsn
 
-# Changes between checkpoints (at transaction ends; inside one huge transaction every 5x as many).
-# OLAKE_CDC_CHECKPOINT_EVERY overrides it (tests use a small value to checkpoint mid-transaction).
-CHECKPOINT_EVERY = max(1, int(os.environ.get("OLAKE_CDC_CHECKPOINT_EVERY", "20000")))
 BATCH_CHANGES = 1000
 _TRUNCATE = ord("t")
 
@@ -50,19 +45,19 @@ class ChangeReader:
         for run in feed.runs():
             key = (run.relation.namespace, run.relation.name)
             keep = self._keep(run, key) if key in self.active else np.zeros(len(run), bool)
-            inside = 5 * CHECKPOINT_EVERY - self.since  # a huge transaction: checkpoint inside it
+            inside = INSIDE_FACTOR * CHECKPOINT_EVERY - self.since  # a huge transaction: checkpoint inside it
             while 0 < inside < keep.sum():
                 at = int(np.flatnonzero(keep)[inside - 1]) + 1
                 head, run = run.split(at)
                 batch = yield from self._add(key, head, keep[:at], batch)
-                keep, inside = keep[at:], 5 * CHECKPOINT_EVERY
+                keep, inside = keep[at:], INSIDE_FACTOR * CHECKPOINT_EVERY
                 batch.position, self.since = head.op_id(at - 1), 0
                 yield batch
                 batch, self.size = ChangeBatch(), 0
             batch = yield from self._add(key, run, keep, batch)
             if run.ends_at is not None and self.since >= CHECKPOINT_EVERY:
                 batch.position, self.since = OpId(run.ends_at, 0), 0
-            elif self.since >= 5 * CHECKPOINT_EVERY:
+            elif self.since >= INSIDE_FACTOR * CHECKPOINT_EVERY:
                 batch.position, self.since = run.op_id(len(run) - 1), 0
             if batch.position is not None or self.size >= BATCH_CHANGES:
                 yield batch
@@ -72,28 +67,25 @@ class ChangeReader:
         yield batch
 
     def follow(self, feed, follow: Follow) -> Iterator[ChangeBatch]:
-        """The feed's runs as batches, checkpointing every ``follow.commit_interval_s`` seconds at a
-        transaction's end or an idle moment (sooner after CHECKPOINT_EVERY changes, inside a huge
-        transaction after 5x as many; an idle stream's position at most every IDLE_CHECKPOINT_S), and
+        """The feed's runs as batches, checkpointing where ``follow.policy`` says one is due at the safe
+        points this source has (a transaction's end, a change inside a transaction, an idle moment), and
         once more when ``follow.stop`` is set, then ending. Committed states move the slot."""
         batch, self.since, self.size = ChangeBatch(), 0, 0
-        checkpointed, last = time.monotonic(), None
+        policy, last = follow.policy, None
         for run in feed.runs():
             self._confirm(feed, follow)
-            waited = time.monotonic() - checkpointed
             if run is None:  # idle between transactions: everything before idle_lsn was delivered
                 position = OpId(feed.idle_lsn, 0)
-                due = waited >= follow.commit_interval_s if self.since else (
-                    waited >= max(follow.commit_interval_s, IDLE_CHECKPOINT_S) and (last is None or position > last))
+                due = policy.idle(self.since, moved=last is None or position > last)
             else:
                 key = (run.relation.namespace, run.relation.name)
                 keep = self._keep(run, key) if key in self.active else np.zeros(len(run), bool)
                 batch = yield from self._add(key, run, keep, batch)
                 position = run.op_id(len(run) - 1) if run.ends_at is None else OpId(run.ends_at, 0)
-                due = self.since >= 5 * CHECKPOINT_EVERY or (run.ends_at is not None and self.since > 0 and (
-                    self.since >= CHECKPOINT_EVERY or waited >= follow.commit_interval_s))
+                due = policy.inside(self.since) or (run.ends_at is not None and policy.at_end(self.since))
             if due or follow.stop.is_set():
-                batch.position, self.since, checkpointed, last = position, 0, time.monotonic(), position
+                batch.position, self.since, last = position, 0, position
+                policy.checkpointed()
             if batch.position is not None or self.size >= BATCH_CHANGES:
                 yield batch
                 batch, self.size = ChangeBatch(), 0

@@ -30,6 +30,7 @@ from collections.abc import Callable
 import psycopg
 
 from olake_cli.core.errors import SourceChangedError
+from olake_cli.core.follow import CommitPolicy
 from olake_cli.sources.postgres.publication import PUBLISH_ACTIONS, Membership, publication_members
 from olake_cli.sources.postgres.replica_identity import ResolvedTable, resolve_tables
 
@@ -55,9 +56,9 @@ class StreamsLost(Exception):
         self.lost = lost
 
 
-def check_every(commit_interval_s: float) -> float:
-    """Seconds between two looks of a following read: its commit interval, from 1 s up to 10 s."""
-    return min(max(commit_interval_s, FIRST_CHECK_S), LAST_CHECK_S)
+def check_every(policy: CommitPolicy) -> float:
+    """Seconds between two looks of a following read: its checkpoint interval, from 1 s up to 10 s."""
+    return policy.held_between(FIRST_CHECK_S, LAST_CHECK_S)
 
 
 def slot_problem(info: dict | None, slot: str) -> str | None:
