@@ -174,7 +174,7 @@ def test_every_message_builder_output_is_valid() -> None:
      "line 3: RECORD field 'record.namespace' must be a string or null, found an integer"),
     ({"type": "RECORD", "data": {}}, "line 3: RECORD field 'record' must be an object, found a null"),
     ({"type": "HELLO"}, "line 3: unknown message type 'HELLO' (expected one of RECORD, STATE, LOG, "
-                        "TRACE, CATALOG, CONNECTION_STATUS, SPEC)"),
+                        "TRACE, CATALOG, CONNECTION_STATUS, SPEC, CONTROL)"),
     ({"type": "STATE", "state": {"level": "planet", "streams": []}},
      "line 3: field 'state.level': 'planet' is not one of 'global', 'stream'"),
     ({"type": "LOG", "log": {"level": "INFO"}}, "line 3: missing required field 'log.message'"),

@@ -9,10 +9,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from olake_cli.core.codec.airbyte_types import is_derived, is_plain, with_derived_types
 from olake_cli.core.errors import CatalogError
 from olake_cli.core.validation import load_json_file, validate
 
 SYNC_MODES = ("full_refresh", "incremental", "cdc")
+# how ``write`` applies an Airbyte source's stream (the ConfiguredCatalog's destination_sync_mode)
+WRITE_MODES = ("overwrite", "overwrite_dedup", "append", "append_dedup")
 _KNOWN_KEYS = ("name", "namespace", "json_schema", "supported_sync_modes", "source_defined_primary_key",
                "default_cursor_field", "cursor_candidates", "selected", "sync_mode", "cursor_field",
                "cursor_lookback", "primary_key", "skip_initial_load", "row_filter", "transform", "x-olake")
@@ -71,6 +74,12 @@ class CatalogStream:
     def columns(self) -> list[str]:
         """Top-level column names, in json_schema order."""
         return list(self.json_schema.get("properties", {}) or {})
+
+    @property
+    def olake_types(self) -> dict[str, str]:
+        """Column name -> x-olake-type ("" for a column without one)."""
+        properties = self.json_schema.get("properties", {})
+        return {name: (prop or {}).get("x-olake-type") or "" for name, prop in properties.items()}
 
     @property
     def primary_key_columns(self) -> list[str]:
@@ -197,6 +206,8 @@ def _check_stream_choices(stream: CatalogStream, what: str) -> None:
     if modes and stream.sync_mode not in modes:
         raise CatalogError(f"{where}: sync_mode '{stream.sync_mode}' is not supported "
                            f"(supported: {', '.join(modes)})")
+    if is_plain(stream.json_schema) or is_derived(stream.json_schema):
+        _check_write_mode(stream, where)  # an Airbyte source's stream, as ``write`` applies it
     columns = set(stream.columns)
     if stream.skip_initial_load and stream.sync_mode != "cdc":
         raise CatalogError(f"{where}: skip_initial_load applies to sync_mode 'cdc' only")
@@ -214,6 +225,44 @@ def _check_stream_choices(stream: CatalogStream, what: str) -> None:
         unknown = [c for c in stream.primary_key_columns if c not in columns]
         if unknown:
             raise CatalogError(f"{where}: primary_key column '{unknown[0]}' is not a column of the stream")
+
+
+def _check_write_mode(stream: CatalogStream, where: str) -> None:
+    mode = stream.additional.get("destination_sync_mode")
+    if mode is not None and mode not in WRITE_MODES:
+        raise CatalogError(f"{where}: destination_sync_mode '{mode}' is not one of {', '.join(WRITE_MODES)}")
+    if mode in ("append_dedup", "overwrite_dedup") and not stream.primary_key_columns:
+        raise CatalogError(f"{where}: destination_sync_mode '{mode}' needs a primary_key (or a "
+                           f"source_defined_primary_key) to deduplicate by")
+
+
+def write_mode(stream: CatalogStream) -> str:
+    """How ``write`` applies an Airbyte source's stream: its destination_sync_mode, else ``overwrite`` for a
+    full_refresh stream, ``append_dedup`` for an incremental one with a primary key, ``append`` without."""
+    mode = stream.additional.get("destination_sync_mode")
+    if mode is not None:
+        return mode
+    if stream.sync_mode == "full_refresh":
+        return "overwrite"
+    return "append_dedup" if stream.primary_key_columns else "append"
+
+
+def with_airbyte_types(catalog: Catalog) -> Catalog:
+    """``catalog`` with each stream whose json_schema has no ``x-olake-type`` (an Airbyte source's) typed
+    from its JSON Schema (``codec.airbyte_types``); such a stream written with ``append`` keeps every
+    record, so it has no key."""
+    streams = []
+    for stream in catalog.streams:
+        if is_plain(stream.json_schema):
+            if not stream.json_schema.get("properties") and stream.selected:
+                raise CatalogError(f"catalog: stream '{stream.label}': its json_schema lists no properties; "
+                                   f"olake writes the columns a stream's schema lists")
+            stream = copy.deepcopy(stream)
+            if write_mode(stream) == "append":
+                stream.primary_key = []
+            stream.json_schema = with_derived_types(stream.json_schema, stream.primary_key_columns)
+        streams.append(stream)
+    return Catalog(streams, catalog.new_streams)
 
 
 def _check_cursor_type(stream: CatalogStream, where: str) -> None:

@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from olake_cli.core.change_runs import decoded_schema
+from olake_cli.core.codec.airbyte_types import is_derived
 from olake_cli.core.codec.decode import decode_column, decode_rows
 from olake_cli.core.codec.types import olake_type_of
 from olake_cli.core.errors import OlakeError, ProtocolError
@@ -44,6 +45,9 @@ class BlockDecoder:
         self.schema = pa.schema([f for f in self.out_schema if f.name not in WIRE_NAMES])
         self.types: dict[str, str] = {}
         data_fields = []
+        if is_derived(json_schema):  # values in Airbyte's forms: line by line (``decode_rows`` converts them)
+            self.envelope = None
+            return
         for name, prop in json_schema.get("properties", {}).items():
             olake_type = olake_type_of(prop, name)
             kind = olake_type.split("(")[0]

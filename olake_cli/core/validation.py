@@ -30,7 +30,8 @@ _JSON_TYPE_NAMES = {dict: "object", list: "array", str: "string", bool: "boolean
                     int: "integer", float: "number", type(None): "null"}
 _MESSAGE_DEFS = {"RECORD": "record_message", "STATE": "state_message", "LOG": "log_message",
                  "TRACE": "trace_message", "CATALOG": "catalog_message",
-                 "CONNECTION_STATUS": "connection_status_message", "SPEC": "spec_message"}
+                 "CONNECTION_STATUS": "connection_status_message", "SPEC": "spec_message",
+                 "CONTROL": "control_message"}
 
 
 def schema_dir() -> Path:

@@ -29,10 +29,11 @@ from olake_cli.core.record_block import BlockDecoder
 from olake_cli.core.record_lines import record_prefix
 from olake_cli.core.row_hooks import RowHooks, catalog_hooks
 from olake_cli.core.row_metadata import COMMIT_TS, OP, OP_ID
-from olake_cli.core.schema_change import SchemaDiff, compare_columns, olake_type_of
+from olake_cli.core.schema_change import SchemaDiff, compare_columns
 from olake_cli.core.schema_drift import apply_to_catalog, changed_columns, column_type, explained
 from olake_cli.core.state import FileStateStore, State, parse_state
 from olake_cli.core.validation import validate_message
+from olake_cli.pipeline.airbyte_input import AirbyteStreams, is_airbyte_state
 from olake_cli.pipeline.in_process import ChangeTable
 from olake_cli.pipeline.stdin_runs import RunReader, blocks_of
 from olake_cli.pipeline.stream_buffer import StreamBuffers
@@ -52,6 +53,7 @@ class WritePipeline:
         self.catalog_given = catalog is not None  # --catalog; else the reader's first CATALOG is adopted
         self.out, self.log = out, log
         self.buffers = StreamBuffers(destination, log)  # each stream's rows until a STATE commits them
+        self.airbyte = AirbyteStreams(self.buffers, log)  # the streams an Airbyte source feeds
         self.keys: set[tuple] = set()
         self.prefixes: dict[bytes, tuple[tuple, BlockDecoder]] = {}  # record_prefix -> stream, decoder
         self.decoders: dict[tuple, BlockDecoder] = {}
@@ -195,6 +197,7 @@ class WritePipeline:
     def _add_table(self, key: tuple, table, warnings: list[str]) -> None:
         """Decoded records to their stream's buffer, through the stream's row filter and transform if any."""
         self.records += table.num_rows
+        table = self.airbyte.rows(key, table)
         if key in self.hooks:
             table = self.hooks[key].apply(table)
         if table.num_rows:
@@ -237,8 +240,8 @@ class WritePipeline:
         if kind == "RECORD":  # a valid RECORD of a known stream took the short path in ``_line``
             record = msg["record"]
             if self.catalog is None:
-                raise ProtocolError(f"stdin line {lineno}: RECORD before any CATALOG message; "
-                                    f"give --catalog or let the reader send its CATALOG first")
+                raise ProtocolError(f"stdin line {lineno}: RECORD before any CATALOG message: give --catalog (an "
+                                    f"Airbyte source sends none: the ConfiguredCatalog it reads with)")
             raise ProtocolError(f"stdin line {lineno}: record for unknown stream "
                                 f"'{record.get('namespace')}.{record['stream']}' (not in the catalog)")
         if kind == "STATE":
@@ -265,7 +268,8 @@ class WritePipeline:
         A destination that commits in the background (``BackgroundCommits``) does so while the input goes
         on, at most :data:`COMMITS_AHEAD` commits ahead; its thread saves and echoes each STATE once its
         commit is made, in order, and the first failure stops the run here."""
-        given = parse_state(msg["state"], what="STATE message")
+        state = msg["state"]
+        given = self.airbyte.olake_state(state) if is_airbyte_state(state) else parse_state(state, what="STATE message")
         self._open()
         if not isinstance(self.destination, BackgroundCommits):
             with signals_held():
@@ -318,6 +322,7 @@ class WritePipeline:
 
     def _on_catalog(self, incoming: Catalog) -> None:
         """Adopt the first catalog; later ones (or the reader's against --catalog) may only widen types."""
+        incoming = self.airbyte.adopt(incoming)
         self.input_end.announce(incoming.streams)
         self._settle()
         if self.catalog is None:
@@ -333,7 +338,7 @@ class WritePipeline:
             if mine is None:
                 raise CatalogError(f"catalog: stream '{stream.namespace}.{stream.name}' from the reader "
                                    f"is not in --catalog")
-            diff = compare_columns(mine.json_schema.get("properties", {}), _olake_types(stream))
+            diff = compare_columns(mine.json_schema.get("properties", {}), stream.olake_types)
             drift = explained(mine, stream)  # columns the reader's source widened (core/schema_drift)
             diff.added = [c for c in diff.added if c not in drift]
             diff.incompatible = {c: t for c, t in diff.incompatible.items() if c not in drift}
@@ -365,6 +370,7 @@ class WritePipeline:
         self.decoders[stream.key] = decoder
 
     def _adopt(self, catalog: Catalog) -> None:
+        catalog = self.airbyte.adopt(catalog)
         apply_to_catalog(catalog, self.known_state)  # columns the source widened in earlier runs
         self.catalog = catalog
         self.keys = {s.key for s in catalog.streams}
@@ -383,12 +389,6 @@ class WritePipeline:
         if self.known_state is not None:
             self.buffers.observe(self.known_state)  # which load the first records belong to
         self.opened = True
-
-
-def _olake_types(stream) -> dict[str, str]:
-    """Column name -> olake type of a catalog stream (columns without one compare as equal)."""
-    props = stream.json_schema.get("properties", {})
-    return {name: olake_type_of(prop) or "" for name, prop in props.items()}
 
 
 def _describe(diff: SchemaDiff) -> str:

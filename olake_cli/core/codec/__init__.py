@@ -5,6 +5,7 @@ Its modules build on each other in this order; none imports one below it in the 
 
     types       each ``x-olake-type``: its destination Arrow type, its wire value, array shapes
     bad_value   a value that cannot be carried, and the error naming its stream, column and row
+    airbyte_types  Airbyte's JSON Schema types as olake types, Airbyte's values as wire values (both ways)
     encode      Arrow columns (as a source scanned them) -> wire values
     decode      wire values -> Arrow columns of the destination types
     scanned     a scanned batch straight to the destination types (encode, then decode, per column)

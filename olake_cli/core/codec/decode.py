@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from olake_cli.core.calendar_text import parse_date, parse_timestamp
+from olake_cli.core.codec.airbyte_types import is_derived, wire_values
 from olake_cli.core.codec.bad_value import BadValue, value_error
 from olake_cli.core.codec.types import (
     DAY_US, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, INT_TYPES, INTERVAL_FIELDS, INTERVAL_TYPE, NDARRAY_FIELDS,
@@ -33,13 +34,15 @@ def decode_rows(rows: list[dict], json_schema: dict, all_nullable: bool = False,
 
     ``all_nullable`` accepts nulls and missing keys in every column and makes every field nullable
     (CDC delete records carry only the key columns). A value the destination type cannot hold
-    raises a DestinationError naming ``stream``, the column and the row's ``key_columns``.
+    raises a DestinationError naming ``stream``, the column and the row's ``key_columns``. A schema whose
+    types were derived from Airbyte's (``airbyte_types``) takes its values in Airbyte's forms.
     """
     schema = arrow_schema(json_schema)
     if all_nullable:
         schema = pa.schema([field.with_nullable(True) for field in schema], metadata=schema.metadata)
     warnings: list[str] = []
     arrays = []
+    airbyte = is_derived(json_schema)
     for field in schema:
         name = field.name
         try:
@@ -48,7 +51,10 @@ def decode_rows(rows: list[dict], json_schema: dict, all_nullable: bool = False,
             raise ProtocolError("record.data must be a JSON object") from None
         try:
             prop = json_schema["properties"][name]
-            array = decode_column(values, olake_type_of(prop, name), name, warnings, prop)
+            olake_type = olake_type_of(prop, name)
+            if airbyte:
+                values = wire_values(values, olake_type)
+            array = decode_column(values, olake_type, name, warnings, prop)
         except BadValue as bad:
             key = {k: rows[bad.index].get(k) for k in key_columns}
             raise value_error(DestinationError, stream, name, key, bad.index, bad.detail) from None
