@@ -40,7 +40,7 @@ def test_a_stream_the_committed_state_does_not_hold_yet_keeps_the_slot_at_the_ru
         start = capture.start_position().commit  # where the new stream's load ranks
         assert parse_lsn(ahead) > start
         first_commit = State(level="stream", streams=[stream_state("cdc", "t", "public", ahead, None, op_seq=0)])
-        assert capture.note_committed(first_commit) <= start
+        assert capture.release(first_commit) <= start
     finally:
         with psycopg.connect(pg_cluster.dsn(pg_db), autocommit=True) as conn:
             conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))

@@ -4,9 +4,12 @@ what the destination has committed so far.
 A following run reads the change log without an end: it checkpoints (a STATE, which the writer commits)
 every ``commit_interval_s`` seconds at a transaction's end (or sooner, after as many changes as
 the source checkpoints at in a bounded run), and stops at the next checkpoint once ``stop`` is set (SIGTERM or
-SIGINT, see ``core.interrupts``). The source may let go of its log only up to what the destination
+SIGINT, see ``core.interrupts``). When a checkpoint is due is the runtime's :class:`CommitPolicy`; where
+one is safe only the source knows. The source may let go of its log only up to what the destination
 committed: ``committed()`` gives the latest committed state the writer reported (``sync``) or the
-``--state`` file shows (``read``), or None when nothing new was committed since the last call.
+``--state`` file shows (``read``), or None when nothing new was committed since the last call; the
+runtime (``pipeline.changes``) hands each to a capture that keeps a log for the pipeline
+(:class:`ReleasesLog`), and no source asks for it itself.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 from olake_cli.core.errors import OlakeError
 from olake_cli.core.state import State, merge_state
@@ -133,6 +137,16 @@ class Follow:
 
     def __post_init__(self) -> None:
         self.policy = CommitPolicy(self.commit_interval_s)
+
+
+@runtime_checkable
+class ReleasesLog(Protocol):
+    """A change capture whose source keeps its log until told (a PostgreSQL replication slot)."""
+
+    def release(self, committed: State) -> object:
+        """The destination committed ``committed``: let go of the log up to the lowest position of the
+        capture's streams in it (thread-safe: the runtime calls it from its own thread)."""
+        ...
 
 
 class CommittedStates:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, closing
-from dataclasses import replace
 
 import orjson
 import pyarrow.compute as pc
@@ -42,6 +41,7 @@ from olake_cli.pipeline.in_process import ChangeTable
 from olake_cli.pipeline.live_discovery import StreamsChanged
 from olake_cli.pipeline.following import retry_pause
 from olake_cli.pipeline.load_beside import LoadBeside
+from olake_cli.pipeline.log_release import CommitRelay
 from olake_cli.pipeline.progress import REPLAYED
 
 
@@ -103,28 +103,34 @@ def _follow(capture: FollowingCapture, emitter: _ChangeEmitter, follow: Follow, 
                           else None, lambda state: _lowest_position(capture, emitter.active, state))
     log(f"following the change log: a commit every {follow.commit_interval_s:g}s; SIGTERM or Ctrl-C "
         f"commits what was read and stops")
-    follow = replace(follow, committed=_reporting(follow.committed, status))
     emitter.status = status
     try:
-        while not follow.stop.is_set():
-            reading = follow if beside is None else beside.until_loaded(follow)
-            try:
-                _emit_until_resync(capture, emitter, reading, lock, follow.retries, log)
-            except SourceChangedError as exc:
-                log(f"change capture: {exc}; the run starts again, and its start checks decide "
-                    f"(--follow keeps running)")
-                raise StartAgain() from None
-            except (TransientError, ConnectionFailed) as exc:
-                if not retry_pause(exc, follow.retries, follow.stop, log, "change capture", "trying again"):
-                    return
-                continue
-            if beside is None or follow.stop.is_set() or (joined := beside.joined()) is None:
-                return
-            beside = None
-            with lock:
-                emitter.add(joined)
+        with CommitRelay(follow.committed, status, capture, log):
+            _follow_until_stopped(capture, emitter, follow, log, beside, lock)
     finally:
         status.close()
+
+
+def _follow_until_stopped(capture: FollowingCapture, emitter: _ChangeEmitter, follow: Follow,
+                          log: Callable[[str], None], beside: LoadBeside | None, lock: AbstractContextManager) -> None:
+    """The loop of :func:`_follow`: read, retry, add the streams loaded beside, start the run again."""
+    while not follow.stop.is_set():
+        reading = follow if beside is None else beside.until_loaded(follow)
+        try:
+            _emit_until_resync(capture, emitter, reading, lock, follow.retries, log)
+        except SourceChangedError as exc:
+            log(f"change capture: {exc}; the run starts again, and its start checks decide "
+                f"(--follow keeps running)")
+            raise StartAgain() from None
+        except (TransientError, ConnectionFailed) as exc:
+            if not retry_pause(exc, follow.retries, follow.stop, log, "change capture", "trying again"):
+                return
+            continue
+        if beside is None or follow.stop.is_set() or (joined := beside.joined()) is None:
+            return
+        beside = None
+        with lock:
+            emitter.add(joined)
 
 
 def _emit_until_resync(capture: FollowingCapture, emitter: _ChangeEmitter, reading: Follow,
@@ -142,16 +148,6 @@ def _emit_until_resync(capture: FollowingCapture, emitter: _ChangeEmitter, readi
                 log(f"change capture: the run starts again to load {', '.join(resynced)} anew beside the other "
                     f"streams (--follow keeps running)")
                 raise StartAgain()
-
-
-def _reporting(committed: Callable[[], State | None], status) -> Callable[[], State | None]:
-    """``committed``, telling ``status`` of each new committed state."""
-    def latest() -> State | None:
-        state = committed()
-        if state is not None:
-            status.committed(state)
-        return state
-    return latest
 
 
 def _lowest_position(capture: ChangeCapture, active: dict[tuple, CatalogStream], state: State):

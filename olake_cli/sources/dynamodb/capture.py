@@ -195,7 +195,6 @@ class DynamoChangeCapture:
                 streams = [s for s in streams if s.key not in batch.resync]
                 yield batch
             quiet = True
-            follow.committed()  # DynamoDB keeps its streams by time: nothing to let go; the run's status hears of it
             if follow.policy.wait(follow.stop):
                 return
 

@@ -80,7 +80,6 @@ class ChangeEventReader:
         the deployment's cluster time, ``start`` is the op id of the position the stream resumed at."""
         policy, held, read_before, deadline = follow.policy, start, None, None
         while stream.alive and self.streams:
-            follow.committed()  # nothing to confirm to the server; the run's status hears of commits
             event = stream.try_next()
             if event is not None:
                 read_before, deadline = None, None

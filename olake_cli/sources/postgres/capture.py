@@ -44,6 +44,7 @@ class PostgresChangeCapture:
         self._resolved: dict[tuple, ResolvedTable] = {}  # stream key -> its table as first found (its oid)
         self._session_settings: dict[str, str] = {}  # set on the feed's connection (decoding memory)
         self._committed: State | None = None  # following: the state the destination last committed
+        self._feed = None  # following: the slot read under way, which :meth:`release` moves
 
     # -- positions ---------------------------------------------------------------------------
 
@@ -220,14 +221,18 @@ class PostgresChangeCapture:
     def follow(self, streams: list[CatalogStream], state: State, follow: Follow,
                typed: bool = False) -> Iterator[ChangeBatch]:
         """Read the slot's changes as they are committed, checkpointing on ``follow``'s cadence, until its
-        stop request; the slot moves to what ``follow.committed()`` reports (see ``core.follow``)."""
+        stop request; the slot moves to what the runtime says was committed (:meth:`release`)."""
         return self._read(streams, state, typed, follow)
 
-    def note_committed(self, state: State) -> int | None:
-        """Following: the state the destination committed (a retried read starts from it); returns the
-        lowest position of the capture's streams in it, where the slot may move."""
-        self._committed = state
-        return self._confirmed_lsn(state)
+    def release(self, committed: State) -> int | None:
+        """Following: the destination committed ``committed`` (a retried read starts from it); the slot may
+        move to the lowest position of the capture's streams in it, which is returned (None: none holds
+        one; see ``core.follow.ReleasesLog``)."""
+        self._committed = committed
+        lsn, feed = self._confirmed_lsn(committed), self._feed
+        if lsn is not None and feed is not None:
+            feed.confirm(lsn)
+        return lsn
 
     def _confirmed_lsn(self, state: State) -> int | None:
         """The lowest committed position of the capture's streams in ``state`` (None: none holds one).
@@ -267,7 +272,11 @@ class PostgresChangeCapture:
                               routing=routing, run_rows=min(RUN_ROWS, CHECKPOINT_EVERY), waiting=progress,
                               confirm_lsn=confirm, between=checks) as feed:
                 reader = ChangeReader(self, active, state, watch, moved, typed)
-                yield from (reader.follow(feed, follow) if follow else reader.batches(feed))
+                self._feed = feed if follow else None
+                try:
+                    yield from (reader.follow(feed, follow) if follow else reader.batches(feed))
+                finally:
+                    self._feed = None
             if feed.skipped_transactions:
                 self.log(f"change capture: left out {feed.skipped_transactions} transaction(s) applied under "
                          f"skipped origins (skip_origins)")

@@ -69,11 +69,10 @@ class ChangeReader:
     def follow(self, feed, follow: Follow) -> Iterator[ChangeBatch]:
         """The feed's runs as batches, checkpointing where ``follow.policy`` says one is due at the safe
         points this source has (a transaction's end, a change inside a transaction, an idle moment), and
-        once more when ``follow.stop`` is set, then ending. Committed states move the slot."""
+        once more when ``follow.stop`` is set, then ending (the runtime moves the slot: ``capture.release``)."""
         batch, self.since, self.size = ChangeBatch(), 0, 0
         policy, last = follow.policy, None
         for run in feed.runs():
-            self._confirm(feed, follow)
             if run is None:  # idle between transactions: everything before idle_lsn was delivered
                 position = OpId(feed.idle_lsn, 0)
                 due = policy.idle(self.since, moved=last is None or position > last)
@@ -91,14 +90,6 @@ class ChangeReader:
                 batch, self.size = ChangeBatch(), 0
             if follow.stop.is_set():
                 return
-
-    def _confirm(self, feed, follow: Follow) -> None:
-        """Move the slot to the lowest position the destination committed for the capture's streams."""
-        committed = follow.committed()
-        if committed is not None:
-            lsn = self.capture.note_committed(committed)
-            if lsn is not None:
-                feed.confirm(lsn)
 
     def _add(self, key: tuple, run, keep: np.ndarray, batch: ChangeBatch):
         """Add the run's kept rows to the batch (after announcing a widened stream); returns the batch."""
