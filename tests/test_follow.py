@@ -15,6 +15,7 @@ import os
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 
 import psycopg
@@ -38,11 +39,30 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _metrics(port: int) -> dict[str, float]:
-    """The samples the run serves, by name with labels."""
+def _metrics(port: int, identity: tuple[str, str]) -> dict[str, float]:
+    """The samples the run serves, by name with labels; every sample must carry the run's ``pipeline`` and
+    ``destination`` labels (``identity``), which the keys leave out."""
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in body.splitlines()
-            if line and not line.startswith("#")}
+    run_labels = {f'pipeline="{identity[0]}"', f'destination="{identity[1]}"'}
+    samples = {}
+    for line in body.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            metric, _, labels = name.partition("{")
+            labels = set(labels.rstrip("}").split(",")) - {""}
+            assert run_labels <= labels, line
+            rest = ",".join(sorted(labels - run_labels))
+            samples[f"{metric}{{{rest}}}" if rest else metric] = float(value)
+    return samples
+
+
+def _probe(port: int, path: str) -> tuple[int, str]:
+    """``GET path`` on the run's endpoints: status and body."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as refused:
+        return refused.code, refused.read().decode()
 
 
 def _target_matches(source: str, target: str) -> bool:
@@ -85,7 +105,8 @@ def test_sync_follow_survives_a_kill_and_restarts_of_source_and_target_and_stops
         wait_until(lambda: log.read_text().count("following the change log") == 3, "the run follows again")
         time.sleep(2.0)
         assert run.poll() is None, log.read_text()[-3000:]
-        metrics = _metrics(port)
+        metrics = _metrics(port, (str(tmp_path / "state.json"), f"postgres {tmp_path / 'dst.json'}"))
+        assert _probe(port, "/healthz") == (200, "ok\n") and _probe(port, "/readyz") == (200, "ready\n")
         assert metrics['olake_changes_total{op="u",stream="public.t"}'] > 0, metrics
         assert metrics["olake_commits_total"] > 0 and metrics["olake_retries_total"] >= 2, metrics
         assert metrics["olake_source_backlog_bytes"] > 0 and 0 <= metrics["olake_lag_seconds"] < 30, metrics

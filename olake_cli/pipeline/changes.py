@@ -100,7 +100,8 @@ def _follow(capture: FollowingCapture, emitter: _ChangeEmitter, follow: Follow, 
 
     stop_on_signal(follow.stop)
     status = FollowStatus(follow.metrics_port, log, capture.backlog_bytes if isinstance(capture, SourceBacklog)
-                          else None, lambda state: _lowest_position(capture, emitter.active, state))
+                          else None, lambda state: _lowest_position(capture, emitter.active, state),
+                          follow.commit_interval_s)
     log(f"following the change log: a commit every {follow.commit_interval_s:g}s; SIGTERM or Ctrl-C "
         f"commits what was read and stops")
     emitter.status = status
@@ -239,8 +240,8 @@ class _ChangeEmitter:
 
     def _checkpoint(self, position) -> None:
         op = self.capture.position_op(position)
-        if self.status is not None and self.newest_commit_us:
-            self.status.checkpointed(op, self.newest_commit_us / 1e6)
+        if self.status is not None:
+            self.status.checkpointed(op, self.newest_commit_us / 1e6 if self.newest_commit_us else None)
         for key in self.active:
             held = self.positions.get(key)
             if held is None or held < op:

@@ -113,6 +113,8 @@ def _read(config_path: str, catalog_path: str, state_path: str | None, spark: Sp
             pipeline = pipeline_identity("read", destination and destination.lock_path(), state_from, state_path)
             following = following_read(state_path, destination, catalog, follow, log, retries) \
                 if follow else None
+            if follow:
+                _identify_metrics(state_path or state_from, "stdout")
             with _watching(source, catalog, follow, following, log) as watch:
                 ReadPipeline(source, catalog, start.state, out, runner, log, view=view, on_source_open=source_open,
                              pipeline=pipeline, follow=following).run()
@@ -176,6 +178,8 @@ def _sync(source_path: str, dest_path: str, catalog_path: str, state_path: str |
 
         runner = _runner(target, max_parallel, source_config, log)
         following = following_sync(destination, start.state, follow, retries) if follow else None
+        if follow:
+            _identify_metrics(state_path or dest_path, f"{dest_kind} {os.path.abspath(dest_path)}")
         try:
             with _watching(source, catalog, follow, following and following.follow, log) as watch:
                 run_in_process(source, destination, catalog, start.state, store, sink, runner, out, log, view,
@@ -195,9 +199,19 @@ def _once_or_supervised(attempt: Callable[[Backoff | None], None], follow: Follo
     if follow is None:
         attempt(None)
         return
+    from olake_cli.pipeline.follow_status import metrics
     from olake_cli.pipeline.following import supervised
 
+    if follow.metrics_port is not None:  # /healthz answers from the start, loads included
+        metrics().serve(follow.metrics_port, log)
     supervised(attempt, log)
+
+
+def _identify_metrics(pipeline: str | None, destination: str) -> None:
+    """The ``pipeline`` and ``destination`` labels of a following run's metrics."""
+    from olake_cli.pipeline.follow_status import metrics
+
+    metrics().identify(os.path.abspath(pipeline) if pipeline else "read", destination)
 
 
 def _followed_catalog(source, catalog, follow: FollowOptions | None, log: Callable[[str], None]):

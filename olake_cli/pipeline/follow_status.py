@@ -1,6 +1,10 @@
 """What a run that follows its change log reports while it runs: Prometheus metrics (``--metrics-port``,
 served by prometheus_client) and, when stderr is not a terminal, one status line every STATUS_EVERY_S.
 
+Served with ``/healthz`` and ``/readyz`` (``service_endpoints``). Every metric carries the labels
+``pipeline`` (the state file, else the destination config, of the run) and ``destination`` (the
+destination's type and config file; ``stdout`` for ``read``).
+
 Metrics (one registry per run):
 
 - ``olake_changes_total{stream,op}``: changes captured and handed to the destination;
@@ -20,7 +24,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from olake_cli.core.errors import ConfigError
 from olake_cli.core.opid import OpId
@@ -29,6 +33,8 @@ from olake_cli.core.validation import env_seconds
 
 STATUS_EVERY_S = env_seconds("OLAKE_STATUS_EVERY_S", 60.0)  # (tests make it short)
 BACKLOG_EVERY_S = 15.0
+READY_BOUND_MIN_S = 60.0  # not ready once a checkpoint waits this long (or 3 commit intervals) for its commit
+_IDENTITY = ("pipeline", "destination")
 
 
 class _Metrics:
@@ -39,35 +45,59 @@ class _Metrics:
         self.served: int | None = None  # the port they are served on
         self.host = "127.0.0.1"  # the address they are served on (--metrics-host)
         self.retried_count = 0  # transient failures retried (the status line's count)
-        self.changes = Counter("olake_changes", "Changes captured and handed to the destination",
-                               ["stream", "op"], registry=registry)
-        self.commits = Counter("olake_commits", "States the destination committed", registry=registry)
-        self.last_commit = Gauge("olake_last_commit_timestamp_seconds", "When the destination last committed",
-                                 registry=registry)
-        self.lag = Gauge("olake_lag_seconds", "Source commit to destination commit of the newest change in the "
-                         "last commit", registry=registry)
-        self.backlog = Gauge("olake_source_backlog_bytes", "What the source keeps for this pipeline (PostgreSQL: "
-                             "the replication slot's retained WAL)", registry=registry)
-        self.retries = Counter("olake_retries", "Transient failures retried", registry=registry)
-        self.errors = Counter("olake_errors", "Failures met, by error", ["error"], registry=registry)
+        self.identity = ("", "")  # the values of the pipeline and destination labels (:meth:`identify`)
+        self.readiness: Callable[[], str | None] = lambda: "the run has not reached its change phase yet"
+        self._changes = Counter("olake_changes", "Changes captured and handed to the destination",
+                                [*_IDENTITY, "stream", "op"], registry=registry)
+        self._commits = Counter("olake_commits", "States the destination committed", _IDENTITY, registry=registry)
+        self._last_commit = Gauge("olake_last_commit_timestamp_seconds", "When the destination last committed",
+                                  _IDENTITY, registry=registry)
+        self._lag = Gauge("olake_lag_seconds", "Source commit to destination commit of the newest change in the "
+                          "last commit", _IDENTITY, registry=registry)
+        self._backlog = Gauge("olake_source_backlog_bytes", "What the source keeps for this pipeline (PostgreSQL: "
+                              "the replication slot's retained WAL)", _IDENTITY, registry=registry)
+        self._retries = Counter("olake_retries", "Transient failures retried", _IDENTITY, registry=registry)
+        self._errors = Counter("olake_errors", "Failures met, by error", [*_IDENTITY, "error"], registry=registry)
+
+    def identify(self, pipeline: str, destination: str) -> None:
+        """Set the values of every metric's ``pipeline`` and ``destination`` labels."""
+        self.identity = (pipeline, destination)
+
+    def changes(self, stream: str, op: str, count: int) -> None:
+        """Count changes of ``stream`` handed to the destination."""
+        self._changes.labels(*self.identity, stream, op).inc(count)
+
+    def committed(self, now: float, lag: float | None) -> None:
+        """The destination committed at ``now`` (epoch seconds), with the lag of its newest change."""
+        self._commits.labels(*self.identity).inc()
+        self._last_commit.labels(*self.identity).set(now)
+        if lag is not None:
+            self._lag.labels(*self.identity).set(lag)
+
+    def backlog(self, value: int) -> None:
+        """What the source keeps for the pipeline now, in bytes."""
+        self._backlog.labels(*self.identity).set(value)
 
     def retried(self, error: str) -> None:
         """A transient failure (``error``: its kind), retried."""
-        self.retries.inc()
+        self._retries.labels(*self.identity).inc()
         self.retried_count += 1
-        self.errors.labels(error).inc()
+        self._errors.labels(*self.identity, error).inc()
 
     def serve(self, port: int, log: Callable[[str], None]) -> None:
-        """Serve the metrics on ``port`` (once per process)."""
+        """Serve the metrics, ``/healthz`` and ``/readyz`` on ``port`` (once per process)."""
+        from olake_cli.pipeline.service_endpoints import serve_endpoints
+
         if self.served is not None:
             return
         try:
-            start_http_server(port, addr=self.host, registry=self.registry)
+            serve_endpoints(self.host, port, self.registry, lambda: self.readiness())
         except OSError as exc:
             raise ConfigError(f"--metrics-host {self.host} --metrics-port {port}: cannot serve metrics there "
                               f"({exc.strerror})") from None
         self.served = port
-        log(f"metrics on http://{f'[{self.host}]' if ':' in self.host else self.host}:{port}/metrics")
+        log(f"metrics on http://{f'[{self.host}]' if ':' in self.host else self.host}:{port}/metrics "
+            f"(and /healthz, /readyz)")
 
 
 _METRICS: _Metrics | None = None
@@ -86,10 +116,13 @@ class FollowStatus:
     thread)."""
 
     def __init__(self, port: int | None, log: Callable[[str], None], backlog: Callable[[], int | None] | None,
-                 position_of: Callable[[State], OpId | None]) -> None:
+                 position_of: Callable[[State], OpId | None], commit_interval_s: float) -> None:
         self.log, self._backlog, self._position_of = log, backlog, position_of
         self.m = metrics()
-        self._checkpoints: deque[tuple[OpId, float]] = deque()  # (position, newest source commit, epoch s)
+        # checkpoints not committed yet: (position, newest source commit in epoch s or None, handed on at)
+        self._checkpoints: deque[tuple[OpId, float | None, float]] = deque()
+        self._ready_bound_s = max(READY_BOUND_MIN_S, 3 * commit_interval_s)
+        self.m.readiness = self._not_ready
         self._counted = self._counted_at_status = 0
         self._last_commit = self._lag = self._backlog_bytes = None  # for the status line
         self._lock, self._stop = threading.Lock(), threading.Event()
@@ -101,32 +134,41 @@ class FollowStatus:
     def counted(self, stream: str, counts: dict[str, int]) -> None:
         """Changes of ``stream`` handed to the destination, by kind."""
         for op, count in counts.items():
-            self.m.changes.labels(stream, op).inc(count)
+            self.m.changes(stream, op, count)
             self._counted += count
 
     def checkpointed(self, position: OpId, newest_commit_s: float | None) -> None:
-        """A checkpoint at ``position``; the newest source commit (epoch seconds) of the changes before it."""
-        if newest_commit_s is not None:
-            with self._lock:
-                self._checkpoints.append((position, newest_commit_s))
+        """A checkpoint at ``position``; the newest source commit (epoch seconds) of the changes before it
+        (None: no change read yet)."""
+        with self._lock:
+            self._checkpoints.append((position, newest_commit_s, time.monotonic()))
 
     def committed(self, state: State) -> None:
         """The destination committed ``state``: count it, and measure the lag of its newest change."""
         now = self._last_commit = time.time()
-        self.m.commits.inc()
-        self.m.last_commit.set(now)
         position = self._position_of(state)
         newest = None
         with self._lock:
             while position is not None and self._checkpoints and self._checkpoints[0][0] <= position:
-                newest = self._checkpoints.popleft()[1]
+                newest = self._checkpoints.popleft()[1] or newest
         if newest is not None:
             self._lag = max(0.0, now - newest)
-            self.m.lag.set(self._lag)
+        self.m.committed(now, self._lag if newest is not None else None)
+
+    def _not_ready(self) -> str | None:
+        """Why the run is not ready (``/readyz``), or None: a checkpoint waits too long for its commit."""
+        with self._lock:
+            waiting = time.monotonic() - self._checkpoints[0][2] if self._checkpoints else 0.0
+        if waiting > self._ready_bound_s:
+            return (f"the destination has not committed a checkpoint handed to it {waiting:.0f}s ago "
+                    f"(ready within {self._ready_bound_s:.0f}s)")
+        return None
 
     def close(self) -> None:
-        """Stop the status thread (the metrics server ends with the process)."""
+        """Stop the status thread and join it (the endpoints are served on until the process ends)."""
+        self.m.readiness = lambda: "the run is not following its change log now (loading, or starting again)"
         self._stop.set()
+        self._thread.join()
 
     def _report(self) -> None:
         asked = status_at = time.monotonic()
@@ -150,7 +192,7 @@ class FollowStatus:
             return
         if value is not None:
             self._backlog_bytes = value
-            self.m.backlog.set(value)
+            self.m.backlog(value)
 
     def _status_line(self) -> str:
         changes, self._counted_at_status = self._counted - self._counted_at_status, self._counted
