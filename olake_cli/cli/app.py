@@ -84,14 +84,19 @@ def options(log_format_name: LogFormat = typer.Option(
 def spec(source: str | None = typer.Option(None, "--source", metavar="TYPE", help=f"Source type: {SOURCE_TYPES}."),
          destination: str | None = typer.Option(None, "--destination", metavar="TYPE",
                                                    help=f"Destination type: {DESTINATION_TYPES}.")) -> None:
-    """Print the SPEC message (the config's JSON Schema) of a connector."""
+    """Print the SPEC message (the config's JSON Schema) of a connector; with neither option, olake's as an
+    Airbyte source (any source config, by its "type")."""
+    from olake_cli.core.airbyte_form import any_of_spec
     from olake_cli.core.config import schema_for
     from olake_cli.core.validation import load_schema
 
-    if bool(source) == bool(destination):
-        raise ConfigError("spec: give exactly one of --source TYPE or --destination TYPE")
-    name = schema_for("source", source) if source else schema_for("destination", destination)
-    protocol_writer().write(messages.spec_message(load_schema(name)))
+    if source and destination:
+        raise ConfigError("spec: give one of --source TYPE or --destination TYPE, or neither (every source)")
+    if not source and not destination:
+        spec_ = any_of_spec([load_schema(schema_for("source", kind)) for kind in SOURCES])
+    else:
+        spec_ = load_schema(schema_for("source", source) if source else schema_for("destination", destination))
+    protocol_writer().write(messages.spec_message(spec_))
 
 
 @app.command()

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from olake_cli.core.airbyte_form import olake_entry
 from olake_cli.core.codec.airbyte_types import is_derived, is_plain, with_derived_types
 from olake_cli.core.errors import CatalogError
 from olake_cli.core.validation import load_json_file, validate
@@ -179,7 +180,7 @@ def parse_catalog(obj: Any, what: str = "catalog") -> Catalog:
     if isinstance(obj, dict) and obj.get("type") == "CATALOG" and "catalog" in obj:
         obj = obj["catalog"]
     validate(obj, "catalog", what, CatalogError)
-    catalog = Catalog([CatalogStream.from_dict(flat_entry(entry)) for entry in obj["streams"]],
+    catalog = Catalog([CatalogStream.from_dict(olake_entry(flat_entry(entry))) for entry in obj["streams"]],
                       obj.get("new_streams", "ignore"))
     seen: set[tuple[str | None, str]] = set()
     for stream in catalog.streams:

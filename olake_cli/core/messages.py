@@ -11,6 +11,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
+from olake_cli.core.airbyte_form import airbyte_output, airbyte_stream, with_airbyte_keys
 from olake_cli.core.catalog import Catalog
 from olake_cli.core.state import State
 
@@ -32,8 +33,10 @@ def record_message(stream: str, namespace: str | None, data: dict,
 
 
 def state_message(state: State | dict) -> dict:
-    """A STATE message carrying a state object (global or stream level)."""
-    return {"type": "STATE", "state": state.to_dict() if isinstance(state, State) else state}
+    """A STATE message carrying a state object (global or stream level); for Airbyte clients with Airbyte's
+    keys beside olake's (``airbyte_form``)."""
+    body = state.to_dict() if isinstance(state, State) else state
+    return {"type": "STATE", "state": with_airbyte_keys(body) if airbyte_output() else body}
 
 
 def log_message(level: str, text: str) -> dict:
@@ -74,8 +77,11 @@ def trace_stream_status(stream: str, namespace: str | None, status: str) -> dict
 
 
 def catalog_message(catalog: Catalog | dict) -> dict:
-    """A CATALOG message."""
-    return {"type": "CATALOG", "catalog": catalog.to_dict() if isinstance(catalog, Catalog) else catalog}
+    """A CATALOG message; for Airbyte clients its streams in Airbyte's form (``airbyte_form``)."""
+    body = catalog.to_dict() if isinstance(catalog, Catalog) else catalog
+    if airbyte_output():
+        body = {**body, "streams": [airbyte_stream(s) for s in body["streams"]]}
+    return {"type": "CATALOG", "catalog": body}
 
 
 def connection_status(ok: bool, message: str | None = None) -> dict:

@@ -15,6 +15,7 @@ import os
 import socket
 from dataclasses import dataclass, replace
 
+from olake_cli.core.airbyte_form import handed_by_client
 from olake_cli.core.locks import lock_identity
 
 
@@ -52,8 +53,9 @@ def pipeline_identity(command: str, destination_lock: str | None, destination_co
                       state_file: str | None) -> PipelineIdentity:
     """The identity of this run: ``command`` (``sync``, ``read``), the destination by its lock file (the
     one destination ↔ one lock of ``core.locks``) and its config file, the state file (made absolute);
-    described with this host and user."""
-    state = os.path.abspath(state_file) if state_file else None
+    described with this host and user. A state file an Airbyte client made for this run names no pipeline
+    (it is new each run: ``airbyte_form.handed_by_client``)."""
+    state = os.path.abspath(state_file) if state_file and not handed_by_client(state_file) else None
     parts = [f"olake {command}"]
     if destination_config:
         parts.append(f"into the destination of {os.path.abspath(destination_config)}")

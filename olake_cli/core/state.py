@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from olake_cli.core.airbyte_form import olake_state_of
 from olake_cli.core.errors import OlakeError, StateError
 from olake_cli.core.file_modes import new_file_mode
 from olake_cli.core.stream_state import Bound, Chunk, StreamState
@@ -165,9 +166,14 @@ def load_state(path: str | Path) -> State:
     path = Path(path)
     if not path.exists():
         return State()
-    obj = load_json_file(path, "state", StateError)
-    if obj.get("type") == "STATE" and isinstance(obj.get("state"), dict):
+    obj = load_json_file(path, "state", StateError, require_object=False)
+    if isinstance(obj, dict) and obj.get("type") == "STATE" and isinstance(obj.get("state"), dict):
         obj = obj["state"]  # the output of `olake state recover` is a STATE message
+    handed = isinstance(obj, list) and all(isinstance(item, dict) for item in obj)
+    if handed or (isinstance(obj, dict) and "level" not in obj and obj.get("type") in ("STREAM", "GLOBAL")):
+        obj = olake_state_of(obj)  # what an Airbyte client (PyAirbyte) hands back: olake's states in its form
+    elif not isinstance(obj, dict):
+        load_json_file(path, "state", StateError)  # raises its one line: not a JSON object
     return parse_state(obj, what=f"state file '{path}'")
 
 
