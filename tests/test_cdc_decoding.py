@@ -153,6 +153,33 @@ def test_the_pass_after_one_that_read_past_a_big_unrelated_transaction_does_not_
     assert read_in_process(config, second, stream)[1] == [("c", 5, "e")]
 
 
+def test_the_catch_up_goes_past_a_big_transaction_with_a_restart_point_inside_it(pg_cluster, pg_db,
+                                                                                 unrelated_change):
+    """Running-xacts records (checkpoints from another session) before the big unrelated transaction, while
+    it is open and after it. Past the confirmed position the server keeps only the first restart point it
+    meets, so one advance leaves restart_lsn before the transaction; the catch-up's second goes past."""
+    config, position, stream = unrelated_change
+    config = {**config, "logical_decoding_work_mem_mb": 1}
+    dsn, slot = pg_cluster.dsn(pg_db), config["replication_slot"]
+    half = UNRELATED_ROWS + BIG_UNRELATED_ROWS // 2
+    with psycopg.connect(dsn, autocommit=True) as other, psycopg.connect(dsn) as conn:
+        other.execute("ALTER TABLE other SET (autovacuum_enabled = false)")
+        other.execute("CHECKPOINT")  # the first restart point past the confirmed position
+        conn.execute(f"INSERT INTO other SELECT g, md5(g::text) FROM generate_series({UNRELATED_ROWS + 1}, {half}) g")
+        other.execute("CHECKPOINT")  # a restart point inside the open transaction
+        conn.execute(f"INSERT INTO other SELECT g, md5(g::text) FROM generate_series({half + 1}, "
+                     f"{UNRELATED_ROWS + BIG_UNRELATED_ROWS}) g")
+        conn.commit()
+        unrelated_end = parse_lsn(other.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
+        other.execute("CHECKPOINT")  # and one after it
+    _, changes, first = read_in_process(config, position, stream)
+    assert changes == [("c", 1, "a"), ("c", 2, "b"), ("c", 3, "c")]
+    spilled = spilled_bytes(dsn, slot)
+    assert read_in_process(config, first, stream)[1] == []
+    assert spilled_bytes(dsn, slot) == spilled, "the second pass decoded the unrelated transaction again"
+    assert slot_positions(dsn, slot)[0] > unrelated_end
+
+
 def test_a_pass_ends_where_the_server_said_it_had_sent_everything_past_a_record_logged_while_it_read(
         pg_cluster, pg_db, unrelated_change):
     """A running-xacts record written after the pass took its bound (a checkpoint as the read starts; the

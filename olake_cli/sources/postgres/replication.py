@@ -27,11 +27,11 @@ A bounded read ends at ``upto``: at the first transaction whose commit lies at o
 Begin), or at a keepalive saying the server has sent everything before it (asked for with a status
 update whenever the server has nothing to send). Every keepalive's walEnd is a valid end too: nothing
 published committed between ``upto`` and it, or its Begin would have come first; so the range read ends at
-:attr:`ReplicationConnection.server_end` when that is further. After a read that took a while (the server
-decoded something big), the first keepalive past ``upto`` may answer a question the server heard as it
-finished a big transaction, and it reads on at once: its keepalives are then taken until it has been
-quiet for a moment, so that the range covers the running-xacts records logged while it decoded, past
-which the next run can move the slot's ``restart_lsn``. Closing ends COPY cleanly (CopyDone both ways), so the walsender releases
+:attr:`ReplicationConnection.server_end` when that is further. When the server was far behind ``upto``
+(it decoded something big), the first keepalive past it may answer a question heard as it finished a big
+transaction, and it reads on at once: its keepalives are then taken until it has been quiet for a
+moment, so that the range covers the running-xacts records logged while it decoded, past which the
+next run can move the slot's ``restart_lsn``. Closing ends COPY cleanly (CopyDone both ways), so the walsender releases
 the slot before the next run starts; failing that within :data:`CLOSE_WAIT_S` seconds the connection
 is dropped.
 
@@ -64,8 +64,8 @@ STATUS_EVERY_S = 10.0  # standby status updates while the feed is busy (wal_send
 REPLY_POLL_S = 0.1  # at most this often, ask the server where it is when it sends nothing
 CLOSE_WAIT_S = 5.0  # a clean end of COPY may take this long before the connection is dropped
 CONFIRM_EVERY_S = 1.0  # a newly confirmed position is reported at most this often
-SETTLE_AFTER_S = 0.2  # a bounded read that took longer reads the server's keepalives past its end until
-SETTLE_QUIET_S = 0.25  # it has been quiet for an eighth of the read's time (0.05 s to this),
+SETTLE_BEHIND_BYTES = 16 << 20  # a bounded read whose server was this far behind its end reads on past it
+SETTLE_QUIET_S = 0.25  # until the server has been quiet for an eighth of the read's time (0.1 s to this),
 SETTLE_MAX_S = 1.0  # at most this long
 _WAKE_S = 0.2  # the thread checks for a stop this often
 _GATHER_S = 0.005  # a batch is handed on once the server has sent nothing more for this long (or it is full)
@@ -128,6 +128,7 @@ class ReplicationConnection:
         self.sending = False  # the range ended at a Begin: the server is sending that transaction
         self._asked_at = self._status_at = float("-inf")
         self._started = time.monotonic()  # when streaming began
+        self._behind = False  # the server was SETTLE_BEHIND_BYTES or more behind a bounded read's end
         self.status_every = _status_every(self.pg)
 
     @property
@@ -165,8 +166,7 @@ class ReplicationConnection:
                         return self._received(lsns, datas), True
                     lsns.append(_Q(buf, 1)[0])
                     datas.append(bytes(buf[25:]))
-                elif buf[0] == _KEEPALIVE_MSG and self._keepalive(buf) >= upto:
-                    self._settle()
+                elif buf[0] == _KEEPALIVE_MSG and self._past(self._keepalive(buf), upto):
                     return self._received(lsns, datas), True
             elif size == 0:
                 if not self._readable(_GATHER_S if datas else 0.0):
@@ -176,18 +176,25 @@ class ReplicationConnection:
                 raise self._copy_ended()
         return self._received(lsns, datas), False
 
+    def _past(self, wal_end: int, upto: int) -> bool:
+        """Whether a keepalive's walEnd completes the range up to ``upto``; when it does after the server
+        was SETTLE_BEHIND_BYTES or more behind (it decoded something big), once the server is quiet."""
+        if wal_end < upto:
+            self._behind |= upto - wal_end >= SETTLE_BEHIND_BYTES
+            return False
+        if self._behind:
+            self._settle()
+        return True
+
     def _settle(self) -> None:
-        """After a read that took SETTLE_AFTER_S or more, take the server's keepalives until it has been
-        quiet for an eighth of that time (0.05 s to SETTLE_QUIET_S; at most SETTLE_MAX_S in all), so that
-        :attr:`server_end` covers what it read after the big transaction it was decoding. A transaction
-        it sends meanwhile committed past them: the range ends before it."""
+        """Take the server's keepalives until it has been quiet for an eighth of the read's time (0.1 s
+        to SETTLE_QUIET_S; at most SETTLE_MAX_S in all), so that :attr:`server_end` covers what it read
+        after the big transaction it was decoding. A transaction it sends meanwhile committed past
+        them: the range ends before it."""
         took = time.monotonic() - self._started
-        if took < SETTLE_AFTER_S:
-            return
-        quiet, deadline = min(SETTLE_QUIET_S, max(0.05, took / 8)), time.monotonic() + SETTLE_MAX_S
-        while time.monotonic() < deadline and self._readable(quiet):
-            self.pg.consume_input()
-            while (got := self.pg.get_copy_data(1))[0] > 0:
+        quiet, deadline = min(SETTLE_QUIET_S, max(0.1, took / 8)), time.monotonic() + SETTLE_MAX_S
+        while True:
+            while (got := self.pg.get_copy_data(1))[0] > 0:  # what libpq has read already first
                 if got[1][0] == _XLOG_DATA:
                     self.sending = True
                     return
@@ -195,6 +202,9 @@ class ReplicationConnection:
                     self._keepalive(got[1])
             if got[0] < 0:
                 raise self._copy_ended()
+            if time.monotonic() >= deadline or not self._readable(quiet):
+                return
+            self.pg.consume_input()
 
     def _received(self, lsns: list[int], datas: list[bytes]) -> Batch:
         if lsns:
