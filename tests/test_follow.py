@@ -15,15 +15,14 @@ import os
 import socket
 import subprocess
 import time
-import urllib.error
 import urllib.request
 
 import psycopg
 
 from tests.support.cdc import discover_catalog
 from tests.support.cli import run_olake, trace_errors, write_json
-from tests.support.follow import (Incrementer, create_counted_table, kill_and_restart, lake_equals_source, start_olake,
-                                  stop, wait_until)
+from tests.support.follow import (Incrementer, create_counted_table, http_get, kill_and_restart, lake_equals_source,
+                                  start_olake, stop, wait_until)
 from tests.support.pg_compare import table_texts
 
 
@@ -54,15 +53,6 @@ def _metrics(port: int, identity: tuple[str, str]) -> dict[str, float]:
             rest = ",".join(sorted(labels - run_labels))
             samples[f"{metric}{{{rest}}}" if rest else metric] = float(value)
     return samples
-
-
-def _probe(port: int, path: str) -> tuple[int, str]:
-    """``GET path`` on the run's endpoints: status and body."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as answer:
-            return answer.status, answer.read().decode()
-    except urllib.error.HTTPError as refused:
-        return refused.code, refused.read().decode()
 
 
 def _target_matches(source: str, target: str) -> bool:
@@ -106,7 +96,7 @@ def test_sync_follow_survives_a_kill_and_restarts_of_source_and_target_and_stops
         time.sleep(2.0)
         assert run.poll() is None, log.read_text()[-3000:]
         metrics = _metrics(port, (str(tmp_path / "state.json"), f"postgres {tmp_path / 'dst.json'}"))
-        assert _probe(port, "/healthz") == (200, "ok\n") and _probe(port, "/readyz") == (200, "ready\n")
+        assert http_get(port, "/healthz") == (200, "ok\n") and http_get(port, "/readyz") == (200, "ready\n")
         assert metrics['olake_changes_total{op="u",stream="public.t"}'] > 0, metrics
         assert metrics["olake_commits_total"] > 0 and metrics["olake_retries_total"] >= 2, metrics
         assert metrics["olake_source_backlog_bytes"] > 0 and 0 <= metrics["olake_lag_seconds"] < 30, metrics

@@ -9,6 +9,8 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -116,3 +118,12 @@ class Incrementer(threading.Thread):
     def stop(self) -> None:
         self.stop_event.set()
         self.join(timeout=30)
+
+
+def http_get(port: int, path: str) -> tuple[int, str]:
+    """``GET path`` on 127.0.0.1:``port`` (a following run's endpoints): the status and the body."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as refused:
+        return refused.code, refused.read().decode()
