@@ -226,3 +226,13 @@ def test_write_without_catalog_says_an_airbyte_source_needs_one(tmp_path) -> Non
     out, error = _write({"type": "parquet", "path": str(tmp_path / "lake")}, [_record(ROW_1)], catalog=None)
     assert out == []
     assert error is not None and "give --catalog" in error.message and "Airbyte source" in error.message
+
+
+def test_a_state_repeated_word_for_word_commits_the_records_before_each(tmp_path) -> None:
+    """faker repeats a STATE word for word after other records: each still commits its own (Parquet names a
+    commit's files by its state, so two equal states wrote one file name and the second batch replaced the first)."""
+    lines = [_record(ROW_1), _stream_state("things", 1), _record(ROW_2), _stream_state("things", 1),
+             _status("COMPLETE")]
+    out, error = _write({"type": "parquet", "path": str(tmp_path / "lake")}, lines)
+    assert error is None and out == [lines[1], lines[3]]
+    assert _parquet_rows(tmp_path / "lake" / "ab" / "things") == EXPECTED

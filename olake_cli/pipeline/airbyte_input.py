@@ -4,7 +4,8 @@ An Airbyte source's stream (a catalog stream whose types ``core.catalog.with_air
 no operation ids or loads of olake's: each record becomes an incremental row (``_olake_op`` ``r``) whose
 operation id is ``[the run's start in milliseconds, the record's number in the run]`` (above any the
 destination holds of the stream), so a keyed stream keeps the newest record per key and a keyless one every
-record. A stream written with ``overwrite`` is emptied at the run's first commit of it (a truncate before
+record; its ``_olake_commit_ts`` is when ``write`` received it (a PostgreSQL target deciding conflicts by commit
+time takes a later run's record over an earlier one's). A stream written with ``overwrite`` is emptied at the run's first commit of it (a truncate before
 its first record, or at its first STATE).
 
 An Airbyte STATE (per stream, global or legacy) commits the records before it of the streams it covers,
@@ -22,7 +23,7 @@ import pyarrow as pa
 from olake_cli.core.catalog import Catalog, with_airbyte_types, write_mode
 from olake_cli.core.codec.airbyte_types import is_derived
 from olake_cli.core.opid import OpId
-from olake_cli.core.row_metadata import OP_ID
+from olake_cli.core.row_metadata import COMMIT_TS, OP_ID
 from olake_cli.core.state import State, StreamState
 from olake_cli.pipeline.stream_buffer import StreamBuffers
 
@@ -64,12 +65,19 @@ class AirbyteStreams:
         first = self._first_op(key)
         keys = [OpId(first.commit, first.seq + i).to_key() for i in range(table.num_rows)]
         self.next_op[key] = OpId(first.commit, first.seq + table.num_rows)
-        return table.set_column(table.schema.get_field_index(OP_ID), OP_ID, pa.array(keys, pa.string()))
+        table = table.set_column(table.schema.get_field_index(OP_ID), OP_ID, pa.array(keys, pa.string()))
+        arrived = pa.array([self.clock() * 1000] * table.num_rows, pa.int64())  # the change's time: its arrival
+        return table.set_column(table.schema.get_field_index(COMMIT_TS), COMMIT_TS, arrived)
 
     def _first_op(self, key: tuple) -> OpId:
+        """The stream's next operation id; this run's first is above any the destination holds (its watermark,
+        or the ``pass_op_id`` its committed state recorded), whatever the clock says."""
         if key not in self.next_op:
-            watermark = self.buffers.buffers[key].watermark if key in self.buffers.buffers else None
-            above = OpId.from_key(watermark).commit + 1 if watermark else 0
+            buffer = self.buffers.buffers.get(key)
+            watermark = buffer.watermark if buffer is not None else None
+            recorded = ((buffer.committed or {}).get("stream_state") or {}).get("pass_op_id") if buffer else None
+            above = max(OpId.from_key(watermark).commit + 1 if watermark else 0,
+                        recorded[0] + 1 if recorded else 0)
             self.next_op[key] = OpId(max(self.clock(), above), 1)
         return self.next_op[key]
 
@@ -85,7 +93,9 @@ class AirbyteStreams:
         streams = []
         for key, part in self.covered(state).items():
             self._empty_once(key)
-            streams.append(StreamState("incremental", key[1], key[0], None, source={AIRBYTE_STATE_KEY: part}))
+            last = self.next_op.get(key)  # names the rows covered: a source may repeat a state word for word
+            streams.append(StreamState("incremental", key[1], key[0], None, pass_op_id=None if last is None else
+                                       [last.commit, last.seq], source={AIRBYTE_STATE_KEY: part}))
         return State("global", streams=streams)
 
     def covered(self, state: dict) -> dict[tuple, dict]:
