@@ -32,8 +32,8 @@ def catch_up(pg: pq.PGconn, slot: str, lsn: int) -> None:
     confirmed position may stop there (inside a big transaction), and a second one, from there, applies
     every restart point before ``lsn``."""
     before = _slot_positions(pg, slot)
-    if before is None or lsn - before[0] < CATCH_UP_BYTES:
-        return
+    if before is None or lsn < before[1] or lsn - before[0] < CATCH_UP_BYTES:
+        return  # (confirmed further by someone else: the walsender starts there, as before)
     _advance(pg, slot, lsn)
     after = _slot_positions(pg, slot)
     if before[1] < lsn and after is not None and before[0] < after[0] <= lsn - CATCH_UP_BYTES:
