@@ -83,6 +83,8 @@ def _check_installed(target: Path, source: dict, tmp_path: Path, expected: list[
                          tmp_path, env).split())
     assert "pyspark" in installed and "olake-cli" in installed, installed
     assert not installed & TEST_ONLY, f"test tools installed with the runtime: {installed & TEST_ONLY}"
+    pandas = _run([str(target / "bin" / "python"), "-c", "import pandas; print(pandas.__version__)"], tmp_path, env)
+    assert int(pandas.split(".")[0]) < 3, f"pandas {pandas.strip()}: PySpark 4 does not fully support pandas 3"
 
     assert _run([olake, "--version"], tmp_path, env).strip().startswith("olake ")
     [spec] = [json.loads(line) for line in _run([olake, "spec", "--source", "postgres"], tmp_path, env).splitlines()]

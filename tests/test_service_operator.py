@@ -1,18 +1,25 @@
 """Running ``--follow`` as a service (docs/running-continuously.md): Ctrl-C in the change phase ends with
 exactly one line and status 130, the metrics are served on this machine only unless ``--metrics-host``
-says otherwise, and a bad ``--metrics-host`` is refused before the run starts."""
+says otherwise, and a bad ``--metrics-host`` is refused before the run starts. The page's systemd unit
+(checked by ``systemd-analyze verify`` where it is installed) and Kubernetes Deployment say what the
+exit-code table, the Dockerfile and the build command say."""
 
 from __future__ import annotations
 
+import re
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import urllib.request
+from pathlib import Path
 
 from tests.support.cdc import discover_catalog
 from tests.support.cli import run_olake, write_json
 from tests.support.follow import create_counted_table, lake_equals_source, start_olake, stop, wait_until
 from tests.test_bad_input import assert_one_error
+from tests.test_docs_site import DOCS, ROOT, code_blocks, section
 
 
 def _free_port() -> int:
@@ -88,3 +95,57 @@ def test_a_bad_metrics_host_is_refused_before_the_run(tmp_path):
             result = run_olake(*base, *extra)
             assert_one_error(result, "config_error", needle)
             assert result.returncode == 78
+
+
+# ----------------------------------------------------------------------------- the pages' service examples
+
+PAGE = DOCS / "running-continuously.md"
+
+
+def test_the_systemd_unit_restarts_after_transient_failures_only(tmp_path):
+    from olake_cli.cli.report import EXIT_CONFIG, EXIT_TRANSIENT
+
+    [unit] = [b for b in code_blocks(section(PAGE, "As a systemd service"), "ini") if "[Service]" in b]
+    settings = dict(line.split("=", 1) for line in re.sub(r"\\\n\s*", " ", unit).splitlines()
+                    if "=" in line and not line.startswith("#"))
+    assert settings["ExecStart"].startswith("/opt/olake/bin/olake sync ") and ".venv" not in unit
+    assert settings["EnvironmentFile"] == "/etc/olake/orders.env" and settings["Environment"].startswith("JAVA_HOME=")
+    assert settings["Restart"] == "on-failure"
+    assert set(settings["RestartPreventExitStatus"].split()) == {"2", str(EXIT_CONFIG)} and EXIT_TRANSIENT != 1
+    table = section(DOCS / "troubleshooting.md", "Exit codes")
+    for status in (0, 1, 2, EXIT_TRANSIENT, EXIT_CONFIG, 130):
+        assert f"\n| {status} |" in table, status
+    assert "--follow" in table and "stopped by SIGTERM" in table
+    if shutil.which("systemd-analyze") is None:
+        return
+    path = tmp_path / "olake-orders.service"  # the unit as written, its olake this environment's
+    path.write_text(unit.replace("/opt/olake/bin/olake", str(Path(sys.executable).parent / "olake")))
+    verified = subprocess.run(["systemd-analyze", "verify", str(path)], capture_output=True, text=True, timeout=60)
+    assert verified.returncode == 0 and verified.stdout + verified.stderr == "", verified.stderr
+
+
+def test_the_kubernetes_example_runs_the_built_image_with_secrets_and_a_writable_home():
+    import yaml
+
+    [build] = [line.split() for line in code_blocks(section(PAGE, "A container image"), "bash")[0].splitlines()
+               if line.startswith("docker build ")]
+    image = build[build.index("-t") + 1]
+    kubectl = code_blocks(section(PAGE, "As a Kubernetes Deployment"), "bash")[0]
+    secret = re.search(r"kubectl create secret generic (\S+)", kubectl)[1]
+    [deployment] = [yaml.safe_load(b) for b in code_blocks(section(PAGE, "As a Kubernetes Deployment"), "yaml")]
+    pod = deployment["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert container["image"] == image and deployment["spec"]["replicas"] == 1
+    passwords = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"]}
+    assert passwords == {name: {"name": secret, "key": name} for name in ("PGPASSWORD", "TARGET_PGPASSWORD")}
+    assert all(f"--from-literal={name}=" in kubectl for name in passwords)
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: volumes[m["name"]] for m in container["volumeMounts"]}
+    assert mounts["/home/olake"]["emptyDir"] == {} and mounts["/tmp"]["emptyDir"] == {}
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "HOME=/home/olake" in dockerfile and f"USER {pod['securityContext']['runAsUser']}\n" in dockerfile
+    args = container["args"]
+    port = args[args.index("--metrics-port") + 1]
+    assert args[args.index("--metrics-host") + 1] == "0.0.0.0" and container["ports"][0]["containerPort"] == int(port)
+    assert not {"livenessProbe", "readinessProbe", "startupProbe"} & set(container)
