@@ -15,9 +15,9 @@ def main() -> None:
         skip_pandas_probe()
         from olake_cli.cli.app import main as run_cli
     except KeyboardInterrupt as exc:
-        from olake_cli.cli.report import interrupted
+        from olake_cli.cli.report import ended_by_signal, follows_by_argv
 
-        interrupted(exc.signum)
+        ended_by_signal(exc.signum, follows_by_argv())
     run_cli()
 
 

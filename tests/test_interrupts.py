@@ -118,6 +118,29 @@ def test_a_signal_during_a_following_runs_load_is_a_clean_stop(pg_cluster, pg_db
     assert run.returncode == 0 and "resuming full load" in log.read_text(), log.read_text()[-3000:]
 
 
+def _catches_sigterm(pid: int) -> bool:
+    """Whether process ``pid`` has a handler for SIGTERM (its SigCgt mask in /proc)."""
+    with open(f"/proc/{pid}/status") as status:
+        caught = next(line for line in status if line.startswith("SigCgt:")).split()[1]
+    return bool(int(caught, 16) & (1 << (signal.SIGTERM - 1)))
+
+
+def test_a_signal_while_a_following_run_starts_up_is_a_clean_stop(tmp_path):
+    """SIGTERM (a service manager stopping it at once) while ``sync --follow`` still imports its modules,
+    before any option is parsed: one line and status 0, as at any later moment of a following run."""
+    run = subprocess.Popen(olake_cmd("sync", "--source", str(tmp_path / "src.json"), "--destination",
+                                     str(tmp_path / "dst.json"), "--catalog", str(tmp_path / "cat.json"), "--follow"),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=olake_env())
+    deadline = time.monotonic() + 30
+    while not _catches_sigterm(run.pid) and time.monotonic() < deadline:  # olake's handler is set (the CLI's
+        time.sleep(0.005)                                                   # imports take a second more)
+    run.send_signal(signal.SIGTERM)
+    _, stderr = run.communicate(timeout=30)
+    text = stderr.decode()
+    assert run.returncode == 0, text
+    assert text.strip().splitlines()[-1].startswith("olake: stopped by SIGTERM"), text
+
+
 # ------------------------------------------------------------------ read | write
 
 PIPE_ROWS = 100_000

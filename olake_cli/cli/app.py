@@ -12,7 +12,7 @@ from typer.exceptions import TyperException
 
 from olake_cli.core.config import load_config
 from olake_cli.cli.progress_view import progress_view
-from olake_cli.cli.report import (LOG_FORMATS, command_guard, fail, interrupted, log, stopped,
+from olake_cli.cli.report import (LOG_FORMATS, command_guard, ended_by_signal, fail, follows_by_argv, log, stopped,
                                   protocol_writer, set_log_format, stdout_closed)
 from olake_cli.core import messages
 from olake_cli.core.errors import ConfigError, OlakeError
@@ -359,7 +359,7 @@ def main() -> None:
         apply_umask()  # what this process and its Spark workers create is private unless $OLAKE_UMASK
         result = app(standalone_mode=False)
         if result == 130 and signal_caught() is not None:  # typer's own ending of an interrupt it caught
-            interrupted(signal_caught())
+            ended_by_signal(signal_caught(), follows_by_argv())
         if isinstance(result, int) and result:
             sys.exit(result)
     except typer.Exit as exc:
@@ -376,7 +376,7 @@ def main() -> None:
     except BrokenPipeError:
         stdout_closed()
     except KeyboardInterrupt as exc:
-        interrupted(getattr(exc, "signum", signal.SIGINT))
+        ended_by_signal(getattr(exc, "signum", signal.SIGINT), follows_by_argv())
     except Exception as exc:  # anything unexpected is a system error with its stack in the TRACE
         err = OlakeError(f"internal error: {type(exc).__name__}: {exc}")
         err.__traceback__ = exc.__traceback__

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 
 from olake_cli.core import messages
 from olake_cli.core.errors import OlakeError
+from olake_cli.core.interrupts import signals_caught
 
 _WRITER: messages.MessageWriter | None = None
 EXIT_TRANSIENT = 75  # sysexits.h EX_TEMPFAIL: the same command may work later, as it is
@@ -76,16 +77,30 @@ def command_guard(shutdown: Callable[[], None] = lambda: None, following: bool =
             follower_lost_stdout()
         stdout_closed()
     except KeyboardInterrupt as exc:
-        signum = getattr(exc, "signum", signal.SIGINT)
-        if following:
-            _ignore_signals()
+        ended_by_signal(getattr(exc, "signum", signal.SIGINT), following, shutdown)
+
+
+def ended_by_signal(signum: int, following: bool, shutdown: Callable[[], None] = lambda: None) -> NoReturn:
+    """A signal ended the command: for a run that follows its change log, the first one is a stop at any
+    moment (start-up and loads included): one line, status 0 for SIGTERM and 130 for SIGINT; otherwise, or
+    for a second signal, an interrupt (:func:`interrupted`)."""
+    if following and signals_caught() <= 1:
+        _ignore_signals()
+        try:
+            shutdown()
+        finally:
+            stopped(signum)
             try:
-                shutdown()
-            finally:
-                stopped(signum)
                 protocol_writer().flush()
-                os._exit(130 if signum == signal.SIGINT else 0)
-        interrupted(signum, shutdown)
+            except (BrokenPipeError, OSError):
+                pass
+            os._exit(130 if signum == signal.SIGINT else 0)
+    interrupted(signum, shutdown)
+
+
+def follows_by_argv() -> bool:
+    """Whether the command line asks to follow the change log (for a signal before its options are parsed)."""
+    return "--follow" in sys.argv[1:]
 
 
 def stopped(signum: int) -> None:

@@ -63,6 +63,11 @@ def signal_caught() -> int | None:
     return _caught[0] if _caught else None
 
 
+def signals_caught() -> int:
+    """How many SIGINTs and SIGTERMs this process caught."""
+    return len(_caught)
+
+
 @contextmanager
 def signals_held() -> Iterator[None]:
     """Run the block whole: SIGINT or SIGTERM arriving meanwhile is raised as :class:`Interrupted` when
