@@ -148,4 +148,6 @@ def test_the_kubernetes_example_runs_the_built_image_with_secrets_and_a_writable
     args = container["args"]
     port = args[args.index("--metrics-port") + 1]
     assert args[args.index("--metrics-host") + 1] == "0.0.0.0" and container["ports"][0]["containerPort"] == int(port)
-    assert not {"livenessProbe", "readinessProbe", "startupProbe"} & set(container)
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}  # served from the start
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert container["ports"][0]["name"] == "metrics"
