@@ -147,7 +147,8 @@ def test_following_a_quiet_collection_moves_to_the_post_batch_token_and_misses_n
 
 def test_an_idle_token_never_covers_more_than_the_cluster_time_it_names():
     """A MongoDB (KeyString) token resuming at an earlier cluster time than the one read before its empty
-    batch (a lagging majority point) is paired with its own; SecantusDB's (BSON) tokens name none."""
+    batch (a lagging majority point) is paired with its own, and so is SecantusDB's (BSON, its ``t``); a
+    token in another form names none and covers only the last change read, or where the stream started."""
     mongod = "82612E8513000000012B022C0100296E5A1004A5093ABB38FE4B9EA67F01BB1A96D812463C5F6964003C5F5F5F78000004"
     named = (1630438675 << 32) | 1
     assert token_time(mongod) == named
@@ -156,4 +157,9 @@ def test_an_idle_token_never_covers_more_than_the_cluster_time_it_names():
     assert idle_position(mongod, OpId(named - 5, 0), MongoPosition("x", OpId(named, 3))).op == OpId(named, 3)
     secantus = "3b0000001073000200000011740007000000d67c0a6b026e001500000070726f62652e24636d642e6167677265676174650003" \
                "6b00050000000000"
-    assert token_time(secantus) is None and idle_position(secantus, OpId(9, 0), None).op == OpId(9, 0)
+    secantus_named = (1795849430 << 32) | 7
+    assert token_time(secantus) == secantus_named and idle_position(secantus, OpId(9, 0), None).op == OpId(9, 0)
+    assert idle_position(secantus, OpId(secantus_named + 5, 0), None).op == OpId(secantus_named, 0)
+    other = "0102030405060708090a"
+    assert token_time(other) is None and idle_position(other, OpId(99, 0), None, OpId(7, 0)).op == OpId(7, 0)
+    assert idle_position(other, OpId(99, 0), MongoPosition("x", OpId(8, 2)), OpId(7, 0)).op == OpId(8, 2)

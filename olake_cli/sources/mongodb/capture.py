@@ -127,7 +127,8 @@ class MongoChangeCapture:
             upto = self._cluster_time(client)
             self.log(f"change capture: database '{self.settings.database}' from {start.op} up to {upto}")
             with self._watch(client, {"_data": start.token}) as stream:
-                yield from ChangeEventReader(self, streams, self._database(client), typed).batches(stream, upto)
+                reader = ChangeEventReader(self, streams, self._database(client), typed)
+                yield from reader.batches(stream, upto, start.op)
 
     def follow(self, streams: list[CatalogStream], state: State, follow: Follow,
                typed: bool = False) -> Iterator[ChangeBatch]:

@@ -59,10 +59,12 @@ class ChangeEventReader:
         self.runs: list[ChangeRun] = []  # decoded stretches not yet handed out
         self.batch, self.since, self.size = ChangeBatch(), 0, 0  # changes read, since the last checkpoint
         self.group, self.seq, self.last = None, 0, None  # the current cluster time, its count, the last change
+        self.start: OpId | None = None  # the op id of the position a following stream resumed at
 
-    def batches(self, stream, upto: OpId) -> Iterator[ChangeBatch]:
+    def batches(self, stream, upto: OpId, start: OpId | None = None) -> Iterator[ChangeBatch]:
         """Events up to ``upto`` (further while a skipped update waits for its delete): a checkpoint
-        after every complete cluster time once enough changed, none while an update waits."""
+        after every complete cluster time once enough changed, none while an update waits; ``start`` is
+        the op id of the position the stream resumed at."""
         for event in self._events(stream):
             op = cluster_op(event["clusterTime"])
             if op.commit > upto.commit and not self.gone:
@@ -70,15 +72,16 @@ class ChangeEventReader:
             if self._between(op) and (self.since >= CHECKPOINT_EVERY or self.size >= BATCH_CHANGES):
                 yield self._handed(self.last)
             self._read(event, op)
-        else:  # the log is exhausted: the post-batch token is past everything up to ``upto``
+        else:  # an empty batch: its post-batch token is as far as the stream has read (up to ``upto``)
             if stream.resume_token is not None:
-                self.last = idle_position(stream.resume_token["_data"], upto, self.last)
+                self.last = idle_position(stream.resume_token["_data"], upto, self.last, start)
         yield self._handed(self.last)
 
     def follow(self, stream, follow: Follow, cluster_time: Callable[[], OpId], start: OpId) -> Iterator[ChangeBatch]:
         """Events as they come, until ``follow.stop`` (see the module's docstring); ``cluster_time`` reads
         the deployment's cluster time, ``start`` is the op id of the position the stream resumed at."""
         policy, held, read_before, deadline = follow.policy, start, None, None
+        self.start = start
         while stream.alive and self.streams:
             event = stream.try_next()
             if event is not None:
@@ -137,7 +140,7 @@ class ChangeEventReader:
             return self.last
         if read_before is None:
             return MongoPosition(token["_data"], self.last.op)
-        return idle_position(token["_data"], read_before, self.last)
+        return idle_position(token["_data"], read_before, self.last, self.start)
 
     def _events(self, stream) -> Iterator[dict]:
         """The stream's events until it has none now; while a skipped update waits for its delete, up
