@@ -5,9 +5,10 @@ MongoDB (SecantusDB, or OLAKE_TEST_MONGO_URI's server) goes into Parquet, Dynamo
 found by their tags) into PostgreSQL. Each run follows with live discovery (``--discovery-interval 1``,
 ``new_streams: "cdc"``). The schedule: the follower is SIGKILLed at a seeded random moment and started
 again; then a new collection (a new tagged table) is created with a writer changing it from its first
-document on, so writes are in flight when discovery finds it; a kill is aimed at its load (its first
-chunks are committed, so the next run resumes the load); then the remaining kills at random moments. Once the writers stop and
-the run catches up, every stream's destination equals its source value by value (MongoDB: every
+document on, so writes are in flight when discovery finds it; a kill is aimed at its load (0-0.5 s
+after its first chunk, so the next run mostly resumes the load); then the remaining kills at random
+moments. Once the writers stop and the run catches up (a last change written to each source after its
+writers stopped shows it), every stream's destination equals its source value by value (MongoDB: every
 document's fields; DynamoDB: every attribute of every item, no key twice), so a write lost or applied
 out of order shows; SIGTERM then ends the run with exit 0.
 
@@ -33,7 +34,7 @@ from tests.support.cdc import discover_catalog
 from tests.support.cli import write_json
 from tests.support.dynamo import ItemWriter, create_table, discovered_catalog, put_items
 from tests.support.follow import kill_and_restart, start_olake, stop, wait_until
-from tests.support.mongo import MongoWriter, collection_rows, lake_rows, seed_documents
+from tests.support.mongo import MongoWriter, collection_rows, connect, lake_rows, seed_documents
 from tests.test_e2e_dynamodb_postgres import assert_target_equals_table
 
 ROUNDS = max(2, int(os.environ.get("OLAKE_FAULT_ROUNDS", "3")))
@@ -67,8 +68,16 @@ def _kills(run: subprocess.Popen, args: list[str], log: Path, create_new: Callab
 
 
 def _converge_and_stop(run: subprocess.Popen, log: Path, equal: Callable[[], bool], what: str) -> None:
-    """Wait until ``equal()``; SIGTERM ends the run with exit 0 and one line; ``equal()`` still holds."""
-    wait_until(equal, what, timeout=120, run=run)
+    """Wait until ``equal()``; SIGTERM ends the run with exit 0 and one line; ``equal()`` still holds.
+
+    Each source got one last change after its writers stopped, so ``equal()`` holds only once the run has
+    committed the log up to it: before that, a stream loaded while following may match its source for a
+    while and then step back, as the run commits a part of the changes made during its load (replayed
+    after it; the copy converges once the replay has passed the load)."""
+    try:
+        wait_until(equal, what, timeout=120, run=run)
+    except AssertionError as exc:  # the run's own words say why
+        raise AssertionError(f"{exc} (seed {SEED}); the run's log ends:\n{log.read_text()[-4000:]}") from None
     stop(run)
     text = log.read_text()
     assert run.returncode == 0 and "stopped by SIGTERM" in text.splitlines()[-1], text[-3000:]
@@ -106,6 +115,9 @@ def test_mongodb_follow_under_kills_with_a_collection_created_while_following(mo
         for writer in writers:
             writer.stop()
     assert len(writers) == 2 and all(writer.ops > 50 for writer in writers), [w.ops for w in writers]
+    with connect(uri) as client:  # the last change of each collection (see _converge_and_stop)
+        for coll in ("acct", "fresh"):
+            client[mongo_db][coll].insert_one({"_id": -1, "v": 0, "note": "end"})
 
     def lake_matches() -> bool:
         try:
@@ -156,6 +168,8 @@ def test_dynamodb_follow_under_kills_with_a_tagged_table_created_while_following
         for writer in writers:
             writer.stop()
     assert len(writers) == 2 and all(writer.ops > 20 for writer in writers), [w.ops for w in writers]
+    for table in (first, later):  # the last change of each table (see _converge_and_stop)
+        put_items(client, table, [{"pk": {"S": "end"}, "sk": {"N": "-1"}, "v": {"N": "0.5"}, "note": {"S": "end"}}])
     target = pg_target.dsn(target_db)
 
     def target_matches() -> bool:
