@@ -67,13 +67,28 @@ def _kills(run: subprocess.Popen, args: list[str], log: Path, create_new: Callab
     return run
 
 
+def _wait_for_loads(run: subprocess.Popen, state: Path, log: Path) -> None:
+    """Wait until the state file shows both streams' loads done (both in change capture)."""
+    def loaded() -> bool:
+        try:
+            streams = json.loads(state.read_text())["streams"]
+        except (OSError, ValueError, KeyError):
+            return False  # being replaced
+        return len(streams) == 2 and all(s["sync_type"] == "cdc" for s in streams)
+
+    try:
+        wait_until(loaded, "both streams' loads are done", timeout=120, run=run)
+    except AssertionError as exc:  # the run's own words say why
+        raise AssertionError(f"{exc} (seed {SEED}); the run's log ends:\n{log.read_text()[-4000:]}") from None
+
+
 def _converge_and_stop(run: subprocess.Popen, log: Path, equal: Callable[[], bool], what: str) -> None:
     """Wait until ``equal()``; SIGTERM ends the run with exit 0 and one line; ``equal()`` still holds.
 
-    Each source got one last change after its writers stopped, so ``equal()`` holds only once the run has
-    committed the log up to it: before that, a stream loaded while following may match its source for a
-    while and then step back, as the run commits a part of the changes made during its load (replayed
-    after it; the copy converges once the replay has passed the load)."""
+    Each source got one last change once its writers stopped and every load was done, so ``equal()``
+    holds only once the run has committed the log up to it: before that, a stream loaded while following
+    may match its source for a while and then step back, as the run commits a part of the changes made
+    during its load (replayed after it; the copy converges once the replay has passed the load)."""
     try:
         wait_until(equal, what, timeout=120, run=run)
     except AssertionError as exc:  # the run's own words say why
@@ -115,6 +130,7 @@ def test_mongodb_follow_under_kills_with_a_collection_created_while_following(mo
         for writer in writers:
             writer.stop()
     assert len(writers) == 2 and all(writer.ops > 50 for writer in writers), [w.ops for w in writers]
+    _wait_for_loads(run, tmp_path / "state.json", log)
     with connect(uri) as client:  # the last change of each collection (see _converge_and_stop)
         for coll in ("acct", "fresh"):
             client[mongo_db][coll].insert_one({"_id": -1, "v": 0, "note": "end"})
@@ -168,6 +184,7 @@ def test_dynamodb_follow_under_kills_with_a_tagged_table_created_while_following
         for writer in writers:
             writer.stop()
     assert len(writers) == 2 and all(writer.ops > 20 for writer in writers), [w.ops for w in writers]
+    _wait_for_loads(run, tmp_path / "state.json", log)
     for table in (first, later):  # the last change of each table (see _converge_and_stop)
         put_items(client, table, [{"pk": {"S": "end"}, "sk": {"N": "-1"}, "v": {"N": "0.5"}, "note": {"S": "end"}}])
     target = pg_target.dsn(target_db)
