@@ -16,7 +16,6 @@ from olake_cli.core.catalog import CatalogStream
 from olake_cli.core.follow import Follow
 from olake_cli.core.opid import OpId
 from olake_cli.core.state import State, StreamState
-from olake_cli.sources.mongodb import change_events
 from olake_cli.sources.mongodb.change_events import ChangeEventReader
 from olake_cli.sources.mongodb.change_positions import MongoPosition, cluster_op, idle_position, token_time
 from olake_cli.sources.mongodb.source import MongoSource
@@ -122,14 +121,14 @@ def test_updates_without_a_post_image_reach_both_destinations(mongo_server, mong
 
 
 def test_following_a_quiet_collection_moves_to_the_post_batch_token_and_misses_nothing(
-        mongo_server, mongo_db, monkeypatch):
+        mongo_server, mongo_db):
     """Only another collection changes: each idle checkpoint carries a newer post-batch token with a
     growing op id, and a change made after the last one is read from it and kept above its op id."""
-    monkeypatch.setattr(change_events, "IDLE_CHECKPOINT_S", 0.2)  # 10 s in a run
     with connect(mongo_server.uri) as client:
         client[mongo_db].things.insert_one({"_id": 1, "v": 0})
         capture, stream, state = _capture(mongo_server, mongo_db, "things")
         follow, idle = Follow(commit_interval_s=0.1), []
+        follow.policy.idle_s = 0.2  # 10 s in a run
         for batch in capture.follow([stream], state, follow):
             assert not batch.runs and batch.position is not None
             idle.append(batch.position)
