@@ -13,6 +13,14 @@ from olake_cli.core.follow import RETRY_GIVE_UP_S, RETRY_MAX_S, Backoff
 from olake_cli.pipeline.following import retry_pause, supervised
 
 
+@pytest.fixture(autouse=True)
+def _no_signal_caught_yet(monkeypatch):
+    """A signal an earlier test of this worker caught would make ``supervised`` stop at once."""
+    from olake_cli.core import interrupts
+
+    monkeypatch.setattr(interrupts, "_caught", [])
+
+
 class FakeTime:
     """A clock that moves only when the code under test sleeps (``sleep`` may set the stop request at a
     chosen moment)."""
