@@ -154,7 +154,7 @@ def test_read_follow_into_write_moves_the_slot_and_ends_on_sigterm(pg_cluster, p
     assert lake_matches()
 
 
-SOAK_S = float(os.environ.get("OLAKE_TEST_SOAK_S", "180"))  # 30 minutes: OLAKE_TEST_SOAK_S=1800
+SOAK_S = float(os.environ.get("OLAKE_TEST_SOAK_S", "90"))  # 30 minutes: OLAKE_TEST_SOAK_S=1800
 WARM_UP_S = 30.0
 
 
