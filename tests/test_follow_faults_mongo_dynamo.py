@@ -42,6 +42,26 @@ SEED = int(os.environ.get("OLAKE_FAULT_SEED", str(random.randrange(1 << 20))))
 NEW_ROWS = 600  # of the stream created while following: its load takes several chunks, so a kill may land in it
 
 
+def _writes_under_kills(args: list[str], log: Path, state: Path, writers: list, create, min_ops: int,
+                        first_writer_late: bool = False) -> subprocess.Popen:
+    """Start the follow run (and then the first writer, if ``first_writer_late``), run the kill schedule
+    (``create`` adds the second stream and its writer), stop the writers, which must each have written more
+    than ``min_ops`` times, and wait until every load is done; returns the run."""
+    try:
+        run = start_olake(args, log, stdout=subprocess.DEVNULL)
+        wait_until(lambda: "following the change log" in log.read_text(), "the change phase starts", run=run)
+        if first_writer_late:
+            writers[0].start()
+        run = _kill_schedule(run, args, log, create)
+        time.sleep(1.0)
+    finally:
+        for writer in writers:
+            writer.stop()
+    assert len(writers) == 2 and all(writer.ops > min_ops for writer in writers), [w.ops for w in writers]
+    _wait_for_loads(run, state, log)
+    return run
+
+
 def _kill_schedule(run: subprocess.Popen, args: list[str], log: Path, create_new: Callable[[], str]
                    ) -> subprocess.Popen:
     """ROUNDS kills of the following ``run`` (restarted each time); after the first, ``create_new()``
@@ -121,16 +141,7 @@ def test_mongodb_follow_under_kills_with_a_collection_created_while_following(mo
         writers[-1].start()
         return f"{mongo_db}.fresh"
 
-    try:
-        run = start_olake(args, log, stdout=subprocess.DEVNULL)
-        wait_until(lambda: "following the change log" in log.read_text(), "the change phase starts", run=run)
-        run = _kill_schedule(run, args, log, create_fresh)
-        time.sleep(1.0)
-    finally:
-        for writer in writers:
-            writer.stop()
-    assert len(writers) == 2 and all(writer.ops > 50 for writer in writers), [w.ops for w in writers]
-    _wait_for_loads(run, tmp_path / "state.json", log)
+    run = _writes_under_kills(args, log, tmp_path / "state.json", writers, create_fresh, min_ops=50)
     with connect(uri) as client:  # the last change of each collection (see _converge_and_stop)
         for coll in ("acct", "fresh"):
             client[mongo_db][coll].insert_one({"_id": -1, "v": 0, "note": "end"})
@@ -174,17 +185,8 @@ def test_dynamodb_follow_under_kills_with_a_tagged_table_created_while_following
         writers[-1].start()
         return f"dynamodb.{later}"
 
-    try:
-        run = start_olake(args, log, stdout=subprocess.DEVNULL)
-        wait_until(lambda: "following the change log" in log.read_text(), "the change phase starts", run=run)
-        writers[0].start()
-        run = _kill_schedule(run, args, log, create_later)
-        time.sleep(1.0)
-    finally:
-        for writer in writers:
-            writer.stop()
-    assert len(writers) == 2 and all(writer.ops > 20 for writer in writers), [w.ops for w in writers]
-    _wait_for_loads(run, tmp_path / "state.json", log)
+    run = _writes_under_kills(args, log, tmp_path / "state.json", writers, create_later, min_ops=20,
+                              first_writer_late=True)
     for table in (first, later):  # the last change of each table (see _converge_and_stop)
         put_items(client, table, [{"pk": {"S": "end"}, "sk": {"N": "-1"}, "v": {"N": "0.5"}, "note": {"S": "end"}}])
     target = pg_target.dsn(target_db)

@@ -24,13 +24,13 @@ import os
 import random
 import signal
 import subprocess
-import threading
 import time
 from pathlib import Path
 
 import psycopg
 import pytest
 
+from tests.support.writer_thread import WriterThread
 from tests.support.cdc import discover_catalog
 from tests.support.cli import olake_cmd, olake_env, read_into_write, run_olake, write_json
 from tests.support.matrix import LONG, cases
@@ -44,30 +44,20 @@ STEPS = {"pipe": ("postgres-before-commit", "postgres-committed", "state-saved")
          "sync": ("postgres-before-commit", "postgres-committed", "postgres-chunk-committed", "state-saved")}
 
 
-class Incrementer(threading.Thread):
+class Incrementer(WriterThread):
     """Runs ``UPDATE t SET v = v + 1`` on a few random rows per transaction until stopped."""
 
     def __init__(self, dsn: str, seed: int) -> None:
-        super().__init__(daemon=True)
-        self.dsn, self.rng = dsn, random.Random(seed)
-        self.stop_event, self.transactions, self.error = threading.Event(), 0, None
+        super().__init__(seed)
+        self.dsn = dsn
 
-    def run(self) -> None:
-        try:
-            with psycopg.connect(self.dsn, autocommit=True) as conn:
-                while not self.stop_event.is_set():
-                    first = self.rng.randint(1, ROWS)
-                    conn.execute("UPDATE t SET v = v + 1 WHERE id BETWEEN %s AND %s", (first, first + 4))
-                    self.transactions += 1
-                    time.sleep(0.01)
-        except BaseException as exc:  # surfaced by stop()
-            self.error = exc
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        self.join(timeout=30)
-        if self.error:
-            raise self.error
+    def write(self) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            while not self.stop_event.is_set():
+                first = self.rng.randint(1, ROWS)
+                conn.execute("UPDATE t SET v = v + 1 WHERE id BETWEEN %s AND %s", (first, first + 4))
+                self.transactions += 1
+                time.sleep(0.01)
 
 
 def _run(path: str, args: dict, fault: tuple | None, log: Path) -> bool:

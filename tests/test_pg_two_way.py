@@ -11,12 +11,11 @@ and once both are quiet a further run in each direction moves no record.
 from __future__ import annotations
 
 import json
-import random
-import threading
 
 import psycopg
 
 from olake_cli.sources.postgres.change_feed import FeedRouting, current_wal_lsn, read_changes
+from tests.support.writer_thread import WriterThread
 from tests.support.cdc import discover_catalog, sync_once
 from tests.support.cli import run_olake, write_json
 from tests.support.pg_compare import assert_same_rows, table_texts
@@ -63,40 +62,30 @@ def test_check_wants_track_commit_timestamp_for_two_way(spare_cluster, tmp_path)
     assert checked.returncode == 0 and b"two-way replication needs ALTER SYSTEM" in checked.stderr
 
 
-class Writer(threading.Thread):
+class Writer(WriterThread):
     """Updates, inserts, deletes and key moves on one node until stopped (ids of its own, and shared ones:
     a shared key one node moves away while the other updates it is the key move's conflict)."""
 
     def __init__(self, dsn: str, own: range, shared: range, new_ids: range, seed: int) -> None:
-        super().__init__(daemon=True)
+        super().__init__(seed)
         self.dsn, self.own, self.shared, self.new_ids = dsn, own, shared, iter(new_ids)
-        self.rng, self.stop_event, self.error = random.Random(seed), threading.Event(), None
 
-    def run(self) -> None:
-        try:
-            with psycopg.connect(self.dsn, autocommit=True) as conn:
-                while not self.stop_event.is_set():
-                    pick = self.rng.random()
-                    if pick < 0.45:
-                        conn.execute("UPDATE t SET v = v + 1 WHERE id = %s", (self.rng.choice(self.own),))
-                    elif pick < 0.7:
-                        conn.execute("UPDATE t SET v = v + 10, note = %s WHERE id = %s",
-                                     (f"from {self.dsn[-12:]}", self.rng.choice(self.shared)))
-                    elif pick < 0.85:
-                        conn.execute("INSERT INTO t VALUES (%s, 0, 'new')", (next(self.new_ids),))
-                    elif pick < 0.93:
-                        conn.execute("DELETE FROM t WHERE id = %s", (self.rng.choice(self.own),))
-                    else:  # a key move: of a key of its own, or (rarely: they run out) of a shared one
-                        moved = self.rng.choice(self.own if pick < 0.9995 else self.shared)
-                        conn.execute("UPDATE t SET id = %s, v = v + 100 WHERE id = %s", (next(self.new_ids), moved))
-        except BaseException as exc:  # surfaced by stop()
-            self.error = exc
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        self.join(timeout=30)
-        if self.error:
-            raise self.error
+    def write(self) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            while not self.stop_event.is_set():
+                pick = self.rng.random()
+                if pick < 0.45:
+                    conn.execute("UPDATE t SET v = v + 1 WHERE id = %s", (self.rng.choice(self.own),))
+                elif pick < 0.7:
+                    conn.execute("UPDATE t SET v = v + 10, note = %s WHERE id = %s",
+                                 (f"from {self.dsn[-12:]}", self.rng.choice(self.shared)))
+                elif pick < 0.85:
+                    conn.execute("INSERT INTO t VALUES (%s, 0, 'new')", (next(self.new_ids),))
+                elif pick < 0.93:
+                    conn.execute("DELETE FROM t WHERE id = %s", (self.rng.choice(self.own),))
+                else:  # a key move: of a key of its own, or (rarely: they run out) of a shared one
+                    moved = self.rng.choice(self.own if pick < 0.9995 else self.shared)
+                    conn.execute("UPDATE t SET id = %s, v = v + 100 WHERE id = %s", (next(self.new_ids), moved))
 
 
 def _conflicts(stderr: bytes) -> int:

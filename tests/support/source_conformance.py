@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import random
 import subprocess
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import psycopg
 from olake_cli.core.config import load_config
 from olake_cli.core.opid import OpId
 from olake_cli.core.registry import make_source
+from tests.support.writer_thread import WriterThread
 from tests.support.cli import messages, write_json
 from tests.support.current_view import current_view
 from tests.support.follow import start_olake, wait_until
@@ -301,29 +301,18 @@ class DynamoAdapter(SourceAdapter):
         return None
 
 
-class Writer(threading.Thread):
+class Writer(WriterThread):
     """Changes the source until stopped: one transaction of its common kinds (``pause`` s apart)."""
 
     def __init__(self, adapter: SourceAdapter, seed: int, pause: float = 0.01) -> None:
-        super().__init__(daemon=True)
-        self.adapter, self.rng, self.pause = adapter, random.Random(seed), pause
+        super().__init__(seed)
+        self.adapter, self.pause = adapter, pause
         self.kinds = tuple(k for k in adapter.kinds if k != "truncate")
-        self.stop_event, self.transactions, self.error = threading.Event(), 0, None
 
-    def run(self) -> None:
-        try:
-            while not self.stop_event.wait(self.pause):
-                self.adapter.change(self.rng, tuple(self.rng.sample(self.kinds, self.rng.randint(1, 2))))
-                self.transactions += 1
-        except BaseException as exc:  # surfaced by stop()
-            self.error = exc
-
-    def stop(self) -> None:
-        """Stop and re-raise any error the writer hit."""
-        self.stop_event.set()
-        self.join(timeout=30)
-        if self.error:
-            raise self.error
+    def write(self) -> None:
+        while not self.stop_event.wait(self.pause):
+            self.adapter.change(self.rng, tuple(self.rng.sample(self.kinds, self.rng.randint(1, 2))))
+            self.transactions += 1
 
 
 class Run:

@@ -18,7 +18,7 @@ import psycopg
 from olake_cli.core.catalog import CatalogStream
 from olake_cli.core.contracts import ChangeBatch
 from olake_cli.core.errors import ConfigError, PositionLostError, SourceChangedError, StateError
-from olake_cli.core.follow import Follow
+from olake_cli.core.follow import CHECKPOINT_EVERY, Follow
 from olake_cli.core.opid import OpId
 from olake_cli.core.pipeline_identity import PipelineIdentity
 from olake_cli.core.position_lost import handle_lost_position
@@ -244,7 +244,7 @@ class PostgresChangeCapture:
     def _read(self, streams: list[CatalogStream], state: State, typed: bool,
               follow: Follow | None) -> Iterator[ChangeBatch]:
         from olake_cli.sources.postgres.change_feed import RUN_ROWS, current_wal_lsn, read_changes
-        from olake_cli.sources.postgres.change_reader import CHECKPOINT_EVERY, ChangeReader
+        from olake_cli.sources.postgres.change_reader import ChangeReader
         from olake_cli.sources.postgres.decoding import DecodingProgress, measure
         from olake_cli.sources.postgres.live_checks import StreamsLost
         from olake_cli.sources.postgres.moved_rows import MovedRowValues

@@ -52,8 +52,11 @@ def wait_for_earlier_writers(conn: psycopg.Connection, publication: str, tables:
                              log: Callable[[str], None]) -> None:
     """Wait until no transaction that was running when one of ``tables`` (label -> qualified name)
     joined ``publication`` is still running (``conn`` in autocommit)."""
+    pub = conn.execute("SELECT oid FROM pg_publication WHERE pubname = %s", (publication,)).fetchone()
+    if pub is None:
+        return
     running = SnapshotHorizon(conn.execute(_RUNNING_SQL).fetchone()[0])
-    joined = {label: _joined_at(conn, publication, qualified, running.xmax) for label, qualified in tables.items()}
+    joined = {label: _joined_at(conn, pub[0], qualified, running.xmax) for label, qualified in tables.items()}
     waiting = {x for x in running.in_progress if any(m is not None and x < m for m in joined.values())}
     if not waiting:
         return
@@ -69,14 +72,11 @@ def wait_for_earlier_writers(conn: psycopg.Connection, publication: str, tables:
                 f"in the change log, so the load's snapshot must see it end (end or commit it to go on)")
 
 
-def _joined_at(conn: psycopg.Connection, publication: str, qualified: str, near: int) -> int | None:
+def _joined_at(conn: psycopg.Connection, pub_oid: int, qualified: str, near: int) -> int | None:
     """The 64-bit id of the transaction that made the table (its last leaf to join) a member of the
-    publication, or None when no catalog row says (FOR ALL TABLES, not published, frozen rows)."""
-    pub = conn.execute("SELECT oid FROM pg_publication WHERE pubname = %s", (publication,)).fetchone()
-    if pub is None:
-        return None
+    publication ``pub_oid``, or None when no catalog row says (FOR ALL TABLES, not published, frozen rows)."""
     by_schema = _BY_SCHEMA if conn.info.server_version >= 150000 else ""
-    rows = conn.execute(_MEMBER_ROWS_SQL.format(by_schema=by_schema), {"table": qualified, "pub": pub[0]}).fetchall()
+    rows = conn.execute(_MEMBER_ROWS_SQL.format(by_schema=by_schema), {"table": qualified, "pub": pub_oid}).fetchall()
     oldest: dict[int, int] = {}
     for leaf, xmin in rows:
         xid = widen_xid(int(xmin), near) if int(xmin) > 2 else -1  # 0-2: frozen or bootstrap rows
