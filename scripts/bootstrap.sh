@@ -65,10 +65,12 @@ _olake_find_python() {
     return 1
 }
 
-# What this machine lacks, one per line: java, postgresql, python3, python3-venv.
+# What this machine lacks, one per line: java, postgresql, python3, python3-venv (and kcat, a second,
+# independent Kafka client, when OLAKE_WITH_TEST_TOOLS=1: scripts/test.sh sets it).
 _olake_missing_packages() {
     local python
     _olake_find_java >/dev/null || echo java
+    if [[ "${OLAKE_WITH_TEST_TOOLS:-}" == 1 ]]; then command -v kcat >/dev/null 2>&1 || echo kcat; fi
     _olake_find_pg_bin >/dev/null || echo postgresql
     if python=$(_olake_find_python); then
         "$python" -c 'import ensurepip, venv' 2>/dev/null || echo python3-venv

@@ -11,6 +11,7 @@ repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo_root" || exit 1
 
 # shellcheck source=scripts/bootstrap.sh
+export OLAKE_WITH_TEST_TOOLS=1  # the test-only system tools too (kcat)
 source "$repo_root/scripts/bootstrap.sh" || exit 1
 
 # Run all of tests/ unless an argument already names a test path (file, dir or node id).
