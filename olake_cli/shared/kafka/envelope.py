@@ -1,0 +1,175 @@
+"""olake's Kafka envelope: one row or change as a message key and value, and back (JSON or MsgPack).
+
+The key is the row's primary key as an object ``{"col": value, ...}`` in key-column order (no key: a
+stream without a primary key). The value is an object (``schemas/kafka-envelope.schema.json``)::
+
+    {"v": 1, "op": "r"|"c"|"u"|"d", "after": {column: value} | null, "key": {...} | null,
+     "op_id": "<32 hex digits>" | null, "commit_ts": "<ISO 8601, µs, +00:00>" | null,
+     "load_id": "<load>" | null, "toast_unchanged": [columns] (only when not empty),
+     "stream": {"namespace": ..., "name": ...}}
+
+Values are in the wire form of olake's RECORD messages (``core.codec.encode``), so ``core.codec.decode``
+with the stream's json_schema reads ``after`` back exactly. A delete is its ``d`` envelope followed by a
+tombstone (the same key, no value). A new full load (or a source TRUNCATE) is announced by a *load
+marker*: the envelope ``{"v": 1, "op": "load", "load_id": ..., "reason": "load"|"truncate", ...}`` under
+the key ``{"_olake": "load"}``, written to every partition of the topic before the load's rows: a consumer
+replaces the stream's contents by the rows that follow it.
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pyarrow as pa
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+
+from olake_cli.core.calendar_text import timestamp_text
+from olake_cli.core.codec.bad_value import BadValue, value_error
+from olake_cli.core.codec.encode import wire_values
+from olake_cli.core.codec.types import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, olake_type_of
+from olake_cli.core.errors import DestinationError, ProtocolError
+from olake_cli.core.row_metadata import COMMIT_TS, OP, OP_ID, TOAST
+from olake_cli.core.validation import format_validation_error, load_schema
+
+VERSION = 1
+FORMATS = ("json", "msgpack")
+LOAD_OP = "load"  # the op of a load marker
+MARKER_KEY = {"_olake": "load"}  # the key of every load marker
+Message = tuple[bytes | None, bytes | None]  # (key, value); value None: a tombstone
+
+
+def _msgpack_default(value: Any) -> Any:
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    raise TypeError(f"cannot encode {type(value).__name__} in MsgPack")
+
+
+def dumps(obj: Any, fmt: str) -> bytes:
+    """``obj`` as bytes of format ``fmt`` (``json``: UTF-8 JSON; ``msgpack``)."""
+    if fmt == "json":
+        return orjson.dumps(obj)
+    import msgpack
+
+    return msgpack.packb(obj, default=_msgpack_default, use_bin_type=True)
+
+
+def loads(data: bytes, fmt: str) -> Any:
+    """The object in ``data`` of format ``fmt``; ValueError when it does not parse."""
+    if fmt == "json":
+        return orjson.loads(data)
+    import msgpack
+
+    try:
+        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises several unrelated types
+        raise ValueError(str(exc)) from None
+
+
+def stream_ref(namespace: str | None, name: str) -> dict:
+    """The envelope's ``stream`` object."""
+    return {"namespace": namespace, "name": name}
+
+
+def encode_key(key: dict | None, fmt: str) -> bytes | None:
+    """A message key from the key-column values (None: no key)."""
+    return None if key is None else dumps(key, fmt)
+
+
+def load_marker(stream: dict, load_id: str, op_id: str | None, reason: str, fmt: str) -> Message:
+    """The load marker before the rows of load ``load_id`` (``reason``: ``load`` or ``truncate``)."""
+    value = {"v": VERSION, "op": LOAD_OP, "after": None, "key": None, "op_id": op_id, "commit_ts": None,
+             "load_id": load_id, "reason": reason, "stream": stream}
+    return dumps(MARKER_KEY, fmt), dumps(value, fmt)
+
+
+def is_marker(envelope: dict) -> bool:
+    """Whether a decoded envelope is a load marker."""
+    return envelope.get("op") == LOAD_OP
+
+
+def table_messages(table: pa.Table, json_schema: dict, key_columns: tuple[str, ...] | list[str],
+                   stream: dict, load_id: str | None, fmt: str) -> Iterator[Message]:
+    """The messages of a table of rows (destination Arrow types and the stored ``_olake_*`` columns): one
+    per row, a tombstone after each delete. A value the wire form cannot carry raises a DestinationError
+    naming the stream, the column and the row's key."""
+    properties = json_schema.get("properties", {})
+    columns = [name for name in table.column_names if name in properties]
+    wire = {name: _wire(table, name, properties[name], key_columns, stream) for name in columns}
+    ops = table.column(OP).to_pylist()
+    op_ids = table.column(OP_ID).to_pylist()
+    times = table.column(COMMIT_TS).cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()).to_pylist()
+    unchanged = table.column(TOAST).to_pylist() if TOAST in table.column_names else [None] * len(ops)
+    rows = [dict(zip(columns, values)) for values in zip(*(wire[c] for c in columns))] if columns \
+        else [{} for _ in ops]
+    for index, op in enumerate(ops):
+        after = rows[index]
+        key = {c: after.get(c) for c in key_columns} if key_columns else None
+        value: dict[str, Any] = {"v": VERSION, "op": op, "after": None, "key": key, "op_id": op_ids[index],
+                                 "commit_ts": None if times[index] is None else timestamp_text(times[index], True),
+                                 "load_id": load_id if op == "r" else None}
+        toast = unchanged[index]
+        if op != "d":
+            for column in toast or ():
+                after.pop(column, None)
+            value["after"] = after
+        if toast and op != "d":
+            value["toast_unchanged"] = list(toast)
+        value["stream"] = stream
+        key_bytes = encode_key(key, fmt)
+        yield key_bytes, dumps(value, fmt)
+        if op == "d":
+            yield key_bytes, None
+
+
+def _infinities(raw: int, olake_type: str) -> int | str:
+    """The destination types' infinities (``codec.types``: int32 / int64 max and min) as their wire words;
+    other instants outside years 1..9999 as they are."""
+    top, bottom = (INT32_MAX, INT32_MIN) if olake_type == "date" else (INT64_MAX, INT64_MIN)
+    return "infinity" if raw == top else "-infinity" if raw == bottom else raw
+
+
+def _wire(table: pa.Table, name: str, prop: dict, key_columns, stream: dict) -> list:
+    column = table.column(name)
+    try:
+        return wire_values(column, olake_type_of(prop, name), name, prop, _infinities)
+    except BadValue as bad:
+        key = {k: table.column(k)[bad.index].as_py() for k in key_columns if k in table.column_names}
+        label = ".".join(p for p in (stream.get("namespace"), stream["name"]) if p)
+        raise value_error(DestinationError, label, name, key, bad.index, bad.detail) from None
+
+
+def decode_envelope(value: bytes, fmt: str, where: str) -> dict:
+    """A message value as a checked envelope; a ProtocolError naming ``where`` (topic, partition, offset)
+    when it does not parse or is not olake's envelope."""
+    try:
+        envelope = loads(value, fmt)
+    except ValueError as exc:
+        raise ProtocolError(f"{where}: the value is not {fmt.upper()} ({str(exc).splitlines()[0]})") from None
+    validator = _validator()
+    if not validator.is_valid(envelope):
+        error = best_match(validator.iter_errors(envelope))
+        raise ProtocolError(format_validation_error(error, f"{where}: not olake's envelope"))
+    return envelope
+
+
+@functools.cache
+def _validator() -> Draft202012Validator:
+    return Draft202012Validator(load_schema("kafka-envelope"))
+
+
+def decode_key(key: bytes | None, fmt: str, where: str) -> dict | None:
+    """A message key as its key-column object (None: no key); a ProtocolError naming ``where`` otherwise."""
+    if key is None:
+        return None
+    try:
+        found = loads(key, fmt)
+    except ValueError as exc:
+        raise ProtocolError(f"{where}: the key is not {fmt.upper()} ({str(exc).splitlines()[0]})") from None
+    if not isinstance(found, dict):
+        raise ProtocolError(f"{where}: the key is not an object of key columns")
+    return found
