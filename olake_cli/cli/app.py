@@ -188,7 +188,9 @@ def write(config: str = CONFIG_OPT,
 
 @app.command()
 def sync(source: str = typer.Option(..., "--source", metavar="FILE", help="Source config JSON file."),
-         destination: str = typer.Option(..., "--destination", metavar="FILE", help="Destination config JSON file."),
+         destination: list[str] = typer.Option(..., "--destination", metavar="FILE",
+                                               help="Destination config JSON file; repeat it to write every "
+                                                    "change into several destinations (without --state)."),
          catalog: str = CATALOG_OPT, state: str | None = STATE_OPT,
          spark_master: str | None = MASTER_OPT, spark_remote: str | None = REMOTE_OPT,
          max_parallel: int | None = PARALLEL_OPT, full_refresh: list[str] | None = FULL_REFRESH_OPT,
@@ -198,12 +200,14 @@ def sync(source: str = typer.Option(..., "--source", metavar="FILE", help="Sourc
     """Read and write in one process (full-load chunks are written by the chunk tasks); prints STATEs.
 
     Resumes from the state the destination committed with its rows, with or without --state; a stream
-    the destination holds nothing of is loaded in full, and so is each --full-refresh STREAM.
+    the destination holds nothing of is loaded in full, and so is each --full-refresh STREAM. With several
+    --destination, each one gets every row and change and commits its own state; a change log is let go
+    only up to what every one of them committed.
     """
     from olake_cli.pipeline.connectors import SparkOptions, run_sync, shutdown_engine
 
     with command_guard(shutdown_engine, following=follow), progress_view() as view:
-        run_sync(source, destination, catalog, state, SparkOptions(spark_master, spark_remote), max_parallel,
+        run_sync(source, list(destination), catalog, state, SparkOptions(spark_master, spark_remote), max_parallel,
                  protocol_writer(), log, view, tuple(full_refresh or ()), _follow_options(follow, commit_interval, metrics_port,
                                                                         discovery_interval, metrics_host))
     _stopped(follow)

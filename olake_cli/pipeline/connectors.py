@@ -124,7 +124,7 @@ def _read(config_path: str, catalog_path: str, state_path: str | None, spark: Sp
         watch.raise_if_changed()
 
 
-def run_sync(source_path: str, dest_path: str, catalog_path: str, state_path: str | None,
+def run_sync(source_path: str, dest_paths: str | list[str], catalog_path: str, state_path: str | None,
              spark: SparkOptions, max_parallel: int | None, out: MessageWriter,
              log: Callable[[str], None], view=None, full_refresh: tuple[str, ...] = (),
              follow: FollowOptions | None = None) -> None:
@@ -136,19 +136,27 @@ def run_sync(source_path: str, dest_path: str, catalog_path: str, state_path: st
     rewritten (atomically) to match; ``full_refresh`` names streams to load anew. Holds the state file's
     read and write locks from the start, and the destination's lock from the moment the source is open
     and checked: a source that fails leaves the destination untouched. A stream whose load the
-    destination lost is then loaded anew (``recover.reload_lost_streams``).
+    destination lost is then loaded anew (``recover.reload_lost_streams``). Several destinations
+    (``dest_paths``) are each fed every message (``pipeline.fan_out``).
     """
-    _once_or_supervised(lambda retries: _sync(source_path, dest_path, catalog_path, state_path, spark, max_parallel,
-                                              out, log, view, full_refresh, follow, retries), follow, log)
+    paths = [dest_paths] if isinstance(dest_paths, str) else list(dest_paths)
+    run = _sync if len(paths) == 1 else _sync_fanned
+
+    def attempt(retries: Backoff | None) -> None:
+        run(source_path, paths, catalog_path, state_path, spark, max_parallel, out, log, view, full_refresh,
+            follow, retries)
+
+    _once_or_supervised(attempt, follow, log)
 
 
-def _sync(source_path: str, dest_path: str, catalog_path: str, state_path: str | None, spark: SparkOptions,
+def _sync(source_path: str, dest_paths: list[str], catalog_path: str, state_path: str | None, spark: SparkOptions,
           max_parallel: int | None, out: MessageWriter, log: Callable[[str], None], view,
           full_refresh: tuple[str, ...], follow: FollowOptions | None, retries: Backoff | None) -> None:
     from olake_cli.pipeline.following import following_sync
     from olake_cli.pipeline.recover import forget_marked, reload_lost_streams, starting_state, streams_named
     from olake_cli.pipeline.sync import run_in_process
 
+    dest_path = dest_paths[0]
     _, source_kind, source_config = load_config(source_path, role="source")
     _, dest_kind, dest_config = load_config(dest_path, role="destination")
     source = make_source(source_kind, source_config)
@@ -186,6 +194,70 @@ def _sync(source_path: str, dest_path: str, catalog_path: str, state_path: str |
                                on_source_open=open_destination,
                                pipeline=pipeline_identity("sync", destination.lock_path(), dest_path, state_path),
                                following=following)
+        finally:
+            runner.close()
+    if watch is not None:
+        watch.raise_if_changed()
+
+
+def _sync_fanned(source_path: str, dest_paths: list[str], catalog_path: str, state_path: str | None,
+                 spark: SparkOptions, max_parallel: int | None, out: MessageWriter, log: Callable[[str], None], view,
+                 full_refresh: tuple[str, ...], follow: FollowOptions | None, retries: Backoff | None) -> None:
+    """:func:`_sync` into several destinations (``pipeline.fan_out``): rows go through the writers (the chunk
+    tasks write none), each destination's record is its state (no ``--state``), and the pipeline is named
+    after the first destination (adding a destination keeps the change log's claim)."""
+    from olake_cli.pipeline.fan_out import (LeastCommitted, StateTally, check_distinct, least_advanced,
+                                            replay_floors, stream_rank)
+    from olake_cli.pipeline.following import following_fanned
+    from olake_cli.pipeline.recover import forget_marked, reload_lost_streams, starting_state, streams_named
+    from olake_cli.pipeline.sync import WriterLane, run_lanes
+
+    if state_path:
+        raise ConfigError("--state applies to one --destination: with several, each destination's own record "
+                          "of what it committed is its state (leave --state out)")
+    _, source_kind, source_config = load_config(source_path, role="source")
+    configs = [load_config(path, role="destination") for path in dest_paths]
+    source = make_source(source_kind, source_config)
+    catalog = _followed_catalog(source, load_catalog(catalog_path), follow, log)
+    refresh = streams_named(catalog, list(full_refresh), "--full-refresh")
+    destinations = [make_destination(kind, config, log) for _, kind, config in configs]
+    check_distinct(dest_paths, destinations)
+    cdc = [s for s in catalog.selected_streams() if s.sync_mode == "cdc"]
+    capture = source.change_capture(cdc, log) if cdc else None  # compares positions only
+    rank = stream_rank(capture)
+    with ExitStack() as locks:
+        starts = [starting_state(State(), d.committed_state, catalog, None, refresh).state for d in destinations]
+        state = least_advanced(starts, dest_paths, catalog, rank, log)
+        tally = StateTally(out, len(destinations))
+        lanes = [WriterLane(d, None, tally.writer(i), name=path)
+                 for i, (d, path) in enumerate(zip(destinations, dest_paths))]
+
+        def open_destinations() -> None:
+            for lane in lanes:
+                locks.enter_context(acquire(lane.destination.lock_path(), f"the destination of {lane.name}",
+                                            "olake sync"))
+                lane.destination.open(catalog)
+                reload_lost_streams(state, lane.destination.committed_state, catalog, log)
+            forget_marked(state, refresh)
+            for lane in lanes:  # streams loaded anew have none: their new load decides what is a replay
+                mine = starting_state(State(), lane.destination.committed_state, catalog, None, []).state
+                floors = replay_floors(mine, capture)
+                lane.floors.update({key: op for key, op in floors.items() if state.find(*key) is not None})
+
+        runner = _runner(_target(spark, source_config), max_parallel, source_config, log)
+        following = None
+        if follow:
+            following = following_fanned(destinations, state, follow, retries,
+                                         lambda committed: LeastCommitted(committed, state, rank))
+            for lane, hook in zip(lanes, following.lanes):
+                lane.on_committed = hook
+            _identify_metrics(dest_paths[0], ", ".join(f"{kind} {os.path.abspath(p)}"
+                                                       for p, (_, kind, _) in zip(dest_paths, configs)))
+        try:
+            with _watching(source, catalog, follow, following and following.follow, log) as watch:
+                run_lanes(source, lanes, catalog, state, None, runner, log, view, on_source_open=open_destinations,
+                          pipeline=pipeline_identity("sync", destinations[0].lock_path(), dest_paths[0], None),
+                          follow=following and following.follow)
         finally:
             runner.close()
     if watch is not None:

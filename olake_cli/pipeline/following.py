@@ -65,6 +65,25 @@ def following_sync(destination: Destination, start: State, options: FollowOption
                             metrics_port=options.metrics_port, retries=retries), states.add)
 
 
+@dataclass
+class FannedFollowing:
+    """A following ``sync`` into several destinations: the reader's :class:`Follow`, and one hook per
+    destination's writer for each state it committed."""
+
+    follow: Follow
+    lanes: list[Callable[[State], None]]
+
+
+def following_fanned(destinations: list[Destination], start: State, options: FollowOptions, retries: Backoff,
+                     least: Callable[[list[CommittedStates]], object]) -> FannedFollowing:
+    """The set-up of ``sync --follow`` into several destinations: commits at the shortest of their
+    intervals; the change capture hears what every one committed (``least``: ``fan_out.LeastCommitted``)."""
+    states = [CommittedStates(start) for _ in destinations]
+    interval = min(commit_interval(options.commit_interval_s, d) for d in destinations)
+    return FannedFollowing(Follow(interval, committed=least(states).latest, metrics_port=options.metrics_port,
+                                  retries=retries), [s.add for s in states])
+
+
 def supervised(attempt: Callable[[Backoff], None], log: Callable[[str], None], backoff: Backoff | None = None) -> None:
     """Run ``attempt`` (one following run, given the process's :class:`Backoff`) until it ends (a signal)
     or fails otherwise: start it again at once when discovery or the capture asked for it

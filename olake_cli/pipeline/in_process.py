@@ -101,3 +101,27 @@ class InProcessPipe:
                 self._queue.get_nowait()
         except queue.Empty:
             pass
+
+
+class TeePipe:
+    """The reader's side of several :class:`InProcessPipe` at once (``sync`` into several destinations):
+    everything written goes to each, in order; a writer that stopped reading stops the reader."""
+
+    def __init__(self, pipes: list[InProcessPipe]) -> None:
+        self.pipes = pipes
+
+    def write(self, data: bytes) -> int:
+        """Queue bytes on every pipe."""
+        for pipe in self.pipes:
+            pipe.write(data)
+        return len(data)
+
+    def flush(self) -> None:
+        """Send the bytes written so far on every pipe."""
+        for pipe in self.pipes:
+            pipe.flush()
+
+    def put_table(self, item: ChangeTable) -> None:
+        """Send a change table on every pipe."""
+        for pipe in self.pipes:
+            pipe.put_table(item)

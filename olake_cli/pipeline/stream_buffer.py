@@ -40,11 +40,14 @@ _CHANGE_OPS = pa.array(["c", "u", "d"])  # what a replay filter drops (increment
 class StreamBuffer:
     """One stream of a destination between two commits."""
 
-    def __init__(self, stream: CatalogStream, target: StreamTarget, log: Callable[[str], None]) -> None:
+    def __init__(self, stream: CatalogStream, target: StreamTarget, log: Callable[[str], None],
+                 floor: str | None = None) -> None:
         self.stream, self.target, self.log = stream, target, log
         self.spiller = target if isinstance(target, SpillingTarget) else None
         self.appender = target if self.spiller is not None and isinstance(target, ChangeAppender) else None
-        self.committed, self.watermark = target.committed, target.watermark
+        # ``floor``: the operation id the destination's committed position covers, for one that keeps no
+        # watermark but may be sent changes it holds (one of several destinations: ``pipeline.fan_out``)
+        self.committed, self.watermark = target.committed, _newer(target.watermark, floor)
         inner = (self.committed or {}).get("stream_state") or {}
         self.load_id: str = inner.get("load_id") or UNKNOWN_LOAD
         self.load_op_key: str | None = inner.get("load_op_key")
@@ -193,9 +196,11 @@ class StreamBuffer:
 class StreamBuffers:
     """Every stream buffer of one destination, and the commit loop over the streams a STATE names."""
 
-    def __init__(self, destination: Destination, log: Callable[[str], None]) -> None:
+    def __init__(self, destination: Destination, log: Callable[[str], None],
+                 floors: dict[tuple, str] | None = None) -> None:
         self.destination, self.log = destination, log
         self.buffers: dict[tuple, StreamBuffer] = {}
+        self.floors = floors if floors is not None else {}  # stream -> replay floor (``StreamBuffer``)
 
     def open(self, catalog: Catalog) -> None:
         """Open the destination's streams for ``catalog`` and a buffer for each stream it opened."""
@@ -203,7 +208,7 @@ class StreamBuffers:
         for stream in catalog.streams:
             target = None if stream.key in self.buffers else self.destination.stream_target(stream.key)
             if target is not None:
-                self.buffers[stream.key] = StreamBuffer(stream, target, self.log)
+                self.buffers[stream.key] = StreamBuffer(stream, target, self.log, self.floors.get(stream.key))
 
     def add(self, key: tuple, table: pa.Table, warnings: list[str]) -> None:
         """Decoded rows of a stream (see :meth:`StreamBuffer.add`)."""

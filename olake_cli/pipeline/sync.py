@@ -12,17 +12,31 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from olake_cli.core.catalog import Catalog
 from olake_cli.core.contracts import ChunkRunner, ChunkSink, Destination, Source
+from olake_cli.core.follow import Follow
 from olake_cli.core.messages import MessageWriter, now_ms
 from olake_cli.core.pipeline_identity import PipelineIdentity
 from olake_cli.core.state import FileStateStore, State
 from olake_cli.pipeline.following import Following
-from olake_cli.pipeline.in_process import InProcessPipe
+from olake_cli.pipeline.in_process import InProcessPipe, TeePipe
 from olake_cli.pipeline.progress import ProgressView
 from olake_cli.pipeline.read import ReadPipeline
 from olake_cli.pipeline.write import WritePipeline
+
+
+@dataclass
+class WriterLane:
+    """One destination of a sync: its writer's state file, stdout, commit hook and replay floors."""
+
+    destination: Destination
+    store: FileStateStore | None
+    out: MessageWriter
+    on_committed: Callable[[State], None] = lambda state: None
+    floors: dict[tuple, str] = field(default_factory=dict)  # filled before its first CATALOG (``fan_out``)
+    name: str = "the destination"
 
 
 def run_in_process(source: Source, destination: Destination, catalog: Catalog, state: State,
@@ -38,37 +52,55 @@ def run_in_process(source: Source, destination: Destination, catalog: Catalog, s
     ``pipeline`` is what the reader's change capture claims its change log for; ``following`` keeps
     the change capture running, told of every state the writer commits.
     """
-    pipe = InProcessPipe()
-    failures: list[BaseException] = []
-    reader = ReadPipeline(source, catalog, state, MessageWriter(pipe), runner, log, sink=sink, view=view,
-                          clock=clock, on_source_open=on_source_open, tables=pipe.put_table, pipeline=pipeline,
-                          follow=following and following.follow)
+    lane = WriterLane(destination, store, out, following.committed if following else lambda state: None)
+    run_lanes(source, [lane], catalog, state, sink, runner, log, view, clock, on_source_open, pipeline,
+              following and following.follow)
 
-    def drain() -> None:
+
+def run_lanes(source: Source, lanes: list[WriterLane], catalog: Catalog, state: State, sink: ChunkSink | None,
+              runner: ChunkRunner, log: Callable[[str], None], view: ProgressView | None = None,
+              clock: Callable[[], int] = now_ms, on_source_open: Callable[[], None] = lambda: None,
+              pipeline: PipelineIdentity | None = None, follow: Follow | None = None) -> None:
+    """:func:`run_in_process` into one writer per lane, each fed every message (``pipeline.fan_out``); the
+    first writer's failure stops the reader, the other writers commit what they were given."""
+    pipes = [InProcessPipe() for _ in lanes]
+    tee = pipes[0] if len(pipes) == 1 else TeePipe(pipes)
+    failures: list[BaseException] = []
+    reader = ReadPipeline(source, catalog, state, MessageWriter(tee), runner, log, sink=sink, view=view,
+                          clock=clock, on_source_open=on_source_open, tables=tee.put_table, pipeline=pipeline,
+                          follow=follow)
+
+    def drain(lane: WriterLane, pipe: InProcessPipe) -> None:
         try:
             # its own copy: the reader may widen its streams' schemas, which the writer must see arrive
-            WritePipeline(destination, copy.deepcopy(catalog), store, out, log,
+            WritePipeline(lane.destination, copy.deepcopy(catalog), lane.store, lane.out, log,
                           rows_by_tasks=lambda: reader.rows_by_tasks, pass_traces=True,
-                          on_committed=following.committed if following else lambda state: None).run_items(pipe.items())
+                          on_committed=lane.on_committed, floors=lane.floors).run_items(pipe.items())
         except BaseException as exc:  # reported after the reader stops
+            if len(lanes) > 1:
+                log(f"{lane.name}: {exc}")
             failures.append(exc)
-            if following is not None:  # a reader following an idle log would not notice the pipe close
-                following.follow.stop.set()
+            if follow is not None:  # a reader following an idle log would not notice the pipe close
+                follow.stop.set()
         finally:
             pipe.stop_reading()  # a reader still writing then gets BrokenPipeError instead of blocking
 
-    writer = threading.Thread(target=drain, name="olake-write", daemon=True)
-    writer.start()
+    writers = [threading.Thread(target=drain, args=(lane, pipe), name=f"olake-write-{i}", daemon=True)
+               for i, (lane, pipe) in enumerate(zip(lanes, pipes))]
+    for writer in writers:
+        writer.start()
     try:
         reader.run()
     except BrokenPipeError:
         if not failures:
             raise
     finally:
-        try:
-            pipe.close()
-        except BrokenPipeError:
-            pass
-        writer.join()
+        for pipe in pipes:
+            try:
+                pipe.close()
+            except BrokenPipeError:
+                pass
+        for writer in writers:
+            writer.join()
     if failures:
         raise failures[0]

@@ -48,11 +48,13 @@ class WritePipeline:
     def __init__(self, destination: Destination, catalog: Catalog | None, state_store: FileStateStore | None,
                  out: messages.MessageWriter, log: Callable[[str], None], rows_by_tasks: Callable[[], int] = int,
                  pass_traces: bool = False, before_open: Callable[[], None] = lambda: None,
-                 on_committed: Callable[[State], None] = lambda state: None) -> None:
+                 on_committed: Callable[[State], None] = lambda state: None,
+                 floors: dict[tuple, str] | None = None) -> None:
         self.destination, self.catalog, self.store = destination, catalog, state_store
         self.catalog_given = catalog is not None  # --catalog; else the reader's first CATALOG is adopted
         self.out, self.log = out, log
-        self.buffers = StreamBuffers(destination, log)  # each stream's rows until a STATE commits them
+        # each stream's rows until a STATE commits them (``floors``: ``StreamBuffers``, sync's fan-out)
+        self.buffers = StreamBuffers(destination, log, floors)
         self.airbyte = AirbyteStreams(self.buffers, log)  # the streams an Airbyte source feeds
         self.keys: set[tuple] = set()
         self.prefixes: dict[bytes, tuple[tuple, BlockDecoder]] = {}  # record_prefix -> stream, decoder
