@@ -1,4 +1,5 @@
-"""Which optional abilities (the capabilities of core/contracts.py) each connector of the registry offers.
+"""Which optional abilities (the capabilities of core/contracts.py, and NewStreamChecks of core/live_discovery.py)
+each connector of the registry offers.
 
 ``OFFERED`` is the declaration, per registry entry: what the connector itself offers and what the objects
 it hands out offer (a destination's chunk sink and its stream targets, a source's change capture and
@@ -17,14 +18,16 @@ import pytest
 
 from olake_cli.core import contracts
 from olake_cli.core.catalog import parse_catalog
+from olake_cli.core.live_discovery import NewStreamChecks
 from olake_cli.core.registry import DESTINATIONS, SOURCES, make_destination, make_source
 
 READER_CAPABILITIES = [contracts.WireColumnsReader, contracts.ResumableReader, contracts.BinaryCopyReader]
 CAPABILITIES = [contracts.SlotOwner, *READER_CAPABILITIES, contracts.BinaryCopySink, contracts.SpillingTarget,
                 contracts.ChangeAppender, contracts.BackgroundCommits, contracts.RunSummary,
-                contracts.FollowingCapture, contracts.SourceBacklog, contracts.FollowCadence]
+                contracts.FollowingCapture, contracts.SourceBacklog, contracts.FollowCadence, NewStreamChecks]
 OFFERED = {
-    ("source", "postgres"): {"SlotOwner", "WireColumnsReader", "BinaryCopyReader", "FollowingCapture", "SourceBacklog"},
+    ("source", "postgres"): {"SlotOwner", "WireColumnsReader", "BinaryCopyReader", "FollowingCapture", "SourceBacklog",
+                             "NewStreamChecks"},
     ("source", "mongodb"): {"FollowingCapture"},
     ("source", "dynamodb"): {"ResumableReader", "FollowingCapture"},
     ("destination", "parquet"): {"SpillingTarget", "ChangeAppender", "FollowCadence"},
@@ -43,7 +46,7 @@ STREAM = {"name": "t", "namespace": "public", "sync_mode": "cdc", "supported_syn
 def test_every_capability_and_every_connector_is_declared():
     assert {c.__name__ for c in CAPABILITIES} == {
         name for name, value in vars(contracts).items()
-        if getattr(value, "_is_runtime_protocol", False) and name not in ("ChunkReader",)}
+        if getattr(value, "_is_runtime_protocol", False) and name not in ("ChunkReader",)} | {"NewStreamChecks"}
     assert set(OFFERED) == {("source", k) for k in SOURCES} | {("destination", k) for k in DESTINATIONS}
 
 

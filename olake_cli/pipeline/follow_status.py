@@ -13,7 +13,9 @@ Metrics (one registry per run):
   that commit;
 - ``olake_source_backlog_bytes``: what the source keeps for the pipeline (PostgreSQL: the slot's retained WAL),
   asked every BACKLOG_EVERY_S;
-- ``olake_retries_total`` and ``olake_errors_total{error}``: transient failures met and retried.
+- ``olake_retries_total`` and ``olake_errors_total{error}``: transient failures met and retried;
+- ``olake_streams_left_out{stream}``: 1 while a stream found by discovery is left out because it cannot be
+  read (``live_discovery``), 0 once it joined or went.
 """
 
 from __future__ import annotations
@@ -58,6 +60,10 @@ class _Metrics:
                               "the replication slot's retained WAL)", _IDENTITY, registry=registry)
         self._retries = Counter("olake_retries", "Transient failures retried", _IDENTITY, registry=registry)
         self._errors = Counter("olake_errors", "Failures met, by error", [*_IDENTITY, "error"], registry=registry)
+        self._left_out = Gauge("olake_streams_left_out", "1 while a stream found by discovery is left out because "
+                               "it cannot be read (the log says why and the fix)", [*_IDENTITY, "stream"],
+                               registry=registry)
+        self._left_out_now: set[str] = set()
 
     def identify(self, pipeline: str, destination: str) -> None:
         """Set the values of every metric's ``pipeline`` and ``destination`` labels."""
@@ -83,6 +89,12 @@ class _Metrics:
         self._retries.labels(*self.identity).inc()
         self.retried_count += 1
         self._errors.labels(*self.identity, error).inc()
+
+    def left_out(self, streams: set[str]) -> None:
+        """The streams a discovery left out now (labels); those left out before and not now go to 0."""
+        for stream in self._left_out_now | streams:
+            self._left_out.labels(*self.identity, stream).set(1 if stream in streams else 0)
+        self._left_out_now = set(streams)
 
     def serve(self, port: int, log: Callable[[str], None]) -> None:
         """Serve the metrics, ``/healthz`` and ``/readyz`` on ``port`` (once per process)."""

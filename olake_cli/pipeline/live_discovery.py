@@ -5,7 +5,10 @@ When streams appeared (under the catalog's ``new_streams`` rule) or went (``core
 thread asks the run to stop at its next checkpoint, as SIGTERM does, and the run is started again in the
 same process (``following.supervised``) with the changed catalog: a new stream is loaded, from a
 snapshot stitched to the change log exactly as any first load is, while the other streams' changes wait
-in the log, and then every stream is followed; a gone stream's capture ends.
+in the log, and then every stream is followed; a gone stream's capture ends. A new stream the run could not read is left out (``core.live_discovery``)
+with a line and the ``olake_streams_left_out`` metric, and looked at again at each discovery.
+
+What a discovery says is said once per process, also across the runs started again in it.
 """
 
 from __future__ import annotations
@@ -17,9 +20,10 @@ from olake_cli.core.catalog import Catalog
 from olake_cli.core.contracts import Source
 from olake_cli.core.errors import OlakeError
 from olake_cli.core.interrupts import signal_caught
-from olake_cli.core.live_discovery import stream_changes, with_changes
+from olake_cli.core.live_discovery import NewStreamChecks, StreamChanges, stream_changes, with_changes
 
 DEFAULT_DISCOVERY_INTERVAL_S = 60.0
+_SAID: set[str] = set()  # the discovery notes this process logged already
 
 
 class StreamsChanged(Exception):
@@ -28,10 +32,27 @@ class StreamsChanged(Exception):
 
 def starting_catalog(source: Source, catalog: Catalog, log: Callable[[str], None]) -> Catalog:
     """``catalog`` with what a discovery finds now: new streams added under ``new_streams``, gone ones ended."""
-    changes = stream_changes(source.discover(), catalog)
-    for note in changes.notes:
-        log(note)
+    changes = discovered(source, catalog)
+    say(changes, log)
     return with_changes(catalog, changes)
+
+
+def discovered(source: Source, catalog: Catalog) -> StreamChanges:
+    """What discovering ``source`` now finds against ``catalog``; the streams left out go to the metrics."""
+    from olake_cli.pipeline.follow_status import metrics
+
+    checks = source.unreadable if isinstance(source, NewStreamChecks) else None
+    changes = stream_changes(source.discover(), catalog, checks)
+    metrics().left_out(set(changes.left_out))
+    return changes
+
+
+def say(changes: StreamChanges, log: Callable[[str], None]) -> None:
+    """Log the notes of ``changes`` this process has not logged yet."""
+    for note in changes.notes:
+        if note not in _SAID:
+            _SAID.add(note)
+            log(note)
 
 
 class DiscoveryWatch:
@@ -44,7 +65,6 @@ class DiscoveryWatch:
         self.source, self.catalog, self.interval_s, self.stop, self.log = source, catalog, interval_s, stop, log
         self.changed = False
         self._done = threading.Event()
-        self._said: set[str] = set()
         self._thread = threading.Thread(target=self._run, name="olake-discovery", daemon=True)
 
     def __enter__(self) -> DiscoveryWatch:
@@ -63,7 +83,7 @@ class DiscoveryWatch:
     def _run(self) -> None:
         while not self._done.wait(self.interval_s):
             try:
-                changes = stream_changes(self.source.discover(), self.catalog)
+                changes = discovered(self.source, self.catalog)
             except OlakeError as exc:  # the run goes on; discovery tries again
                 self.log(f"discovery failed: {exc}; looking again in {self.interval_s:g}s")
                 continue
@@ -75,6 +95,4 @@ class DiscoveryWatch:
                 self.changed = True
                 self.stop.set()
                 return
-            for note in set(changes.notes) - self._said:  # new streams left out, said once
-                self._said.add(note)
-                self.log(note)
+            say(changes, self.log)  # new streams left out

@@ -185,12 +185,28 @@ def coverage_problems(conn: psycopg.Connection, view: PublicationView,
     if view.row is None:
         return [CdcProblem(f"publication '{view.name}' does not exist in this database",
                            create_publication_sql(conn, view.name, keyed))]
-    problems = []
+    uncovered = uncovered_problem(conn, view, keyed)
+    problems = ([uncovered] if uncovered else []) + filter_problems(conn, view, keyed)
+    skipped = skipped_actions(view)
+    if skipped:
+        problems.append(CdcProblem(f"publication '{view.name}' does not publish {', '.join(skipped)}, so "
+                                   "those changes would be lost", publish_everything_sql(conn, view.name)))
+    return problems
+
+
+def uncovered_problem(conn: psycopg.Connection, view: PublicationView,
+                      keyed: list[ResolvedTable]) -> CdcProblem | None:
+    """The existing publication leaves some of ``keyed`` out (None: it covers them all)."""
     uncovered = [t for t in keyed if not view.covers(t)]
-    if uncovered:
-        problems.append(CdcProblem(f"publication '{view.name}' does not cover "
-                                   f"{', '.join(t.label for t in uncovered)}",
-                                   add_tables_sql(conn, view.name, uncovered)))
+    if not uncovered:
+        return None
+    return CdcProblem(f"publication '{view.name}' does not cover {', '.join(t.label for t in uncovered)}",
+                      add_tables_sql(conn, view.name, uncovered))
+
+
+def filter_problems(conn: psycopg.Connection, view: PublicationView, keyed: list[ResolvedTable]) -> list[CdcProblem]:
+    """The publication's row filters and column lists on ``keyed`` (or their partitions or ancestors)."""
+    problems = []
     for table in keyed:
         for schema, name in view.filtered.get(table.oid, []):
             fix = sql.SQL("ALTER PUBLICATION {0} DROP TABLE {1};\nALTER PUBLICATION {0} ADD TABLE {1};").format(
@@ -198,10 +214,6 @@ def coverage_problems(conn: psycopg.Connection, view: PublicationView,
             problems.append(CdcProblem(f"publication '{view.name}' has a row filter or column list on "
                                        f"{schema}.{name}, so some changes of {table.label} would never arrive",
                                        fix))
-    skipped = skipped_actions(view)
-    if skipped:
-        problems.append(CdcProblem(f"publication '{view.name}' does not publish {', '.join(skipped)}, so "
-                                   "those changes would be lost", publish_everything_sql(conn, view.name)))
     return problems
 
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Any
 from collections.abc import Callable
 
-from psycopg import sql
-
 from olake_cli.core.errors import ConfigError
 from olake_cli.sources.postgres import discover as disco
+from olake_cli.sources.postgres import new_streams
 from olake_cli.sources.postgres.connection import PostgresSettings, connect
 from olake_cli.sources.postgres.session import PostgresReadSession
 
@@ -23,17 +22,9 @@ class PostgresSource:
         """Connect and verify SELECT privilege on every table of the configured schemas."""
         with connect(self.settings) as conn:
             disco.require_schemas(conn, self.settings.schemas)
-            denied = conn.execute(
-                """SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-                   WHERE n.nspname = ANY(%s) AND c.relkind IN ('r','p','v','m') AND NOT c.relispartition
-                     AND NOT (has_schema_privilege(n.oid, 'USAGE') AND has_table_privilege(c.oid, 'SELECT'))
-                   ORDER BY 1""", (list(self.settings.schemas),)).fetchall()
+            denied = new_streams.denied_tables(conn, list(self.settings.schemas))
             if denied:
-                names = ", ".join(r[0] for r in denied[:5]) + (" ..." if len(denied) > 5 else "")
-                role = sql.Identifier(self.settings.username).as_string(conn)
-                grants = " ".join(f"GRANT SELECT ON {_qualified(conn, r[0])} TO {role};" for r in denied[:5])
-                raise ConfigError(f"postgres: user '{self.settings.username}' lacks SELECT on {names}; "
-                                  f"run as an admin: {grants} (and GRANT USAGE ON SCHEMA where missing)")
+                raise ConfigError(f"postgres: {new_streams.select_problem(conn, self.settings.username, denied)}")
             tables = [(t[0], t[1]) for t in disco.list_tables(conn, self.settings.schemas, disco.TABLE_KINDS)]
             cdc = self._check_change_capture(conn, tables) + self._check_two_way(conn)
         return (f"connected to {self.settings.describe()}; {len(tables)} table(s) readable in "
@@ -81,6 +72,12 @@ class PostgresSource:
         with connect(self.settings) as conn:
             return disco.discover_catalog(conn, self.settings.schemas, self.settings.include, self.settings.exclude)
 
+    def unreadable(self, streams: list[Any]) -> dict[tuple, str]:
+        """Why each of the tables discovery found while following could not be read now, with the fix
+        (``new_streams``)."""
+        with connect(self.settings) as conn:
+            return new_streams.unreadable(conn, self.settings, streams)
+
     def drop_slot(self, claim_only: bool = False) -> list[str]:
         """Drop the configured replication slot and publication, and the slot's claim (see slot_drop)."""
         from olake_cli.sources.postgres.slot_drop import drop_slot
@@ -109,9 +106,4 @@ def _creatable(problem: str) -> bool:
     return problem.endswith(("does not exist in this database",)) or (
         problem.startswith("replication slot") and "does not exist" in problem) or (
         problem.startswith("publication") and ("does not cover" in problem or "does not publish" in problem))
-
-
-def _qualified(conn, dotted: str) -> str:
-    schema, _, table = dotted.partition(".")
-    return f"{sql.Identifier(schema).as_string(conn)}.{sql.Identifier(table).as_string(conn)}"
 
