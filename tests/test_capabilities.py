@@ -33,6 +33,7 @@ OFFERED = {
     ("destination", "parquet"): {"SpillingTarget", "ChangeAppender", "FollowCadence"},
     ("destination", "iceberg"): {"SpillingTarget", "FollowCadence"},
     ("destination", "postgres"): {"BinaryCopySink", "BackgroundCommits", "RunSummary", "FollowCadence"},
+    ("destination", "kafka"): {"FollowCadence"},
 }
 CONFIGS = {"postgres": {"host": "127.0.0.1", "port": 5432, "database": "d", "username": "u", "password": "p",
                         "replication_slot": "s", "publication": "p"},
@@ -64,6 +65,8 @@ def test_a_source_offers_what_it_declares(kind):
 def test_a_destination_offers_what_it_declares(kind, request, tmp_path):
     if kind == "postgres":
         config = request.getfixturevalue("pg_target").destination_config(request.getfixturevalue("target_db"))
+    elif kind == "kafka":
+        config = request.getfixturevalue("kafka_broker").config(topic_prefix=request.getfixturevalue("kafka_prefix"))
     else:
         config = {"type": kind, "path": str(tmp_path / "out")}
     destination = make_destination(kind, config, lambda line: None)

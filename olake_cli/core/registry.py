@@ -41,6 +41,7 @@ DESTINATIONS: dict[str, ConnectorEntry] = {
                               "olake_cli.destinations.iceberg.destination:IcebergDestination"),
     "postgres": ConnectorEntry("destination", "destination-postgres",
                                "olake_cli.destinations.postgres.destination:PostgresDestination"),
+    "kafka": ConnectorEntry("destination", "destination-kafka", "olake_cli.destinations.kafka.destination:KafkaDestination"),
 }
 PLANNED = {"dynamodb": "source"}  # types named in the design, not built yet
 

@@ -11,6 +11,7 @@ test about what such a consumer sees after a kill also applies the envelope's op
 from __future__ import annotations
 
 import glob
+import json
 import os
 import socket
 import subprocess
@@ -112,3 +113,60 @@ def read_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> list[Mess
         return sorted(found, key=lambda m: (m.partition, m.offset))
     finally:
         consumer.close()
+
+
+def envelope_of(value: bytes | None, fmt: str = "json") -> dict | None:
+    """A message value as an object (None: a tombstone), read with json / msgpack directly."""
+    if value is None:
+        return None
+    if fmt == "json":
+        return json.loads(value)
+    import msgpack
+
+    return msgpack.unpackb(value, raw=False)
+
+
+@dataclass
+class Replica:
+    """A topic reduced to its stream's current table by the consumer rules of docs/destinations/kafka.md:
+    a load marker empties the table, a delete or a tombstone removes its key, a row replaces its key's row
+    (keeping the values its ``toast_unchanged`` names), a change (c, u, d) whose op id is not above the
+    highest one applied in its partition is a replay and is skipped."""
+
+    rows: dict[str, dict]
+    applied: list[tuple[str, str | None]]  # (op, op_id) of every change applied, in order
+    replays: int
+    markers: list[dict]
+
+
+def replicate(messages: list[Message], fmt: str = "json") -> Replica:
+    """The current table of one stream's topic of one partition, with a primary key (see :class:`Replica`)."""
+    rows: dict[str, dict] = {}
+    applied, markers, replays, top = [], [], 0, {}
+    for message in messages:
+        value = envelope_of(message.value, fmt)
+        if value is None:
+            rows.pop(_key_text(envelope_of(message.key, fmt)), None)
+            continue
+        op = value["op"]
+        if op == "load":
+            markers.append(value)
+            rows.clear()
+            continue
+        if op in ("c", "u", "d"):
+            if value["op_id"] is not None and value["op_id"] <= top.get(message.partition, ""):
+                replays += 1
+                continue
+            top[message.partition] = value["op_id"]
+            applied.append((op, value["op_id"]))
+        key = _key_text(value["key"])
+        if op == "d":
+            rows.pop(key, None)
+            continue
+        kept = {c: rows.get(key, {}).get(c) for c in value.get("toast_unchanged", [])}
+        rows[key] = {**kept, **value["after"]}
+    return Replica(rows, applied, replays, markers)
+
+
+def _key_text(key: dict | None) -> str:
+    return json.dumps(key, sort_keys=True)

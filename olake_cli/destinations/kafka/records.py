@@ -1,0 +1,78 @@
+"""What the Kafka destination keeps in its compacted topics: each stream's committed state (the truth a
+run resumes from) and its catalog entry (the types a consumer decodes ``after`` with).
+
+State topic: key ``<pipeline_id>|<namespace>.<stream>``, value the stream state JSON the commit made
+durable, header ``olake-watermark`` the highest operation id applied (absent: none). Catalog topic: key
+``<namespace>.<stream>``, value ``{"stream": <the catalog entry>}``. Both are JSON whatever ``format``
+says, and the latest message of a key is the one that counts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import orjson
+
+from olake_cli.core.catalog import CatalogStream
+from olake_cli.core.errors import DestinationError
+from olake_cli.destinations.kafka.config import DestinationSettings
+from olake_cli.shared.kafka.admin import read_to_end
+from olake_cli.shared.kafka.client import ErrorLog, stream_label
+
+WATERMARK_HEADER = "olake-watermark"
+
+
+@dataclass(frozen=True)
+class Committed:
+    """A stream's latest committed state and the highest operation id applied with it."""
+
+    state: dict | None
+    watermark: str | None
+
+
+def state_message(settings: DestinationSettings, stream: CatalogStream, merged: dict,
+                  watermark: str | None) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
+    """(key, value, headers) of a stream's state message."""
+    headers = [] if watermark is None else [(WATERMARK_HEADER, watermark.encode())]
+    return settings.state_key(stream.namespace, stream.name).encode(), orjson.dumps(merged), headers
+
+
+def catalog_message(stream: CatalogStream) -> tuple[bytes, bytes]:
+    """(key, value) of a stream's catalog message."""
+    return stream_label(stream.namespace, stream.name).encode(), catalog_value(stream)
+
+
+def catalog_value(stream: CatalogStream) -> bytes:
+    """The catalog message value of ``stream``."""
+    return orjson.dumps({"stream": stream.to_dict()}, option=orjson.OPT_SORT_KEYS)
+
+
+def committed_states(settings: DestinationSettings, partitions: int, errors: ErrorLog) -> dict[str, Committed]:
+    """The latest state of every stream of this pipeline in the state topic (by state key)."""
+    topic, prefix = settings.kafka.state_topic, f"{settings.pipeline_id}|"
+    found: dict[str, Committed] = {}
+    for message in read_to_end(settings.kafka, topic, partitions, errors):
+        key = (message.key() or b"").decode("utf-8", "replace")
+        if not key.startswith(prefix):
+            continue
+        if message.value() is None:
+            found[key] = Committed(None, None)
+            continue
+        try:
+            state = orjson.loads(message.value())
+        except orjson.JSONDecodeError:
+            raise DestinationError(f"kafka: topic {topic!r} partition {message.partition()} offset "
+                                   f"{message.offset()}: the state of {key!r} is not JSON") from None
+        headers = dict(message.headers() or [])
+        watermark = headers.get(WATERMARK_HEADER)
+        found[key] = Committed(state, watermark.decode() if watermark else None)
+    return found
+
+
+def latest_catalog(settings: DestinationSettings, partitions: int, errors: ErrorLog) -> dict[str, bytes]:
+    """The latest catalog message value of every stream in the catalog topic (by stream label)."""
+    found: dict[str, bytes] = {}
+    for message in read_to_end(settings.kafka, settings.kafka.catalog_topic, partitions, errors):
+        if message.key() is not None and message.value() is not None:
+            found[message.key().decode("utf-8", "replace")] = message.value()
+    return found
