@@ -33,6 +33,7 @@ SOURCES: dict[str, ConnectorEntry] = {
     "postgres": ConnectorEntry("source", "source-postgres", "olake_cli.sources.postgres.source:PostgresSource"),
     "mongodb": ConnectorEntry("source", "source-mongodb", "olake_cli.sources.mongodb.source:MongoSource"),
     "dynamodb": ConnectorEntry("source", "source-dynamodb", "olake_cli.sources.dynamodb.source:DynamoSource"),
+    "kafka": ConnectorEntry("source", "source-kafka", "olake_cli.sources.kafka.source:KafkaSource"),
 }
 DESTINATIONS: dict[str, ConnectorEntry] = {
     "parquet": ConnectorEntry("destination", "destination-parquet",
