@@ -1,9 +1,9 @@
 """Positions in Kafka topics, kept in olake's state, and the operation ids of the changes read.
 
 A stream's position (:class:`TopicCursor`) lives in its stream state's source keys: ``topic``, ``offsets``
-(partition -> the next offset to read), ``applied_load`` (the load whose marker the stream applied last),
-``awaiting`` (the partitions whose marker of that load is still ahead: their messages before it belong
-to an older copy and are skipped), ``skip_op_id`` (``start_from: {"op_id": ...}``: olake's changes at or
+(partition -> the next offset to read), ``awaiting`` (partition -> how many load markers the stream
+applied from other partitions that this one has not reached yet: its messages before them belong to an
+older copy and are skipped), ``skip_op_id`` (``start_from: {"op_id": ...}``: olake's changes at or
 below it are skipped) and ``op_id`` (the checkpoint's operation id).
 
 Operation ids: Kafka keeps order only inside a partition, and the rows of a load share one operation
@@ -30,8 +30,7 @@ class TopicCursor:
 
     topic: str
     offsets: dict[int, int] = field(default_factory=dict)
-    load_id: str | None = None
-    awaiting: frozenset[int] = frozenset()
+    awaiting: dict[int, int] = field(default_factory=dict)
     skip_op_id: str | None = None
     last_ops: dict[int, str] = field(default_factory=dict)
 
@@ -69,12 +68,11 @@ def cursor_of(ss: StreamState | None) -> tuple[TopicCursor, OpId] | None:
     keys = ss.source
     try:
         cursor = TopicCursor(str(keys["topic"]), {int(p): int(o) for p, o in keys["offsets"].items()},
-                             keys.get("applied_load"), frozenset(int(p) for p in keys.get("awaiting", [])),
-                             keys.get("skip_op_id"), {int(p): str(o) for p, o in keys.get("last_ops", {}).items()})
+                             {int(p): int(n) for p, n in keys.get("awaiting", {}).items()}, keys.get("skip_op_id"), {int(p): str(o) for p, o in keys.get("last_ops", {}).items()})
         op = OpId.from_json(keys.get("op_id", [0, 0]))
     except (TypeError, ValueError, AttributeError):
         raise StateError(f"stream '{ss.stream_name}': a Kafka position is 'topic', 'offsets' (partition -> next "
-                         "offset), 'applied_load', 'awaiting', 'last_ops' and 'op_id'") from None
+                         "offset), 'awaiting', 'last_ops' and 'op_id'") from None
     return cursor, op
 
 
@@ -82,7 +80,7 @@ def with_cursor(ss: StreamState, cursor: TopicCursor, op: OpId) -> StreamState:
     """A copy of ``ss`` holding ``cursor`` and checkpoint ``op``."""
     new = ss.copy()
     new.source.update(topic=cursor.topic, offsets={str(p): o for p, o in sorted(cursor.offsets.items())},
-                      applied_load=cursor.load_id, awaiting=sorted(cursor.awaiting),
+                      awaiting={str(p): n for p, n in sorted(cursor.awaiting.items()) if n},
                       last_ops={str(p): o for p, o in sorted(cursor.last_ops.items())}, op_id=op.to_json())
     if cursor.skip_op_id is not None:
         new.source["skip_op_id"] = cursor.skip_op_id

@@ -2,10 +2,10 @@
 
 On a topic olake's destination wrote (its *envelope*, ``shared.kafka.envelope``): ``r`` and ``c`` rows
 become inserts, ``u`` updates (with the columns listed in ``toast_unchanged`` left out, so the
-destination keeps their values), ``d`` deletes by key, and tombstones are skipped. A load marker of a
-load the stream has not applied yet becomes a truncate: the rows that follow it replace the stream's
-contents. The marker is written to every partition; the messages of a partition that come before its
-own marker of that load belong to the older copy and are skipped (``TopicCursor.awaiting``).
+destination keeps their values), ``d`` deletes by key, and tombstones are skipped. A load marker becomes
+a truncate: the rows that follow it replace the stream's contents (as does a truncate marker). The destination writes each marker to every partition: the first
+copy read empties the stream, and the messages of another partition that come before its own copy belong
+to the older contents and are skipped (``TopicCursor.awaiting``).
 
 On any other topic each message is one inserted row of the *message stream*: ``partition``,
 ``offset`` (the key), ``timestamp``, ``key``, ``value`` and ``headers``. Keys and values are text or
@@ -72,9 +72,9 @@ class StreamMessages:
         envelope = decode_envelope(value, _format_of(value, self.value_format), where(topic, partition, offset))
         cursor = self.cursor
         if is_marker(envelope):
-            self._marker(envelope["load_id"], partition)
+            self._marker(partition)
             return
-        if partition in cursor.awaiting:
+        if cursor.awaiting.get(partition):
             return  # written before this partition's marker of the load the stream applied: an older copy
         op_id, op = envelope["op_id"], _OPS[envelope["op"]]
         if op_id is not None and envelope["op"] != "r":  # (a load's rows all rank at its position)
@@ -89,17 +89,18 @@ class StreamMessages:
             data[TOAST] = list(envelope["toast_unchanged"])
         self._add(data)
 
-    def _marker(self, load_id: str, partition: int) -> None:
-        """A load marker: the start of a new copy (a truncate), or another partition's marker of it."""
-        cursor = self.cursor
-        if load_id == cursor.load_id or partition in cursor.awaiting:
-            # this partition reached the load the stream applied (or a marker older than it, before that)
-            awaiting = cursor.awaiting - {partition} if load_id == cursor.load_id else cursor.awaiting
-            self.cursor = replace(cursor, awaiting=awaiting)
-            return
-        self._add({OP: "t", COMMIT_TS: None})
-        self.cursor = replace(cursor, load_id=load_id,
-                              awaiting=frozenset(p for p in self.partitions if p != partition))
+    def _marker(self, partition: int) -> None:
+        """A load or truncate marker: this partition's copy of one applied already, or a new one (a truncate;
+        every other partition awaits its copy)."""
+        awaiting = dict(self.cursor.awaiting)
+        if awaiting.get(partition):
+            awaiting[partition] -= 1
+        else:
+            self._add({OP: "t", COMMIT_TS: None})
+            for other in self.partitions:
+                if other != partition:
+                    awaiting[other] = awaiting.get(other, 0) + 1
+        self.cursor = replace(self.cursor, awaiting=awaiting)
 
     def _message_row(self, partition: int, offset: int, key: bytes | None, value: bytes | None,
                      timestamp_ms: int | None, headers: list | None) -> dict[str, Any]:
