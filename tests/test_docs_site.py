@@ -167,6 +167,18 @@ def test_every_config_field_is_documented_on_its_connector_page(schema):
     assert not missing, f"docs/{CONNECTOR_PAGES[schema]} does not document {missing}"
 
 
+CONNECTOR_OUTLINE = ["Quickstart", "Config fields", "What the server needs", "Types", "Full load", "Change capture",
+                     "Following", "Limits", "Tested against"]
+
+
+@pytest.mark.parametrize("page", sorted(set(CONNECTOR_PAGES.values())))
+def test_every_connector_page_follows_the_one_outline(page):
+    """A connector page's second-level headings are the outline every connector page shares, in its order."""
+    headings = [t for t in tokens(DOCS / page) if t.type == "heading_open" and t.tag == "h2"]
+    lines = (DOCS / page).read_text(encoding="utf-8").splitlines()
+    assert [lines[t.map[0]].lstrip("#").strip() for t in headings] == CONNECTOR_OUTLINE, page
+
+
 @pytest.mark.parametrize("page", USER_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_user_pages_name_no_issue_numbers_and_no_documents_outside_the_repository(page):
     text = page.read_text(encoding="utf-8")
