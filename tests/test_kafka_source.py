@@ -18,7 +18,7 @@ import psycopg
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.support.cli import run_olake, write_json
+from tests.support.cli import messages, run_olake, write_json
 from tests.support.kafka_broker import read_topic
 from tests.support.pgcluster import free_port
 
@@ -30,11 +30,11 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
         future.result()
 
 
-def produce(bootstrap: str, topic: str, messages: list[tuple[int, bytes | None, bytes | None]],
+def produce(bootstrap: str, topic: str, batch: list[tuple[int, bytes | None, bytes | None]],
             headers: list | None = None) -> None:
     """Produce ``(partition, key, value)`` messages with confluent-kafka, one at a time, in order."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
-    for partition, key, value in messages:
+    for partition, key, value in batch:
         producer.produce(topic, key=key, value=value, partition=partition, headers=headers)
         producer.flush()
 
@@ -133,9 +133,9 @@ def test_olakes_envelope_is_applied_as_changes(kafka_broker, kafka_prefix, pg_ta
                envelope("d", None, 1, 12), (orjson.dumps({"id": 1}), None),
                envelope("d", None, 2, 13), (orjson.dumps({"id": 2}), None), envelope("c", row(4, "moved"), 4, 13 + 1),
                envelope("u", {"id": 3, "label": "replayed", "price": "9.00"}, 3, 11)]  # a replay: skipped
-    messages = [(0, *first_load[0]), (1, *first_load[0])] + [(part[json.loads(k)["id"]], k, v)
-                                                             for k, v in first_load[1:] + changes]
-    produce(bootstrap, topic, messages)
+    sent = [(0, *first_load[0]), (1, *first_load[0])] + [(part[json.loads(k)["id"]], k, v)
+                                                         for k, v in first_load[1:] + changes]
+    produce(bootstrap, topic, sent)
     src = write_json(tmp_path / "src.json", kafka_broker.config(topics=[topic], topic_prefix=kafka_prefix))
     dst = write_json(tmp_path / "dst.json", pg_target.destination_config(target_db))
     catalog = discover(src, tmp_path / "cat.json")
@@ -155,6 +155,18 @@ def test_olakes_envelope_is_applied_as_changes(kafka_broker, kafka_prefix, pg_ta
     result = sync(src, dst, tmp_path / "cat.json", state)
     assert result.returncode == 0, result.stderr.decode()[-3000:]
     assert target_rows(dsn, query) == [(3, "after", "b", "1.50"), (5, "five", "b", "1.50")]
+    again = run_olake("sync", "--source", src, "--destination", dst, "--catalog", str(tmp_path / "cat.json"),
+                      "--state", str(state), "--full-refresh", "public.items")  # the whole topic read again
+    assert again.returncode == 0, again.stderr.decode()[-3000:]
+    assert target_rows(dsn, query) == [(3, "after", "b", "1.50"), (5, "five", "b", "1.50")]
+    after_13 = write_json(tmp_path / "after13.json", kafka_broker.config(
+        topics=[topic], topic_prefix=kafka_prefix, start_from={"op_id": f"{13:032X}"}))
+    records = [m["record"]["data"] for m in messages(run_olake("read", "--config", after_13, "--catalog",
+                                                               str(tmp_path / "cat.json")).stdout)
+               if m["type"] == "RECORD"]
+    assert not [r for r in records if r["_olake_op"] == "d" or r.get("label") == "three!"], "changes up to 13 skipped"
+    assert {"id": 4, "label": "moved", "body": "b", "price": "1.50"}.items() <= next(r for r in records
+                                                                                     if r.get("id") == 4).items()
 
 
 def test_bad_input_is_one_line_and_commits_nothing_past_it(kafka_broker, kafka_prefix, pg_target, target_db, tmp_path):
