@@ -22,7 +22,8 @@ USER_PAGES = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
 ALL_PAGES = [*USER_PAGES, ROOT / "CONTRIBUTING.md", ROOT / "CHANGELOG.md"]
 SCHEMAS = ROOT / "olake_cli" / "schemas"
 CONNECTOR_PAGES = {"source-postgres": "sources/postgres.md", "source-mongodb": "sources/mongodb.md",
-                   "source-dynamodb": "sources/dynamodb.md", "destination-parquet": "destinations/parquet.md",
+                   "source-dynamodb": "sources/dynamodb.md", "source-kafka": "sources/kafka.md",
+                   "destination-parquet": "destinations/parquet.md",
                    "destination-iceberg": "destinations/iceberg.md", "destination-postgres": "destinations/postgres.md"}
 
 
