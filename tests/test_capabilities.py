@@ -30,6 +30,7 @@ OFFERED = {
                              "NewStreamChecks"},
     ("source", "mongodb"): {"FollowingCapture"},
     ("source", "dynamodb"): {"ResumableReader", "FollowingCapture"},
+    ("source", "kafka"): {"FollowingCapture"},
     ("destination", "parquet"): {"SpillingTarget", "ChangeAppender", "FollowCadence"},
     ("destination", "iceberg"): {"SpillingTarget", "FollowCadence"},
     ("destination", "postgres"): {"BinaryCopySink", "BackgroundCommits", "RunSummary", "FollowCadence"},
@@ -38,7 +39,8 @@ OFFERED = {
 CONFIGS = {"postgres": {"host": "127.0.0.1", "port": 5432, "database": "d", "username": "u", "password": "p",
                         "replication_slot": "s", "publication": "p"},
            "mongodb": {"uri": "mongodb://127.0.0.1:27017", "database": "d"},
-           "dynamodb": {"region": "us-east-1", "tables": ["t"]}}
+           "dynamodb": {"region": "us-east-1", "tables": ["t"]},
+           "kafka": {"bootstrap_servers": "127.0.0.1:9092", "topics": ["t"]}}
 STREAM = {"name": "t", "namespace": "public", "sync_mode": "cdc", "supported_sync_modes": ["cdc"],
           "source_defined_primary_key": [["id"]],
           "json_schema": {"type": "object", "properties": {"id": {"type": ["integer"], "x-olake-type": "int32"}}}}
