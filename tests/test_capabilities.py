@@ -58,7 +58,7 @@ def test_a_source_offers_what_it_declares(kind):
     source = make_source(kind, {"type": kind, **CONFIGS[kind]})
     capture = source.change_capture(parse_catalog({"streams": [STREAM]}).streams, lambda line: None)
     offered = {c.__name__ for c in CAPABILITIES for o in (source, capture) if isinstance(o, c)}
-    for reader in _reader_classes(f"olake_cli.sources.{kind}"):
+    for reader in _reader_classes(f"olake_cli.sources.{kind}") if kind != "kafka" else []:  # (a topic: no chunks)
         offered |= {c.__name__ for c in READER_CAPABILITIES if issubclass(reader, c)}
     assert offered == OFFERED[("source", kind)]
 
