@@ -59,6 +59,12 @@ def _pg_committed_lsn(target: str) -> int:
     return (int(high, 16) << 32) | int(low, 16)
 
 
+def _rows(lake) -> int:
+    from tests.support.verify import read_parquet
+
+    return read_parquet(str(lake / "public" / "t")).num_rows
+
+
 def _start_pg(cluster) -> None:
     log = os.path.join(os.path.dirname(cluster.datadir), "log")
     cluster._run([os.path.join(cluster.bin_dir, "pg_ctl"), "-D", cluster.datadir, "-l", log, "-w", "start"])
@@ -93,7 +99,10 @@ def test_sync_follow_into_three_destinations_survives_kills_and_a_destination_do
         held = _pg_committed_lsn(target)
         _stop_pg(pg_target)
         try:
-            time.sleep(8.0)  # the others go on meanwhile; the slot waits for the stopped one
+            wait_until(lambda: "the other destinations go on" in log.read_text(), "the run notices", run=run)
+            lake_rows = _rows(tmp_path / "lake")
+            time.sleep(6.0)  # the others go on committing meanwhile; the slot waits for the stopped one
+            assert _rows(tmp_path / "lake") > lake_rows
             assert _confirmed_lsn(source, "fan_out") <= held
             assert run.poll() is None, log.read_text()[-3000:]
         finally:

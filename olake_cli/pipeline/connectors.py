@@ -3,41 +3,21 @@
 from __future__ import annotations
 
 import os
-from contextlib import ExitStack, nullcontext
-from dataclasses import dataclass
+from contextlib import ExitStack
 from typing import Any, BinaryIO
 from collections.abc import Callable
 
 from olake_cli.core.catalog import load_catalog
 from olake_cli.core.config import load_config
-from olake_cli.core.contracts import ChunkSink
-from olake_cli.core.errors import ConfigError
 from olake_cli.core.follow import Backoff
 from olake_cli.core.locks import acquire, lock_state
 from olake_cli.core.messages import MessageWriter
 from olake_cli.core.pipeline_identity import pipeline_identity
 from olake_cli.core.registry import make_destination, make_source
 from olake_cli.core.state import FileStateStore, State, load_state
+from olake_cli.pipeline.run_setup import (FollowOptions, SparkOptions, check_shared_path, check_state_folder,
+                                          chunk_runner, followed_catalog, identify_metrics, spark_target, watching)
 
-DEFAULT_MAX_CONNECTIONS = 8  # chunks of one run reading the source at once, whatever the cluster's size
-
-
-@dataclass(frozen=True)
-class FollowOptions:
-    """The command line's ``--follow``: seconds between commits (None: the destination's default), the
-    port to serve Prometheus metrics on (None: none), seconds between discoveries (0: none)."""
-
-    commit_interval_s: float | None = None
-    metrics_port: int | None = None
-    discovery_interval_s: float = 0.0
-
-
-@dataclass(frozen=True)
-class SparkOptions:
-    """The command line's Spark choice: a classic master URL or a Spark Connect URL (None: the environment's)."""
-
-    master: str | None = None
-    remote: str | None = None
 
 
 def check_connector(role: str, kind: str, config: dict[str, Any], log: Callable[[str], None]) -> str:
@@ -90,7 +70,7 @@ def _read(config_path: str, catalog_path: str, state_path: str | None, spark: Sp
 
     _, kind, config = load_config(config_path, role="source")
     source = make_source(kind, config)
-    catalog = _followed_catalog(source, load_catalog(catalog_path), follow, log)
+    catalog = followed_catalog(source, load_catalog(catalog_path), follow, log)
     refresh = streams_named(catalog, list(full_refresh), "--full-refresh")
     check_state_folder(state_path)
     destination = None
@@ -108,14 +88,14 @@ def _read(config_path: str, catalog_path: str, state_path: str | None, spark: Sp
                 log(note)
             forget_marked(start.state, refresh)
 
-        runner = _runner(_target(spark, config), max_parallel, config, log)
+        runner = chunk_runner(spark_target(spark, config), max_parallel, config, log)
         try:
             pipeline = pipeline_identity("read", destination and destination.lock_path(), state_from, state_path)
             following = following_read(state_path, destination, catalog, follow, log, retries) \
                 if follow else None
             if follow:
-                _identify_metrics(state_path or state_from, "stdout")
-            with _watching(source, catalog, follow, following, log) as watch:
+                identify_metrics(state_path or state_from, "stdout")
+            with watching(source, catalog, follow, following, log) as watch:
                 ReadPipeline(source, catalog, start.state, out, runner, log, view=view, on_source_open=source_open,
                              pipeline=pipeline, follow=following).run()
         finally:
@@ -140,7 +120,12 @@ def run_sync(source_path: str, dest_paths: str | list[str], catalog_path: str, s
     (``dest_paths``) are each fed every message (``pipeline.fan_out``).
     """
     paths = [dest_paths] if isinstance(dest_paths, str) else list(dest_paths)
-    run = _sync if len(paths) == 1 else _sync_fanned
+    if len(paths) > 1:
+        from olake_cli.pipeline.sync_fanned import sync_fanned
+
+        run = sync_fanned
+    else:
+        run = _sync
 
     def attempt(retries: Backoff | None) -> None:
         run(source_path, paths, catalog_path, state_path, spark, max_parallel, out, log, view, full_refresh,
@@ -160,13 +145,13 @@ def _sync(source_path: str, dest_paths: list[str], catalog_path: str, state_path
     _, source_kind, source_config = load_config(source_path, role="source")
     _, dest_kind, dest_config = load_config(dest_path, role="destination")
     source = make_source(source_kind, source_config)
-    catalog = _followed_catalog(source, load_catalog(catalog_path), follow, log)
+    catalog = followed_catalog(source, load_catalog(catalog_path), follow, log)
     refresh = streams_named(catalog, list(full_refresh), "--full-refresh")
     check_state_folder(state_path)
     destination = make_destination(dest_kind, dest_config, log)
-    target = _target(spark, source_config)
+    target = spark_target(spark, source_config)
     sink = destination.chunk_sink()
-    _check_shared_path(sink, target, dest_path, dest_config)
+    check_shared_path(sink, target, dest_path, dest_config)
     with ExitStack() as locks:
         store = FileStateStore(state_path) if state_path else None
         if state_path:
@@ -184,80 +169,16 @@ def _sync(source_path: str, dest_paths: list[str], catalog_path: str, state_path
             reload_lost_streams(start.state, destination.committed_state, catalog, log)  # before planning
             forget_marked(start.state, refresh)
 
-        runner = _runner(target, max_parallel, source_config, log)
+        runner = chunk_runner(target, max_parallel, source_config, log)
         following = following_sync(destination, start.state, follow, retries) if follow else None
         if follow:
-            _identify_metrics(state_path or dest_path, f"{dest_kind} {os.path.abspath(dest_path)}")
+            identify_metrics(state_path or dest_path, f"{dest_kind} {os.path.abspath(dest_path)}")
         try:
-            with _watching(source, catalog, follow, following and following.follow, log) as watch:
+            with watching(source, catalog, follow, following and following.follow, log) as watch:
                 run_in_process(source, destination, catalog, start.state, store, sink, runner, out, log, view,
                                on_source_open=open_destination,
                                pipeline=pipeline_identity("sync", destination.lock_path(), dest_path, state_path),
                                following=following)
-        finally:
-            runner.close()
-    if watch is not None:
-        watch.raise_if_changed()
-
-
-def _sync_fanned(source_path: str, dest_paths: list[str], catalog_path: str, state_path: str | None,
-                 spark: SparkOptions, max_parallel: int | None, out: MessageWriter, log: Callable[[str], None], view,
-                 full_refresh: tuple[str, ...], follow: FollowOptions | None, retries: Backoff | None) -> None:
-    """:func:`_sync` into several destinations (``pipeline.fan_out``): rows go through the writers (the chunk
-    tasks write none), each destination's record is its state (no ``--state``), and the pipeline is named
-    after the first destination (adding a destination keeps the change log's claim)."""
-    from olake_cli.pipeline.fan_out import (LeastCommitted, StateTally, check_distinct, least_advanced,
-                                            replay_floors, stream_rank)
-    from olake_cli.pipeline.following import following_fanned
-    from olake_cli.pipeline.recover import forget_marked, reload_lost_streams, starting_state, streams_named
-    from olake_cli.pipeline.sync import WriterLane, run_lanes
-
-    if state_path:
-        raise ConfigError("--state applies to one --destination: with several, each destination's own record "
-                          "of what it committed is its state (leave --state out)")
-    _, source_kind, source_config = load_config(source_path, role="source")
-    configs = [load_config(path, role="destination") for path in dest_paths]
-    source = make_source(source_kind, source_config)
-    catalog = _followed_catalog(source, load_catalog(catalog_path), follow, log)
-    refresh = streams_named(catalog, list(full_refresh), "--full-refresh")
-    destinations = [make_destination(kind, config, log) for _, kind, config in configs]
-    check_distinct(dest_paths, destinations)
-    cdc = [s for s in catalog.selected_streams() if s.sync_mode == "cdc"]
-    capture = source.change_capture(cdc, log) if cdc else None  # compares positions only
-    rank = stream_rank(capture)
-    with ExitStack() as locks:
-        starts = [starting_state(State(), d.committed_state, catalog, None, refresh).state for d in destinations]
-        state = least_advanced(starts, dest_paths, catalog, rank, log)
-        tally = StateTally(out, len(destinations))
-        lanes = [WriterLane(d, None, tally.writer(i), name=path)
-                 for i, (d, path) in enumerate(zip(destinations, dest_paths))]
-
-        def open_destinations() -> None:
-            for lane in lanes:
-                locks.enter_context(acquire(lane.destination.lock_path(), f"the destination of {lane.name}",
-                                            "olake sync"))
-                lane.destination.open(catalog)
-                reload_lost_streams(state, lane.destination.committed_state, catalog, log)
-            forget_marked(state, refresh)
-            for lane in lanes:  # streams loaded anew have none: their new load decides what is a replay
-                mine = starting_state(State(), lane.destination.committed_state, catalog, None, []).state
-                floors = replay_floors(mine, capture)
-                lane.floors.update({key: op for key, op in floors.items() if state.find(*key) is not None})
-
-        runner = _runner(_target(spark, source_config), max_parallel, source_config, log)
-        following = None
-        if follow:
-            following = following_fanned(destinations, state, follow, retries,
-                                         lambda committed: LeastCommitted(committed, state, rank))
-            for lane, hook in zip(lanes, following.lanes):
-                lane.on_committed = hook
-            _identify_metrics(dest_paths[0], ", ".join(f"{kind} {os.path.abspath(p)}"
-                                                       for p, (_, kind, _) in zip(dest_paths, configs)))
-        try:
-            with _watching(source, catalog, follow, following and following.follow, log) as watch:
-                run_lanes(source, lanes, catalog, state, None, runner, log, view, on_source_open=open_destinations,
-                          pipeline=pipeline_identity("sync", destinations[0].lock_path(), dest_paths[0], None),
-                          follow=following and following.follow)
         finally:
             runner.close()
     if watch is not None:
@@ -277,74 +198,6 @@ def _once_or_supervised(attempt: Callable[[Backoff | None], None], follow: Follo
     if follow.metrics_port is not None:  # /healthz answers from the start, loads included
         metrics().serve(follow.metrics_port, log)
     supervised(attempt, log)
-
-
-def _identify_metrics(pipeline: str | None, destination: str) -> None:
-    """The ``pipeline`` and ``destination`` labels of a following run's metrics."""
-    from olake_cli.pipeline.follow_status import metrics
-
-    metrics().identify(os.path.abspath(pipeline) if pipeline else "read", destination)
-
-
-def _followed_catalog(source, catalog, follow: FollowOptions | None, log: Callable[[str], None]):
-    """The catalog of the run; a following one with discovery takes what the source holds now."""
-    if follow is None or not follow.discovery_interval_s:
-        return catalog
-    from olake_cli.pipeline.live_discovery import starting_catalog
-
-    return starting_catalog(source, catalog, log)
-
-
-def _watching(source, catalog, follow: FollowOptions | None, following, log: Callable[[str], None]):
-    """The discovery watch of a following run (``pipeline.live_discovery``); for a bounded one, None."""
-    if follow is None:
-        return nullcontext()
-    from olake_cli.pipeline.live_discovery import DiscoveryWatch
-
-    return DiscoveryWatch(source, catalog, follow.discovery_interval_s, following.stop, log)
-
-
-def check_state_folder(state_path: str | None) -> None:
-    """A ``--state`` path must be in a folder that exists (a typo is not a new folder to create)."""
-    if not state_path:
-        return
-    folder = os.path.dirname(os.path.abspath(state_path))
-    if not os.path.isdir(folder):
-        raise ConfigError(f"--state {state_path}: the folder '{folder}' does not exist (create it, or fix the path)")
-
-
-def _check_shared_path(sink: ChunkSink | None, target, dest_path: str, dest_config: dict[str, Any]) -> None:
-    """Tasks on a cluster write the destination's files: refuse unless every executor sees the path."""
-    if sink is not None and sink.writes_local_files and not target.local \
-            and not dest_config.get("shared_path"):
-        raise ConfigError(f"{dest_path}: with the Spark master '{target.label}' the tasks write the destination's "
-                          f"files on the executors' own disks; set \"shared_path\": true if every executor "
-                          f"sees the same path (NFS, a mounted bucket), or use a local master")
-
-
-def _target(spark: SparkOptions, source_config: dict[str, Any]):
-    """Where the run's Spark jobs go (checked: a wrong URL fails now with one line, not after a minute)."""
-    from olake_cli.engine.session import resolve_target
-
-    return resolve_target(spark.master, spark.remote, source_config.get("spark"))
-
-
-def _runner(target, max_parallel: int | None, source_config: dict[str, Any], log: Callable[[str], None]):
-    """The chunk runner of a run: ``--max-parallel`` or the source's ``max_parallel`` (else the cluster's
-    cores), capped by the source's ``max_connections``; ``read``'s tasks on a cluster spool into the
-    source's ``spark.spool`` when it names one; small loads on a local master skip Spark (``load_runner``)."""
-    from olake_cli.engine.chunk_runner import SparkChunkRunner
-    from olake_cli.engine.session import start_session
-    from olake_cli.pipeline.load_runner import DEFAULT_IN_PROCESS_ROWS, LoadRunner
-    from olake_cli.shared.spool import Spool
-
-    parallel = max_parallel or source_config.get("max_parallel")
-    connections = source_config.get("max_connections", DEFAULT_MAX_CONNECTIONS)
-    engine = SparkChunkRunner(lambda: start_session(target), parallel, local=target.local, log=log,
-                              archive_name=target.archive_name, max_connections=connections,
-                              spool=Spool.of(source_config.get("spark")))
-    return LoadRunner(engine, target.local, source_config.get("in_process_rows", DEFAULT_IN_PROCESS_ROWS),
-                      parallel, connections, log)
 
 
 def shutdown_engine() -> None:

@@ -135,11 +135,17 @@ class _TallyWriter:
     """One writer's stdout in a fan-out: STATEs tallied, other messages passed on by the first writer."""
 
     def __init__(self, tally: StateTally, index: int) -> None:
-        self.tally, self.index, self.states = tally, index, 0
+        self.tally, self.index, self.states, self.passing = tally, index, 0, 0
+
+    def pass_over(self, states: int) -> None:
+        """The next ``states`` STATEs are ones this writer acknowledged before (a retry reads them again)."""
+        self.passing = states
 
     def write(self, msg: dict) -> None:
         """Tally a STATE; pass a trace on (first writer only)."""
-        if msg.get("type") == "STATE":
+        if msg.get("type") == "STATE" and self.passing:
+            self.passing -= 1
+        elif msg.get("type") == "STATE":
             self.tally.acknowledged(self.index, self.states, msg)
             self.states += 1
         elif self.index == 0:

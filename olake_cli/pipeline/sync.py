@@ -22,6 +22,7 @@ from olake_cli.core.pipeline_identity import PipelineIdentity
 from olake_cli.core.state import FileStateStore, State
 from olake_cli.pipeline.following import Following
 from olake_cli.pipeline.in_process import InProcessPipe, TeePipe
+from olake_cli.pipeline.lane_journal import Journal, LaneRetries
 from olake_cli.pipeline.progress import ProgressView
 from olake_cli.pipeline.read import ReadPipeline
 from olake_cli.pipeline.write import WritePipeline
@@ -37,6 +38,8 @@ class WriterLane:
     on_committed: Callable[[State], None] = lambda state: None
     floors: dict[tuple, str] = field(default_factory=dict)  # filled before its first CATALOG (``fan_out``)
     name: str = "the destination"
+    floors_now: Callable[[Destination], dict[tuple, str]] = lambda destination: {}  # from what it holds now
+    renew: Callable[[], Destination] | None = None  # a new connector of the destination, for a retry
 
 
 def run_in_process(source: Source, destination: Destination, catalog: Catalog, state: State,
@@ -72,10 +75,7 @@ def run_lanes(source: Source, lanes: list[WriterLane], catalog: Catalog, state: 
 
     def drain(lane: WriterLane, pipe: InProcessPipe) -> None:
         try:
-            # its own copy: the reader may widen its streams' schemas, which the writer must see arrive
-            WritePipeline(lane.destination, copy.deepcopy(catalog), lane.store, lane.out, log,
-                          rows_by_tasks=lambda: reader.rows_by_tasks, pass_traces=True,
-                          on_committed=lane.on_committed, floors=lane.floors).run_items(pipe.items())
+            _write_lane(lane, pipe, catalog, reader, log, follow if len(lanes) > 1 else None)
         except BaseException as exc:  # reported after the reader stops
             if len(lanes) > 1:
                 log(f"{lane.name}: {exc}")
@@ -104,3 +104,28 @@ def run_lanes(source: Source, lanes: list[WriterLane], catalog: Catalog, state: 
             writer.join()
     if failures:
         raise failures[0]
+
+
+def _write_lane(lane: WriterLane, pipe: InProcessPipe, catalog: Catalog, reader: ReadPipeline,
+                log: Callable[[str], None], follow: Follow | None) -> None:
+    """One lane's writer over its pipe; with ``follow`` (one of several destinations), retried from its
+    journal after a transient failure of its destination (``lane_journal``)."""
+    def writer(on_state: Callable[[], None] = lambda: None, after: Callable[[], None] = lambda: None):
+        # its own copy: the reader may widen its streams' schemas, which the writer must see arrive
+        return WritePipeline(lane.destination, copy.deepcopy(catalog), lane.store, lane.out, log,
+                             rows_by_tasks=lambda: reader.rows_by_tasks, pass_traces=True,
+                             on_committed=lambda state: (lane.on_committed(state), after()),
+                             floors=lane.floors, on_state=on_state)
+
+    if follow is None:
+        writer().run_items(pipe.items())
+        return
+    journal = Journal(pipe)
+    def reopened(replayed_states: int) -> None:
+        lane.destination = lane.renew() if lane.renew is not None else lane.destination  # new connections
+        lane.floors.update(lane.floors_now(lane.destination))
+        lane.out.pass_over(replayed_states)
+
+    retries = LaneRetries(lane.name, journal, follow, log, reopened)
+    journal.start()
+    retries.run(lambda items: writer(retries.state_taken, retries.committed).run_items(items))

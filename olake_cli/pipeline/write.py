@@ -48,13 +48,12 @@ class WritePipeline:
     def __init__(self, destination: Destination, catalog: Catalog | None, state_store: FileStateStore | None,
                  out: messages.MessageWriter, log: Callable[[str], None], rows_by_tasks: Callable[[], int] = int,
                  pass_traces: bool = False, before_open: Callable[[], None] = lambda: None,
-                 on_committed: Callable[[State], None] = lambda state: None,
-                 floors: dict[tuple, str] | None = None) -> None:
+                 on_committed: Callable[[State], None] = lambda state: None, floors: dict[tuple, str] | None = None,
+                 on_state: Callable[[], None] = lambda: None) -> None:
         self.destination, self.catalog, self.store = destination, catalog, state_store
         self.catalog_given = catalog is not None  # --catalog; else the reader's first CATALOG is adopted
         self.out, self.log = out, log
-        # each stream's rows until a STATE commits them (``floors``: ``StreamBuffers``, sync's fan-out)
-        self.buffers = StreamBuffers(destination, log, floors)
+        self.buffers = StreamBuffers(destination, log, floors)  # each stream's rows until a STATE commits them
         self.airbyte = AirbyteStreams(self.buffers, log)  # the streams an Airbyte source feeds
         self.keys: set[tuple] = set()
         self.prefixes: dict[bytes, tuple[tuple, BlockDecoder]] = {}  # record_prefix -> stream, decoder
@@ -71,7 +70,7 @@ class WritePipeline:
         self.rows_by_tasks = rows_by_tasks  # sync: rows the Spark tasks wrote themselves
         self.pass_traces = pass_traces  # sync: the reader's ESTIMATE and STREAM_STATUS traces go on to stdout
         self.before_open = before_open  # write: takes the destination's lock
-        self.on_committed = on_committed  # sync --follow: the reader lets its change log go up to it
+        self.on_committed, self.on_state = on_committed, on_state  # sync --follow; a STATE taken (lane_journal)
         self.opened = False  # the destination is opened when the input first needs it, not before
         if catalog is not None:
             self._adopt(catalog)
@@ -273,6 +272,7 @@ class WritePipeline:
         state = msg["state"]
         given = self.airbyte.olake_state(state) if is_airbyte_state(state) else parse_state(state, what="STATE message")
         self._open()
+        self.on_state()
         if not isinstance(self.destination, BackgroundCommits):
             with signals_held():
                 state, batches = self.buffers.take(given)
