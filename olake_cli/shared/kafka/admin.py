@@ -95,20 +95,12 @@ def read_to_end(settings: KafkaSettings, topic: str, partitions: int, errors: Er
 
 def _drain(consumer: Any, kafka: Any, settings: KafkaSettings, topic: str, partitions: int,
            errors: ErrorLog) -> list[Any]:
-    """The messages of every partition up to the end each had when assigned."""
-    ends: dict[int, int] = {}
-    for p in range(partitions):
-        try:
-            low, high = consumer.get_watermark_offsets(kafka.TopicPartition(topic, p), timeout=settings.timeout_s)
-        except Exception as exc:
-            raise failure(exc, settings, f"reading the offsets of topic {topic!r}", errors) from None
-        if high > low:
-            ends[p] = high
-    if not ends:
-        return []
-    consumer.assign([kafka.TopicPartition(topic, p, kafka.OFFSET_BEGINNING) for p in ends])
+    """The messages of every partition up to the end the consumer reaches (its end-of-partition event:
+    a broker may report no high watermark while a transaction is open)."""
+    pending = set(range(partitions))
+    consumer.assign([kafka.TopicPartition(topic, p, kafka.OFFSET_BEGINNING) for p in pending])
     found, deadline = [], time.monotonic() + settings.timeout_s
-    while ends:
+    while pending:
         message = consumer.poll(0.2)
         if message is None:
             if time.monotonic() > deadline:
@@ -118,10 +110,8 @@ def _drain(consumer: Any, kafka: Any, settings: KafkaSettings, topic: str, parti
         deadline = time.monotonic() + settings.timeout_s
         if message.error() is not None:
             if message.error().code() == kafka.KafkaError._PARTITION_EOF:
-                ends.pop(message.partition(), None)
+                pending.discard(message.partition())
                 continue
             raise failure(kafka.KafkaException(message.error()), settings, f"reading topic {topic!r}", errors)
         found.append(message)
-        if message.offset() + 1 >= ends.get(message.partition(), 0):
-            ends.pop(message.partition(), None)
     return found
