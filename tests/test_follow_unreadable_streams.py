@@ -117,3 +117,38 @@ def test_new_streams_that_cannot_be_read_are_left_out_with_their_fix_until_fixed
     assert "Traceback" not in text and "internal error" not in text, text[-3000:]
     for name in ["public.t", *expected]:  # announced once each, also across the run's restarts
         assert text.count(f"{name}: new stream found") == (name != "public.t"), text[-3000:]
+
+
+def test_what_olake_adds_to_its_own_publication_is_not_a_reason_to_leave_a_table_out(pg_cluster, pg_db):
+    """With ``create_slot_and_publication`` olake adds a new table to the publication itself, as owner of the
+    table: only a table it does not own is left out for the publication; without the option both are.
+    A table the role may not read is named with its GRANTs (USAGE too where the schema is closed), in any
+    sync mode; a view is never named (no ``cdc`` to check)."""
+    from olake_cli.core.catalog import CatalogStream
+    from olake_cli.sources.postgres.source import PostgresSource
+
+    admin = pg_cluster.dsn(pg_db)
+    suffix = uuid.uuid4().hex[:8]
+    role, pub = f"owner_{suffix}", f"own_{suffix}_pub"
+    quoted = sql.Identifier(role).as_string(None)
+    _run(admin, f"CREATE ROLE {quoted} LOGIN REPLICATION PASSWORD '{PASSWORD}'", "CREATE SCHEMA closed",
+         f"GRANT USAGE ON SCHEMA public TO {quoted}", *_table("mine"), f"ALTER TABLE mine OWNER TO {quoted}",
+         *_table("theirs"), f"GRANT SELECT ON theirs TO {quoted}", *_table("secret"),
+         "CREATE TABLE closed.hidden (id int PRIMARY KEY)", "CREATE VIEW v AS SELECT id FROM mine",
+         f"GRANT SELECT ON v TO {quoted}", f"CREATE PUBLICATION {pub}", f"ALTER PUBLICATION {pub} OWNER TO {quoted}")
+    streams = [CatalogStream(name, schema, {}, sync_mode=mode) for schema, name, mode in
+               [("public", "mine", "cdc"), ("public", "theirs", "cdc"), ("public", "secret", "full_refresh"),
+                ("closed", "hidden", "cdc"), ("public", "v", "cdc")]]
+    config = {**pg_cluster.source_config(pg_db, replication_slot=f"own_{suffix}", publication=pub),
+              "username": role, "password": PASSWORD}
+    uncovered = (f'publication \'{pub}\' does not cover public.{{}} (fix: ALTER PUBLICATION "{pub}" ADD TABLE '
+                 f'"public"."{{}}";)')
+    denied = {("public", "secret"): f"user '{role}' lacks SELECT on public.secret; run as an admin: GRANT SELECT "
+                                    f'ON "public"."secret" TO {quoted};',
+              ("closed", "hidden"): f"user '{role}' lacks SELECT on closed.hidden; run as an admin: GRANT USAGE ON "
+                                    f'SCHEMA "closed" TO {quoted}; GRANT SELECT ON "closed"."hidden" TO {quoted};'}
+    assert PostgresSource({**config, "create_slot_and_publication": True}).unreadable(streams) == {
+        ("public", "theirs"): uncovered.format("theirs", "theirs"), **denied}
+    assert PostgresSource(config).unreadable(streams) == {
+        ("public", "mine"): uncovered.format("mine", "mine"), ("public", "theirs"): uncovered.format("theirs", "theirs"),
+        **denied}
