@@ -22,7 +22,7 @@ from tests.support.follow import kill_and_restart, start_olake, wait_until
 from tests.test_pg_destination import (
     TABLES, assert_copied, catalog_for, cdc_source, change_source, make_source, without_nan_decimal,
 )
-from tests.support.pg_compare import assert_same_rows, table_texts
+from tests.support.pg_compare import assert_same_rows, columns_of, table_texts
 from tests.support.writer_thread import WriterThread
 
 
@@ -56,6 +56,8 @@ def test_postgres_through_kafka_into_postgres_is_exact(pg_cluster, pg_db, pg_tar
     kafka_catalog.write_text(json.dumps(catalog))
     synced(from_kafka, dst, kafka_catalog, tmp_path / "kafka_state.json")
     assert_copied(source, target)
+    for schema, table in TABLES:
+        assert columns_of(target, schema, table) == columns_of(source, schema, table), "columns in their order"
 
     change_source(source)
     synced(src, into_kafka, pg_catalog, tmp_path / "pg_state.json")
