@@ -13,7 +13,7 @@ import pytest
 from olake_cli.core.codec.decode import decode_rows
 from tests.support.cdc import discover_catalog
 from tests.support.cli import messages, run_olake, write_json
-from tests.support.kafka_broker import read_topic, replicate
+from tests.support.kafka_broker import kcat, read_topic, replicate
 from tests.support.verify import assert_table_matches
 from tests.test_e2e_edge_values import EDGE_DDL, EDGE_VALUES, GRID_VALUES
 from tests.test_types_codec import BIG_NUMERIC, DDL, ROWS, TEXT_1
@@ -104,3 +104,46 @@ def test_every_value_and_change_reaches_the_topic_exactly(pg_cluster, edge_sourc
     toasted = [json.loads(m.value) for m in read_topic(kafka_broker.bootstrap, f"{kafka_prefix}public.everything")
                if m.value and json.loads(m.value)["op"] == "u"]
     assert any(e["toast_unchanged"] == ["c_text"] and "c_text" not in e["after"] for e in toasted if e["key"]["id"] == 3)
+
+
+def test_kcat_reads_the_topic_olake_wrote_and_msgpack_carries_the_same_rows(pg_cluster, pg_db, kafka_broker,
+                                                                            kafka_prefix, tmp_path):
+    with psycopg.connect(pg_cluster.dsn(pg_db), autocommit=True) as conn:
+        conn.execute(EDGE_DDL)
+        conn.execute(f"INSERT INTO grid VALUES {GRID_VALUES}")
+    src = write_json(tmp_path / "src.json", pg_cluster.source_config(pg_db))
+    catalog = discover_catalog(src, tmp_path / "cat.json", {}, only={"grid"})
+    expected = wire_rows(src, catalog, tmp_path)["grid"]
+    for fmt in ("json", "msgpack"):
+        prefix = f"{kafka_prefix}{fmt}."
+        dst = write_json(tmp_path / f"{fmt}.json", kafka_broker.config(topic_prefix=prefix, format=fmt))
+        sync(src, dst, tmp_path / "cat.json", tmp_path / f"{fmt}-state.json")
+        replica = replicate(read_topic(kafka_broker.bootstrap, f"{prefix}public.grid"), fmt)
+        assert replica.rows == expected and [m["reason"] for m in replica.markers] == ["load"]
+    out = kcat("-C", "-b", kafka_broker.bootstrap, "-t", f"{kafka_prefix}json.public.grid", "-e", "-q")
+    envelopes = [json.loads(line) for line in out.decode().splitlines()]
+    assert [e["op"] for e in envelopes] == ["load"] + ["r"] * len(expected)
+    assert {json.dumps(e["key"], sort_keys=True): e["after"] for e in envelopes[1:]} == expected
+
+
+def test_bad_destination_input_is_one_line_fast_and_never_shows_a_secret(pg_cluster, pg_db, kafka_broker,
+                                                                         kafka_prefix, tmp_path):
+    from tests.support.pgcluster import free_port
+
+    secrets = {"sasl_password": "hunter2-secret", "producer": {"ssl.key.password": "pw-xyz-secret"}}
+    unreachable = write_json(tmp_path / "bad.json", {"type": "kafka", "bootstrap_servers": f"127.0.0.1:{free_port()}",
+                                                     "timeout_s": 2, **secrets})
+    result = run_olake("check", "--destination", unreachable)
+    err = result.stderr.decode()
+    assert result.returncode != 0 and err.count("\n") == 1 and "cannot reach the broker" in err, err
+    assert "hunter2" not in err + result.stdout.decode() and "pw-xyz" not in err + result.stdout.decode()
+
+    with psycopg.connect(pg_cluster.dsn(pg_db), autocommit=True) as conn:
+        conn.execute("CREATE TABLE one (id int PRIMARY KEY)")
+    src = write_json(tmp_path / "src.json", pg_cluster.source_config(pg_db))
+    discover_catalog(src, tmp_path / "cat.json", {}, only={"one"})
+    missing = write_json(tmp_path / "missing.json", kafka_broker.config(topic_prefix=kafka_prefix, create_topics=False))
+    result = run_olake("sync", "--source", src, "--destination", missing, "--catalog", str(tmp_path / "cat.json"))
+    err = result.stderr.decode().strip().splitlines()
+    assert result.returncode != 0 and "does not exist and create_topics is false" in err[-1], err
+    assert f"'{kafka_prefix}_catalog'" in err[-1]

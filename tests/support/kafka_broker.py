@@ -13,9 +13,11 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -170,3 +172,21 @@ def replicate(messages: list[Message], fmt: str = "json") -> Replica:
 
 def _key_text(key: dict | None) -> str:
     return json.dumps(key, sort_keys=True)
+
+
+def kcat(*args: str, timeout_s: float = 60) -> bytes:
+    """Run Debian's ``kcat`` (a client written by none of us) and return its stdout. Its librdkafka (2.0.2)
+    cannot parse tansu 0.6.0's ApiVersions v3 response, so it runs on the librdkafka of the confluent-kafka
+    wheel (``LD_LIBRARY_PATH``): kcat's own code, a newer library."""
+    found = glob.glob(os.path.join(sys.prefix, "lib", "python3*", "site-packages", "confluent_kafka.libs",
+                                   "librdkafka*.so.1"))
+    assert found, "the confluent-kafka wheel's librdkafka was not found"
+    libs = tempfile.mkdtemp(prefix="kcat-lib-")
+    os.symlink(found[0], os.path.join(libs, "librdkafka.so.1"))
+    try:
+        result = subprocess.run(["kcat", *args], capture_output=True, timeout=timeout_s,
+                                env={**os.environ, "LD_LIBRARY_PATH": libs})
+    finally:
+        shutil.rmtree(libs)
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    return result.stdout
