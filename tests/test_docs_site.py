@@ -24,7 +24,8 @@ SCHEMAS = ROOT / "olake_cli" / "schemas"
 CONNECTOR_PAGES = {"source-postgres": "sources/postgres.md", "source-mongodb": "sources/mongodb.md",
                    "source-dynamodb": "sources/dynamodb.md", "source-kafka": "sources/kafka.md",
                    "destination-parquet": "destinations/parquet.md",
-                   "destination-iceberg": "destinations/iceberg.md", "destination-postgres": "destinations/postgres.md"}
+                   "destination-iceberg": "destinations/iceberg.md", "destination-postgres": "destinations/postgres.md",
+                   "destination-kafka": "destinations/kafka.md"}
 
 
 def tokens(page: Path) -> list:
