@@ -205,7 +205,7 @@ class _ChangeEmitter:
             if len(run):
                 self.emitted_upto[run.stream] = run.last_op()
                 if self.status is not None:
-                    self.newest_commit_us = max(self.newest_commit_us, pc.max(run.commit_ts).as_py())
+                    self.newest_commit_us = max(self.newest_commit_us, pc.max(run.commit_ts).as_py() or 0)
                     self.status.counted(self.active[run.stream].label, run.op_counts())
                 replayed = run.replay_count()
                 self.replayed += replayed
