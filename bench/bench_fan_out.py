@@ -22,12 +22,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shlex
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,8 +49,8 @@ TARGET = 1.3
 class Bench:
     """The clusters, the work folder and the olake command line of one benchmark run."""
 
-    def __init__(self, source: PgCluster, target: PgCluster, work: Path) -> None:
-        self.source, self.target, self.work = source, target, work
+    def __init__(self, source: PgCluster, target: PgCluster, work: Path, profile: Path | None = None) -> None:
+        self.source, self.target, self.work, self.profile = source, target, work, profile
         self.env = dict(os.environ, PGPASSWORD=source.password, OLAKE_SPARK_MASTER="local[*]")
         self.olake = f"{shlex.quote(sys.executable)} -m olake_cli"
 
@@ -56,11 +59,14 @@ class Bench:
         (self.work / name).write_text(json.dumps(value))
         return name
 
-    def sync(self, name: str) -> str:
-        """The ``olake sync`` command of pipeline ``name`` (a1, c2, ...)."""
+    def sync(self, name: str, timed: bool = False) -> str:
+        """The ``olake sync`` command of pipeline ``name`` (a1, c2, ...); a timed one under py-spy with
+        ``--profile`` (collapsed stacks of every thread, busy samples only)."""
         dests = {"a": [f"pg-{name}.json"], "b": [f"lake-{name}.json"],
                  "c": [f"pg-{name}.json", f"lake-{name}.json"]}[name[0]]
-        return (f"{self.olake} sync --source src-{name}.json "
+        spy = (f"py-spy record -r 50 --threads --format raw -o {self.profile / name}.txt -- "
+               if timed and self.profile else "")
+        return (f"{spy}{self.olake} sync --source src-{name}.json "
                 + " ".join(f"--destination {d}" for d in dests)
                 + f" --catalog cat.json > /dev/null 2>> {name}.log")
 
@@ -134,33 +140,63 @@ def capture_report(b: Bench, name: str) -> str:
     return lines[-1].removeprefix("olake: ") if lines else ""
 
 
-def time_runs(b: Bench, names: list[str], changes: int) -> dict[str, list[Measurement]]:
+@dataclass
+class Run:
+    """One timed run: its measurement and the CPU seconds it cost."""
+
+    m: Measurement
+    olake_cpu: float  # user + system of the olake process (and bash, py-spy)
+    server_cpu: float  # of the source's and the target's server processes that ended (walsender, backends)
+
+
+def server_cpu(cluster: PgCluster) -> float:
+    """CPU seconds of the ended children of ``cluster``'s postmaster (its walsenders and backends)."""
+    pid = Path(cluster.datadir, "postmaster.pid").read_text().split()[0]
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")  # cutime, cstime
+
+
+def timed_run(b: Bench, name: str) -> Run:
+    """Run pipeline ``name``'s sync of the changes, measured."""
+    (b.work / f"{name}.log").write_text("")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    servers = server_cpu(b.source) + server_cpu(b.target)
+    m = measured(b.sync(name, timed=True), b.work, b.env)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if m.returncode != 0:
+        raise SystemExit(f"{name}: exit {m.returncode}: {(b.work / f'{name}.log').read_text()[-2000:]}")
+    time.sleep(0.5)  # the walsender and the target's backend end after olake disconnects
+    return Run(m, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime,
+               server_cpu(b.source) + server_cpu(b.target) - servers)
+
+
+def time_runs(b: Bench, names: list[str], changes: int) -> dict[str, list[Run]]:
     """Time every pipeline's sync of the changes, in the order given; each output verified."""
     expected = checksum(b.source, "bench")
-    results: dict[str, list[Measurement]] = {kind: [] for kind in KINDS}
+    results: dict[str, list[Run]] = {kind: [] for kind in KINDS}
     for name in names:
-        (b.work / f"{name}.log").write_text("")
-        m = measured(b.sync(name), b.work, b.env)
-        if m.returncode != 0:
-            raise SystemExit(f"{name}: exit {m.returncode}: {(b.work / f'{name}.log').read_text()[-2000:]}")
+        load = os.getloadavg()[0]
+        run = timed_run(b, name)
         status = verify(b, name, expected, changes)
-        print(f"[fan-out] {name}: {m.wall_s:.2f} s (load {os.getloadavg()[0]:.1f}), tree {m.tree_peak_mib:,.0f} MiB, olake "
-              f"{m.driver_mib or 0:,.0f} MiB, {status}; {capture_report(b, name)}", file=sys.stderr, flush=True)
+        print(f"[fan-out] {name}: {run.m.wall_s:.2f} s (load {load:.1f}), CPU olake {run.olake_cpu:.1f} s, "
+              f"servers {run.server_cpu:.1f} s, tree {run.m.tree_peak_mib:,.0f} MiB, olake "
+              f"{run.m.driver_mib or 0:,.0f} MiB, {status}; {capture_report(b, name)}", file=sys.stderr, flush=True)
         if status != "ok":
             raise SystemExit(f"{name}: {status}")
-        results[name[0]].append(m)
+        results[name[0]].append(run)
     return results
 
 
-def table(results: dict[str, list[Measurement]], changes: int) -> str:
+def table(results: dict[str, list[Run]], changes: int) -> str:
     """The Markdown table of the medians and every run's wall time, and the ratio line."""
-    med = {k: statistics.median(m.wall_s for m in ms) for k, ms in results.items()}
-    lines = ["| run | wall s (median) | changes/s | every run, s | peak RSS, tree (MiB) | olake process (MiB) |",
-             "|---|---:|---:|---|---:|---:|"]
-    for kind, ms in results.items():
+    med = {k: statistics.median(r.m.wall_s for r in runs) for k, runs in results.items()}
+    lines = ["| run | wall s (median) | changes/s | every run, s | CPU s, olake + servers (median) | "
+             "peak RSS, tree (MiB) | olake process (MiB) |", "|---|---:|---:|---|---:|---:|---:|"]
+    for kind, runs in results.items():
+        cpu = (statistics.median(r.olake_cpu for r in runs), statistics.median(r.server_cpu for r in runs))
         lines.append(f"| ({kind}) {KINDS[kind]} | {med[kind]:.2f} | {changes / med[kind]:,.0f} | "
-                     f"{', '.join(f'{m.wall_s:.2f}' for m in ms)} | {max(m.tree_peak_mib for m in ms):,.0f} | "
-                     f"{max(m.driver_mib or 0 for m in ms):,.0f} |")
+                     f"{', '.join(f'{r.m.wall_s:.2f}' for r in runs)} | {cpu[0]:.1f} + {cpu[1]:.1f} | "
+                     f"{max(r.m.tree_peak_mib for r in runs):,.0f} | {max(r.m.driver_mib or 0 for r in runs):,.0f} |")
     slower = max(med["a"], med["b"])
     ratio = med["c"] / slower
     lines.append("")
@@ -175,13 +211,17 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=1_000_000, help="changes made at the source")
     parser.add_argument("--rows", type=int, default=100_000, help="rows of the table before the changes")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs of each of (a), (b), (c)")
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="a folder: each timed run under py-spy (on the PATH), its stacks there (times then skewed)")
     parser.add_argument("--keep", action="store_true", help="leave the work folder (its logs and outputs)")
     args = parser.parse_args()
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
     names = [f"{kind}{i}" for i in range(1, args.repeat + 1) for kind in KINDS]
     source, target = start_cluster(), start_cluster()
     work = Path(tempfile.mkdtemp(prefix="olake-bench-fan-out-"))
     try:
-        b = Bench(source, target, work)
+        b = Bench(source, target, work, args.profile and args.profile.resolve())
         prepare(b, args.rows, names)
         make_changes(b, args.changes, args.rows)
         load = os.getloadavg()[0]
