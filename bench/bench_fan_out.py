@@ -97,7 +97,8 @@ def prepare(b: Bench, rows: int, names: list[str]) -> None:
     b.write_json("cat.json", catalog)
     for name in names:
         print(f"[fan-out] full load of pipeline {name} ...", file=sys.stderr, flush=True)
-        subprocess.run(["bash", "-o", "pipefail", "-c", b.sync(name)], cwd=b.work, env=b.env, check=True)
+        if subprocess.run(["bash", "-o", "pipefail", "-c", b.sync(name)], cwd=b.work, env=b.env).returncode:
+            raise SystemExit(f"the full load of {name} failed: {(b.work / f'{name}.log').read_text()[-2000:]}")
 
 
 def make_changes(b: Bench, changes: int, rows: int) -> None:
