@@ -92,12 +92,16 @@ def full_load(load_id: str, chunks: list[Rows], done: int = 0, upto: int | None 
 class Destination:
     """One destination under test: its config, ``olake write`` into it, its contents and its state."""
 
-    def __init__(self, kind: str, tmp_path: Path, pg_target=None, target_db: str | None = None) -> None:
+    def __init__(self, kind: str, tmp_path: Path, pg_target=None, target_db: str | None = None,
+                 kafka: tuple | None = None) -> None:
         self.kind, self.tmp_path = kind, tmp_path
         self.root = tmp_path / "out"
         if kind == "postgres":
             config = pg_target.destination_config(target_db)
             self.dsn = pg_target.dsn(target_db)
+        elif kind == "kafka":  # (broker, topic prefix)
+            self.broker, self.prefix = kafka
+            config = self.broker.config(topic_prefix=self.prefix)
         else:
             config = {"type": kind, "path": str(self.root)}
         self.config = write_json(tmp_path / "dst.json", config)
@@ -120,6 +124,12 @@ class Destination:
             table = current_view(str(self.root / NAMESPACE / NAME), names, ["id"])
         elif self.kind == "iceberg":
             table = iceberg_rows(self.root, NAMESPACE, NAME).select(names)
+        elif self.kind == "kafka":  # the messages the state topic covers, reduced by the consumer rules
+            from tests.support.kafka_broker import covered_offsets, read_topic, replicate
+
+            covered = covered_offsets(self.broker.bootstrap, self.prefix, f"{NAMESPACE}.{NAME}")
+            replica = replicate(read_topic(self.broker.bootstrap, f"{self.prefix}{NAMESPACE}.{NAME}"), covered=covered)
+            return {r["id"]: (r["v"], r["n"], r["body"]) for r in replica.rows.values()}
         else:
             with psycopg.connect(self.dsn) as conn:
                 found = conn.execute(sql.SQL("SELECT id, v, n, body FROM {}").format(

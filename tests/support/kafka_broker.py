@@ -141,11 +141,25 @@ class Replica:
     markers: list[dict]
 
 
-def replicate(messages: list[Message], fmt: str = "json") -> Replica:
-    """The current table of one stream's topic of one partition, with a primary key (see :class:`Replica`)."""
+def covered_offsets(bootstrap: str, prefix: str, stream: str, pipeline: str = "olake") -> set[tuple[int, int]]:
+    """(partition, offset) of every message of ``stream``'s topic (``namespace.name``) that a state of the
+    pipeline covers (its ``olake-offsets`` header): the messages of the transactions that sent a state."""
+    covered = set()
+    for message in read_topic(bootstrap, f"{prefix}_state"):
+        if message.key == f"{pipeline}|{stream}".encode() and "olake-offsets" in message.headers:
+            for partition, (first, last) in json.loads(message.headers["olake-offsets"]).items():
+                covered |= {(int(partition), offset) for offset in range(first, last + 1)}
+    return covered
+
+
+def replicate(messages: list[Message], fmt: str = "json", covered: set[tuple[int, int]] | None = None) -> Replica:
+    """The current table of one stream's topic of one partition, with a primary key (see :class:`Replica`);
+    with ``covered`` (``covered_offsets``), only the messages it holds count."""
     rows: dict[str, dict] = {}
     applied, markers, replays, top = [], [], 0, {}
     for message in messages:
+        if covered is not None and (message.partition, message.offset) not in covered:
+            continue
         value = envelope_of(message.value, fmt)
         if value is None:
             rows.pop(_key_text(envelope_of(message.key, fmt)), None)

@@ -129,7 +129,8 @@ class KafkaDestination:
             target = self.streams[batch.state.key]
             if not target.catalog_sent:
                 txn.send(kafka.catalog_topic, *records.catalog_message(target.stream))
-            key, value, headers = records.state_message(self.settings, target.stream, batch.merged, batch.watermark)
+            key, value, headers = records.state_message(self.settings, target.stream, batch.merged, batch.watermark,
+                                                        txn.offsets(target.topic))
             txn.send(kafka.state_topic, key, value, None, headers)
         txn.flush()
         crash_point("kafka-state-sent")

@@ -25,6 +25,7 @@ class Transactions:
         kafka = require_client()
         self.settings, self.errors = settings, ErrorLog()
         self.undelivered: list[str] = []
+        self.ranges: dict[tuple[str, int], list[int]] = {}  # (topic, partition) -> [first, last] offset sent
         timeout_ms = int(settings.kafka.timeout_s * 1000)
         config = settings.kafka.client_config({**_PRODUCER, "transactional.id": settings.transactional_id,
                                                "transaction.timeout.ms": max(60_000, timeout_ms),
@@ -37,7 +38,7 @@ class Transactions:
 
     def begin(self) -> None:
         """Begin a transaction."""
-        self.undelivered = []
+        self.undelivered, self.ranges = [], {}
         self._call(self.producer.begin_transaction, "beginning a transaction")
 
     def send(self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None,
@@ -76,9 +77,16 @@ class Transactions:
         except Exception:  # fenced, or the broker is gone: the transaction ends with its timeout
             pass
 
+    def offsets(self, topic: str) -> dict[str, list[int]]:
+        """The offsets of the messages this transaction put on ``topic`` so far: partition -> [first, last]."""
+        return {str(p): list(span) for (t, p), span in sorted(self.ranges.items()) if t == topic}
+
     def _delivered(self, error: Any, message: Any) -> None:
         if error is not None:
             self.undelivered.append(f"topic {message.topic()}: {error.str()}")
+            return
+        span = self.ranges.setdefault((message.topic(), message.partition()), [message.offset(), message.offset()])
+        span[0], span[1] = min(span[0], message.offset()), max(span[1], message.offset())
 
     def _call(self, step: Any, doing: str) -> None:
         try:

@@ -2,7 +2,10 @@
 run resumes from) and its catalog entry (the types a consumer decodes ``after`` with).
 
 State topic: key ``<pipeline_id>|<namespace>.<stream>``, value the stream state JSON the commit made
-durable, header ``olake-watermark`` the highest operation id applied (absent: none). Catalog topic: key
+durable, header ``olake-watermark`` the highest operation id applied (absent: none) and header
+``olake-offsets`` the offsets of the messages the same transaction put on the stream's topic (JSON
+``{"<partition>": [first, last]}``, absent when it put none): a consumer of a broker that shows aborted
+transactions' messages applies only the messages some state's offsets cover. Catalog topic: key
 ``<namespace>.<stream>``, value ``{"stream": <the catalog entry>}``. Both are JSON whatever ``format``
 says, and the latest message of a key is the one that counts.
 """
@@ -20,6 +23,7 @@ from olake_cli.shared.kafka.admin import read_to_end
 from olake_cli.shared.kafka.client import ErrorLog, stream_label
 
 WATERMARK_HEADER = "olake-watermark"
+OFFSETS_HEADER = "olake-offsets"
 
 
 @dataclass(frozen=True)
@@ -30,10 +34,12 @@ class Committed:
     watermark: str | None
 
 
-def state_message(settings: DestinationSettings, stream: CatalogStream, merged: dict,
-                  watermark: str | None) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
-    """(key, value, headers) of a stream's state message."""
+def state_message(settings: DestinationSettings, stream: CatalogStream, merged: dict, watermark: str | None,
+                  offsets: dict[str, list[int]]) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
+    """(key, value, headers) of a stream's state message (``offsets``: of the commit's data messages)."""
     headers = [] if watermark is None else [(WATERMARK_HEADER, watermark.encode())]
+    if offsets:
+        headers.append((OFFSETS_HEADER, orjson.dumps(offsets)))
     return settings.state_key(stream.namespace, stream.name).encode(), orjson.dumps(merged), headers
 
 
