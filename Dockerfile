@@ -1,5 +1,5 @@
 # olake in a container image: Debian 12's Python 3.11, a Java 17 runtime (Spark's driver) and olake installed
-# alone (`pip install .`: no test or development tools) in /opt/olake. From a clone of the repository:
+# alone (`pip install ".[kafka]"`: the Kafka client, no test or development tools) in /opt/olake. From a clone:
 #
 #   docker build -t registry.example.com/olake:0.1.0 .      # or podman build, buildah bud
 #   docker run --rm registry.example.com/olake:0.1.0 --version
@@ -22,7 +22,7 @@ FROM runtime AS build
 COPY . /src
 RUN python3 -m venv /opt/olake \
  && /opt/olake/bin/pip install --no-cache-dir --upgrade pip \
- && /opt/olake/bin/pip install --no-cache-dir /src
+ && /opt/olake/bin/pip install --no-cache-dir "/src[kafka]"
 
 FROM runtime
 COPY --from=build /opt/olake /opt/olake
