@@ -13,7 +13,9 @@ import pytest
 from olake_cli.core.codec.decode import decode_rows
 from tests.support.cdc import discover_catalog
 from tests.support.cli import messages, run_olake, write_json
+from tests.support.conformance import catalog, full_load
 from tests.support.kafka_broker import kcat, read_topic, replicate
+from tests.support.protocol_lines import write
 from tests.support.verify import assert_table_matches
 from tests.test_e2e_edge_values import EDGE_DDL, EDGE_VALUES, GRID_VALUES
 from tests.test_types_codec import BIG_NUMERIC, DDL, ROWS, TEXT_1
@@ -126,8 +128,7 @@ def test_kcat_reads_the_topic_olake_wrote_and_msgpack_carries_the_same_rows(pg_c
     assert {json.dumps(e["key"], sort_keys=True): e["after"] for e in envelopes[1:]} == expected
 
 
-def test_bad_destination_input_is_one_line_fast_and_never_shows_a_secret(pg_cluster, pg_db, kafka_broker,
-                                                                         kafka_prefix, tmp_path):
+def test_bad_destination_input_is_one_line_fast_and_never_shows_a_secret(kafka_broker, kafka_prefix, tmp_path):
     from tests.support.pgcluster import free_port
 
     secrets = {"sasl_password": "hunter2-secret", "producer": {"ssl.key.password": "pw-xyz-secret"}}
@@ -138,12 +139,15 @@ def test_bad_destination_input_is_one_line_fast_and_never_shows_a_secret(pg_clus
     assert result.returncode != 0 and err.count("\n") == 1 and "cannot reach the broker" in err, err
     assert "hunter2" not in err + result.stdout.decode() and "pw-xyz" not in err + result.stdout.decode()
 
-    with psycopg.connect(pg_cluster.dsn(pg_db), autocommit=True) as conn:
-        conn.execute("CREATE TABLE one (id int PRIMARY KEY)")
-    src = write_json(tmp_path / "src.json", pg_cluster.source_config(pg_db))
-    discover_catalog(src, tmp_path / "cat.json", {}, only={"one"})
+    blocked = tmp_path / "no-client" / "confluent_kafka"  # an install without the kafka extra
+    blocked.mkdir(parents=True)
+    (blocked / "__init__.py").write_text("raise ImportError('No module named confluent_kafka')\n")
+    result = run_olake("check", "--destination", unreachable, env={"PYTHONPATH": str(blocked.parent)})
+    assert result.returncode != 0 and result.stderr.decode() == (
+        "olake: error: kafka: the Kafka client is not installed; run: pip install 'olake-cli[kafka]'\n")
+
     missing = write_json(tmp_path / "missing.json", kafka_broker.config(topic_prefix=kafka_prefix, create_topics=False))
-    result = run_olake("sync", "--source", src, "--destination", missing, "--catalog", str(tmp_path / "cat.json"))
+    result = write(missing, [catalog(), *full_load("L1", [{1: ("v", 1, "b")}])])
     err = result.stderr.decode().strip().splitlines()
     assert result.returncode != 0 and "does not exist and create_topics is false" in err[-1], err
     assert f"'{kafka_prefix}_catalog'" in err[-1]
