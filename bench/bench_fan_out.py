@@ -51,6 +51,7 @@ class Bench:
 
     def __init__(self, source: PgCluster, target: PgCluster, work: Path, profile: Path | None = None) -> None:
         self.source, self.target, self.work, self.profile = source, target, work, profile
+        self.spy_options = "-r 50 --threads"
         self.env = dict(os.environ, PGPASSWORD=source.password, OLAKE_SPARK_MASTER="local[*]")
         self.olake = f"{shlex.quote(sys.executable)} -m olake_cli"
 
@@ -64,7 +65,7 @@ class Bench:
         ``--profile`` (collapsed stacks of every thread, busy samples only)."""
         dests = {"a": [f"pg-{name}.json"], "b": [f"lake-{name}.json"],
                  "c": [f"pg-{name}.json", f"lake-{name}.json"]}[name[0]]
-        spy = (f"py-spy record -r 50 --threads --format raw -o {self.profile / name}.txt -- "
+        spy = (f"py-spy record {self.spy_options} --format raw -o {self.profile / name}.txt -- "
                if timed and self.profile else "")
         return (f"{spy}{self.olake} sync --source src-{name}.json "
                 + " ".join(f"--destination {d}" for d in dests)
@@ -214,6 +215,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="timed runs of each of (a), (b), (c)")
     parser.add_argument("--profile", type=Path, default=None,
                         help="a folder: each timed run under py-spy (on the PATH), its stacks there (times then skewed)")
+    parser.add_argument("--py-spy-options", default="-r 50 --threads",
+                        help="py-spy record's options with --profile (--gil: only the thread holding the GIL)")
     parser.add_argument("--keep", action="store_true", help="leave the work folder (its logs and outputs)")
     args = parser.parse_args()
     if args.profile:
@@ -223,6 +226,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="olake-bench-fan-out-"))
     try:
         b = Bench(source, target, work, args.profile and args.profile.resolve())
+        b.spy_options = args.py_spy_options
         prepare(b, args.rows, names)
         make_changes(b, args.changes, args.rows)
         load = os.getloadavg()[0]
