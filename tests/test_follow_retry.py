@@ -1,4 +1,4 @@
-"""The one retry loop of a following run, driven by a fake clock: backoff steps, the give-up time shared by
+"""The follow runtime (start/stop/wait) and its one retry loop, driven by a fake clock: backoff steps, the give-up time shared by
 every level that retries (the capture opened again inside a run, the whole run started again), a stop
 during a backoff, and a success starting a new series."""
 
@@ -10,15 +10,8 @@ import pytest
 
 from olake_cli.core.errors import ConnectionFailed, TransientError
 from olake_cli.core.follow import RETRY_GIVE_UP_S, RETRY_MAX_S, Backoff
-from olake_cli.pipeline.following import retry_pause, supervised
-
-
-@pytest.fixture(autouse=True)
-def _no_signal_caught_yet(monkeypatch):
-    """A signal an earlier test of this worker caught would make ``supervised`` stop at once."""
-    from olake_cli.core import interrupts
-
-    monkeypatch.setattr(interrupts, "_caught", [])
+from olake_cli.pipeline.follow_runtime import FollowRuntime
+from olake_cli.pipeline.following import retry_pause
 
 
 class FakeTime:
@@ -97,29 +90,60 @@ def test_the_capture_and_the_whole_run_retry_on_one_give_up_clock():
     fake = FakeTime()
     backoff, lines, attempts = _backoff(fake), [], []
 
-    def attempt(retries: Backoff) -> None:
+    def attempt(runtime: FollowRuntime) -> None:
         attempts.append(fake.now)
-        stop = threading.Event()
+        follow = runtime.follow(1.0, lambda: None)
         for _ in range(3):  # the change phase opening its capture again
-            if not retry_pause(TransientError("source down"), retries, stop, lines.append, "change capture",
-                               "trying again"):
+            if not retry_pause(TransientError("source down"), follow.retries, follow.stop, lines.append,
+                               "change capture", "trying again"):
                 return
         raise TransientError("source down")
 
     with pytest.raises(TransientError):
-        supervised(attempt, lines.append, backoff)
+        FollowRuntime(attempt, lines.append, backoff=backoff).run()
     assert len(attempts) > 3
     assert RETRY_GIVE_UP_S <= fake.now - 1000.0 <= RETRY_GIVE_UP_S + RETRY_MAX_S, fake.now
     assert any(line.startswith("the run failed: source down; starting it again in") for line in lines)
 
 
-def test_supervised_stops_when_a_stop_comes_during_its_backoff():
+def test_the_runtime_stops_when_a_stop_comes_during_its_backoff():
     fake = FakeTime(stop_at=1001.5)
     calls = []
 
-    def attempt(retries: Backoff) -> None:
+    def attempt(runtime: FollowRuntime) -> None:
         calls.append(fake.now)
         raise ConnectionFailed("refused")
 
-    supervised(attempt, lambda line: None, _backoff(fake))  # returns: the stop came while it waited
+    FollowRuntime(attempt, lambda line: None, backoff=_backoff(fake)).run()  # returns: the stop came while it waited
     assert calls == [1000.0, 1001.0]
+
+
+def test_start_stop_wait_end_a_following_run_at_its_change_phase():
+    """A program embedding olake: start() runs the loop on a thread of its own; stop() ends the attempt's
+    change phase (its Follow's stop); wait() joins it. A signal is taken as a stop only once the change
+    phase runs (take_signal: False before, during loads)."""
+    entered, seen = threading.Event(), []
+
+    def attempt(runtime: FollowRuntime) -> None:
+        follow = runtime.follow(1.0, lambda: None)
+        seen.append(runtime.take_signal())  # loads: a signal interrupts them instead
+        follow.stoppable.set()  # the change phase begins
+        entered.set()
+        follow.stop.wait(30)
+        seen.append(follow.stop.is_set() and follow.requested.is_set())
+
+    runtime = FollowRuntime(attempt, lambda line: None)
+    runtime.start()
+    assert entered.wait(10)
+    assert runtime.take_signal()  # the first signal of the change phase: a stop
+    assert runtime.wait(10) and seen == [False, True]
+
+
+def test_wait_raises_what_ended_the_run():
+    def attempt(runtime: FollowRuntime) -> None:
+        raise ValueError("a permanent failure")
+
+    runtime = FollowRuntime(attempt, lambda line: None)
+    runtime.start()
+    with pytest.raises(ValueError, match="a permanent failure"):
+        runtime.wait(10)

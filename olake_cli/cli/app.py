@@ -163,13 +163,17 @@ def read(config: str = CONFIG_OPT, catalog: str = CATALOG_OPT, state: str | None
     Without --state or --state-from every stream starts from the beginning; to resume a pipe, give the
     writer's destination: olake read ... --state-from DEST.json | olake write --config DEST.json.
     """
-    from olake_cli.pipeline.connectors import SparkOptions, run_read, shutdown_engine
+    from olake_cli.pipeline.connectors import read_runtime, run_read, shutdown_engine
+    from olake_cli.pipeline.run_setup import RunOptions, SparkOptions
 
     # command_guard: click would turn these into a silent exit 1 or "Aborted!"
     with command_guard(shutdown_engine, following=follow, feeds_writer=True), progress_view() as view:
-        run_read(config, catalog, state, SparkOptions(spark_master, spark_remote), max_parallel, protocol_writer(),
-                 log, state_from, view, tuple(full_refresh or ()), _follow_options(follow, commit_interval, metrics_port,
-                                                                        discovery_interval, metrics_host))
+        options = RunOptions(config, catalog, state=state, state_from=state_from,
+                             spark=SparkOptions(spark_master, spark_remote), max_parallel=max_parallel,
+                             full_refresh=tuple(full_refresh or ()),
+                             follow=_follow_options(follow, commit_interval, metrics_port, discovery_interval,
+                                                    metrics_host))
+        _run(options, run_read, read_runtime, view)
     _stopped(follow)
 
 
@@ -204,21 +208,41 @@ def sync(source: str = typer.Option(..., "--source", metavar="FILE", help="Sourc
     --destination, each one gets every row and change and commits its own state; a change log is let go
     only up to what every one of them committed.
     """
-    from olake_cli.pipeline.connectors import SparkOptions, run_sync, shutdown_engine
+    from olake_cli.pipeline.connectors import run_sync, shutdown_engine, sync_runtime
+    from olake_cli.pipeline.run_setup import RunOptions, SparkOptions
 
     with command_guard(shutdown_engine, following=follow), progress_view() as view:
-        run_sync(source, list(destination), catalog, state, SparkOptions(spark_master, spark_remote), max_parallel,
-                 protocol_writer(), log, view, tuple(full_refresh or ()), _follow_options(follow, commit_interval, metrics_port,
-                                                                        discovery_interval, metrics_host))
+        options = RunOptions(source, catalog, destinations=tuple(destination), state=state,
+                             spark=SparkOptions(spark_master, spark_remote), max_parallel=max_parallel,
+                             full_refresh=tuple(full_refresh or ()),
+                             follow=_follow_options(follow, commit_interval, metrics_port, discovery_interval,
+                                                    metrics_host))
+        _run(options, run_sync, sync_runtime, view)
     _stopped(follow)
+
+
+def _run(options, bounded, runtime_of, view) -> None:
+    """A bounded run, or a following one through its runtime, onto whose stop the first SIGTERM or SIGINT
+    is mapped (during its loads a signal interrupts them instead, ending the run the same way)."""
+    from olake_cli.core.interrupts import stop_on_signal
+
+    if options.follow is None:
+        bounded(options, protocol_writer(), log, view)
+        return
+    runtime = runtime_of(options, protocol_writer(), log, view)
+    stop_on_signal(runtime.take_signal)
+    try:
+        runtime.run()
+    finally:
+        stop_on_signal(None)
 
 
 def _follow_options(follow: bool, commit_interval: float | None, metrics_port: int | None,
                     discovery_interval: float | None, metrics_host: str | None = None):
     """``--follow`` and the options that go with it as the use cases take them (None: a bounded run)."""
     from olake_cli.core.validation import check_interval
-    from olake_cli.pipeline.connectors import FollowOptions
     from olake_cli.pipeline.live_discovery import DEFAULT_DISCOVERY_INTERVAL_S
+    from olake_cli.pipeline.run_setup import FollowOptions
 
     for given, name in ((commit_interval, "--commit-interval"), (metrics_port, "--metrics-port"),
                         (metrics_host, "--metrics-host"), (discovery_interval, "--discovery-interval")):

@@ -132,7 +132,9 @@ class Follow:
     stop: threading.Event = field(default_factory=threading.Event)
     committed: Callable[[], State | None] = lambda: None
     metrics_port: int | None = None  # serve Prometheus metrics there (``pipeline.follow_status``)
-    retries: Backoff = field(default_factory=Backoff)  # the process's (``pipeline.following.supervised``)
+    retries: Backoff = field(default_factory=Backoff)  # the run's (``pipeline.follow_runtime``)
+    requested: threading.Event = field(default_factory=threading.Event)  # the run's stop request (not a restart)
+    stoppable: threading.Event = field(default_factory=threading.Event)  # set once a stop can end it gently
     policy: CommitPolicy = field(init=False)  # when to checkpoint, from ``commit_interval_s``
 
     def __post_init__(self) -> None:

@@ -12,11 +12,11 @@ import logging
 import signal
 import threading
 from contextlib import contextmanager
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 _held: list[int] | None = None  # signals that arrived while the main thread ran a held block
 _caught: list[int] = []  # every SIGINT or SIGTERM caught, in order
-_stop: threading.Event | None = None  # a following run's stop request: the first signal only sets it
+_stop: Callable[[], bool] | None = None  # a following run's stop: True when it took the signal as one
 
 
 class Interrupted(KeyboardInterrupt):
@@ -31,8 +31,7 @@ def catch_signals() -> None:
     """Turn SIGINT and SIGTERM into :class:`Interrupted`, so a run stops through its normal cleanup."""
     def handler(signum: int, frame: object) -> None:
         _caught.append(signum)
-        if _stop is not None and not _stop.is_set():  # a following run ends at its next checkpoint
-            _stop.set()
+        if _stop is not None and len(_caught) == 1 and _stop():  # a following run ends at its next checkpoint
             return
         if _held is not None and not _held:  # the first one waits for the held block; a second does not
             _held.append(signum)
@@ -44,10 +43,10 @@ def catch_signals() -> None:
     logging.getLogger().addFilter(_not_an_interrupt)
 
 
-def stop_on_signal(stop: threading.Event | None) -> None:
-    """From now on the first SIGINT or SIGTERM sets ``stop`` instead of raising (a run that follows its
-    change log commits what it read and ends); a second one raises :class:`Interrupted` as before
-    (``None``: every one raises again)."""
+def stop_on_signal(stop: Callable[[], bool] | None) -> None:
+    """From now on the first SIGINT or SIGTERM calls ``stop`` (the CLI gives a following run's
+    ``FollowRuntime.take_signal``): when it returns True the run took it as a stop request and ends at its
+    next checkpoint; otherwise, and for a second signal, :class:`Interrupted` is raised as before."""
     global _stop
     _stop = stop
 

@@ -32,7 +32,6 @@ from olake_cli.core.catalog import CatalogStream
 from olake_cli.core.contracts import ChangeBatch, ChangeCapture, FollowingCapture, SourceBacklog
 from olake_cli.core.errors import ConfigError, ConnectionFailed, SourceChangedError, TransientError
 from olake_cli.core.follow import Backoff, Follow
-from olake_cli.core.interrupts import stop_on_signal
 from olake_cli.core.record_lines import encode_change_lines
 from olake_cli.core.resync import resync_marker
 from olake_cli.core.schema_drift import record_in_state
@@ -88,7 +87,7 @@ def require_following(capture: ChangeCapture) -> FollowingCapture:
 
 class StartAgain(StreamsChanged):
     """A following run's change capture gave up streams, or found a table changed under it: the run starts
-    again at once (``following.supervised``), and its start checks decide what follows."""
+    again at once (``follow_runtime``), and its start checks decide what follows."""
 
 
 def _follow(capture: FollowingCapture, emitter: _ChangeEmitter, follow: Follow, log: Callable[[str], None],
@@ -98,7 +97,7 @@ def _follow(capture: FollowingCapture, emitter: _ChangeEmitter, follow: Follow, 
     SIGTERM and SIGINT ask it to stop (during the loads before, they interrupt the run)."""
     from olake_cli.pipeline.follow_status import FollowStatus
 
-    stop_on_signal(follow.stop)
+    follow.stoppable.set()  # a stop request now ends the run at its next checkpoint
     status = FollowStatus(follow.metrics_port, log, capture.backlog_bytes if isinstance(capture, SourceBacklog)
                           else None, lambda state: _lowest_position(capture, emitter.active, state),
                           follow.commit_interval_s)

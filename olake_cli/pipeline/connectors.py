@@ -9,15 +9,15 @@ from collections.abc import Callable
 
 from olake_cli.core.catalog import load_catalog
 from olake_cli.core.config import load_config
-from olake_cli.core.follow import Backoff
 from olake_cli.core.locks import acquire, lock_state
 from olake_cli.core.messages import MessageWriter
 from olake_cli.core.pipeline_identity import pipeline_identity
 from olake_cli.core.registry import make_destination, make_source
 from olake_cli.core.state import FileStateStore, State, load_state
-from olake_cli.pipeline.run_setup import (FollowOptions, SparkOptions, check_shared_path, check_state_folder,
-                                          chunk_runner, followed_catalog, identify_metrics, spark_target, watching)
-
+from olake_cli.pipeline.follow_runtime import FollowRuntime
+from olake_cli.pipeline.run_setup import (RunOptions, check_shared_path,
+                                          check_state_folder, chunk_runner, followed_catalog, identify_metrics,
+                                          spark_target, watching)
 
 
 def check_connector(role: str, kind: str, config: dict[str, Any], log: Callable[[str], None]) -> str:
@@ -44,34 +44,36 @@ def run_discover(config_path: str, previous_path: str | None, log: Callable[[str
     return catalog
 
 
-def run_read(config_path: str, catalog_path: str, state_path: str | None, spark: SparkOptions,
-             max_parallel: int | None, out: MessageWriter, log: Callable[[str], None],
-             state_from: str | None = None, view=None, full_refresh: tuple[str, ...] = (),
-             follow: FollowOptions | None = None) -> None:
-    """``olake read``: validate every input first, then start Spark and stream the messages (``follow``:
-    change capture goes on until SIGTERM or SIGINT, see ``pipeline.following``).
+def run_read(options: RunOptions, out: MessageWriter, log: Callable[[str], None], view=None) -> None:
+    """``olake read``, bounded (a following one runs through :func:`read_runtime`): validate every input
+    first, then start Spark and stream the messages.
 
-    ``state_from`` (a destination config) resumes from the state the destination committed, and with
-    ``state_path`` too, takes the destination's record for each stream the file disagrees on (the file
-    is not written: ``write --state`` does that); ``full_refresh`` names streams to load anew; ``view``
-    shows the progress (default: lines through ``log``). With ``--state`` the run holds the state file's
-    read lock (``core.locks``).
+    ``options.state_from`` (a destination config) resumes from the state the destination committed, and
+    with ``options.state`` too, takes the destination's record for each stream the file disagrees on (the
+    file is not written: ``write --state`` does that); ``full_refresh`` names streams to load anew;
+    ``view`` shows the progress (default: lines through ``log``). With ``--state`` the run holds the state
+    file's read lock (``core.locks``).
     """
-    _once_or_supervised(lambda retries: _read(config_path, catalog_path, state_path, spark, max_parallel, out, log,
-                                              state_from, view, full_refresh, follow, retries), follow, log)
+    _read(options, out, log, view, None)
 
 
-def _read(config_path: str, catalog_path: str, state_path: str | None, spark: SparkOptions,
-          max_parallel: int | None, out: MessageWriter, log: Callable[[str], None], state_from: str | None,
-          view, full_refresh: tuple[str, ...], follow: FollowOptions | None, retries: Backoff | None) -> None:
+def read_runtime(options: RunOptions, out: MessageWriter, log: Callable[[str], None], view=None) -> FollowRuntime:
+    """The runtime of ``olake read --follow`` (``pipeline.follow_runtime``): its attempts are :func:`run_read`'s
+    run, following; the caller maps signals onto it and runs it."""
+    return FollowRuntime(lambda runtime: _read(options, out, log, view, runtime), log, options.follow.metrics_port)
+
+
+def _read(options: RunOptions, out: MessageWriter, log: Callable[[str], None], view,
+          runtime: FollowRuntime | None) -> None:
     from olake_cli.pipeline.following import following_read
     from olake_cli.pipeline.read import ReadPipeline
     from olake_cli.pipeline.recover import forget_marked, starting_state, streams_named
 
-    _, kind, config = load_config(config_path, role="source")
+    state_path, state_from, follow = options.state, options.state_from, options.follow
+    _, kind, config = load_config(options.source, role="source")
     source = make_source(kind, config)
-    catalog = followed_catalog(source, load_catalog(catalog_path), follow, log)
-    refresh = streams_named(catalog, list(full_refresh), "--full-refresh")
+    catalog = followed_catalog(source, load_catalog(options.catalog), follow, log)
+    refresh = streams_named(catalog, list(options.full_refresh), "--full-refresh")
     check_state_folder(state_path)
     destination = None
     if state_from:
@@ -88,12 +90,12 @@ def _read(config_path: str, catalog_path: str, state_path: str | None, spark: Sp
                 log(note)
             forget_marked(start.state, refresh)
 
-        runner = chunk_runner(spark_target(spark, config), max_parallel, config, log)
+        runner = chunk_runner(spark_target(options.spark, config), options.max_parallel, config, log)
         try:
             pipeline = pipeline_identity("read", destination and destination.lock_path(), state_from, state_path)
-            following = following_read(state_path, destination, catalog, follow, log, retries) \
-                if follow else None
-            if follow:
+            following = following_read(state_path, destination, catalog, follow, log, runtime) \
+                if runtime else None
+            if runtime:
                 identify_metrics(state_path or state_from, "stdout")
             with watching(source, catalog, follow, following, log) as watch:
                 ReadPipeline(source, catalog, start.state, out, runner, log, view=view, on_source_open=source_open,
@@ -104,52 +106,53 @@ def _read(config_path: str, catalog_path: str, state_path: str | None, spark: Sp
         watch.raise_if_changed()
 
 
-def run_sync(source_path: str, dest_paths: str | list[str], catalog_path: str, state_path: str | None,
-             spark: SparkOptions, max_parallel: int | None, out: MessageWriter,
-             log: Callable[[str], None], view=None, full_refresh: tuple[str, ...] = (),
-             follow: FollowOptions | None = None) -> None:
-    """``olake sync``: read and write in one process; full-load chunks are written by the tasks (``follow``:
-    change capture goes on until SIGTERM or SIGINT, see ``pipeline.following``).
+def run_sync(options: RunOptions, out: MessageWriter, log: Callable[[str], None], view=None) -> None:
+    """``olake sync``, bounded (a following one runs through :func:`sync_runtime`): read and write in one
+    process; full-load chunks are written by the tasks.
 
     Starts from what the destination committed for each selected stream (``recover``): with
-    ``state_path``, a stream whose entry in the file differs takes the destination's, and the file is
+    ``options.state``, a stream whose entry in the file differs takes the destination's, and the file is
     rewritten (atomically) to match; ``full_refresh`` names streams to load anew. Holds the state file's
     read and write locks from the start, and the destination's lock from the moment the source is open
     and checked: a source that fails leaves the destination untouched. A stream whose load the
-    destination lost is then loaded anew (``recover.reload_lost_streams``). Several destinations
-    (``dest_paths``) are each fed every message (``pipeline.fan_out``).
+    destination lost is then loaded anew (``recover.reload_lost_streams``). Several destinations are each
+    fed every message (``pipeline.fan_out``).
     """
-    paths = [dest_paths] if isinstance(dest_paths, str) else list(dest_paths)
-    if len(paths) > 1:
+    _sync_attempt(options, out, log, view, None)
+
+
+def sync_runtime(options: RunOptions, out: MessageWriter, log: Callable[[str], None], view=None) -> FollowRuntime:
+    """The runtime of ``olake sync --follow`` (``pipeline.follow_runtime``); the caller maps signals onto it
+    and runs it."""
+    return FollowRuntime(lambda runtime: _sync_attempt(options, out, log, view, runtime), log,
+                         options.follow.metrics_port)
+
+
+def _sync_attempt(options: RunOptions, out: MessageWriter, log: Callable[[str], None], view,
+                  runtime: FollowRuntime | None) -> None:
+    if len(options.destinations) > 1:
         from olake_cli.pipeline.sync_fanned import sync_fanned
 
-        run = sync_fanned
+        sync_fanned(options, out, log, view, runtime)
     else:
-        run = _sync
-
-    def attempt(retries: Backoff | None) -> None:
-        run(source_path, paths, catalog_path, state_path, spark, max_parallel, out, log, view, full_refresh,
-            follow, retries)
-
-    _once_or_supervised(attempt, follow, log)
+        _sync(options, out, log, view, runtime)
 
 
-def _sync(source_path: str, dest_paths: list[str], catalog_path: str, state_path: str | None, spark: SparkOptions,
-          max_parallel: int | None, out: MessageWriter, log: Callable[[str], None], view,
-          full_refresh: tuple[str, ...], follow: FollowOptions | None, retries: Backoff | None) -> None:
+def _sync(options: RunOptions, out: MessageWriter, log: Callable[[str], None], view,
+          runtime: FollowRuntime | None) -> None:
     from olake_cli.pipeline.following import following_sync
     from olake_cli.pipeline.recover import forget_marked, reload_lost_streams, starting_state, streams_named
     from olake_cli.pipeline.sync import run_in_process
 
-    dest_path = dest_paths[0]
-    _, source_kind, source_config = load_config(source_path, role="source")
+    dest_path, state_path, follow = options.destinations[0], options.state, options.follow
+    _, source_kind, source_config = load_config(options.source, role="source")
     _, dest_kind, dest_config = load_config(dest_path, role="destination")
     source = make_source(source_kind, source_config)
-    catalog = followed_catalog(source, load_catalog(catalog_path), follow, log)
-    refresh = streams_named(catalog, list(full_refresh), "--full-refresh")
+    catalog = followed_catalog(source, load_catalog(options.catalog), follow, log)
+    refresh = streams_named(catalog, list(options.full_refresh), "--full-refresh")
     check_state_folder(state_path)
     destination = make_destination(dest_kind, dest_config, log)
-    target = spark_target(spark, source_config)
+    target = spark_target(options.spark, source_config)
     sink = destination.chunk_sink()
     check_shared_path(sink, target, dest_path, dest_config)
     with ExitStack() as locks:
@@ -169,9 +172,9 @@ def _sync(source_path: str, dest_paths: list[str], catalog_path: str, state_path
             reload_lost_streams(start.state, destination.committed_state, catalog, log)  # before planning
             forget_marked(start.state, refresh)
 
-        runner = chunk_runner(target, max_parallel, source_config, log)
-        following = following_sync(destination, start.state, follow, retries) if follow else None
-        if follow:
+        runner = chunk_runner(target, options.max_parallel, source_config, log)
+        following = following_sync(destination, start.state, follow, runtime) if runtime else None
+        if runtime:
             identify_metrics(state_path or dest_path, f"{dest_kind} {os.path.abspath(dest_path)}")
         try:
             with watching(source, catalog, follow, following and following.follow, log) as watch:
@@ -183,21 +186,6 @@ def _sync(source_path: str, dest_paths: list[str], catalog_path: str, state_path
             runner.close()
     if watch is not None:
         watch.raise_if_changed()
-
-
-def _once_or_supervised(attempt: Callable[[Backoff | None], None], follow: FollowOptions | None,
-                        log: Callable[[str], None]) -> None:
-    """A bounded run once; a following one started again after transient failures (``following.supervised``),
-    every attempt given the process's one Backoff."""
-    if follow is None:
-        attempt(None)
-        return
-    from olake_cli.pipeline.follow_status import metrics
-    from olake_cli.pipeline.following import supervised
-
-    if follow.metrics_port is not None:  # /healthz answers from the start, loads included
-        metrics().serve(follow.metrics_port, log)
-    supervised(attempt, log)
 
 
 def shutdown_engine() -> None:

@@ -1,5 +1,5 @@
-"""Sets up a run that follows its change log (``--follow``): its commit cadence, SIGTERM and SIGINT as a
-stop request, and where it learns what the destination committed (see ``core.follow``).
+"""Sets up each attempt of a run that follows its change log (``--follow``, ``pipeline.follow_runtime``):
+its commit cadence, and where it learns what the destination committed (see ``core.follow``).
 
 ``sync`` hears of every commit from its own writer. ``read`` cannot see the writer on the other side of
 the pipe: it re-reads the ``--state`` file that ``write --state`` keeps, or else asks the
@@ -7,8 +7,8 @@ the pipe: it re-reads the ``--state`` file that ``write --state`` keeps, or else
 only when the next run starts.
 
 A following run that fails transiently (the source or the destination unreachable, a connection lost)
-is started again in the same process after a backoff (:func:`supervised`), from what the destination
-committed, as a restart by a service manager would.
+is started again in the same process after a backoff (:func:`retry_pause`, by the runtime), from what the
+destination committed, as a restart by a service manager would.
 """
 
 from __future__ import annotations
@@ -17,26 +17,21 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from olake_cli.core.catalog import Catalog
 from olake_cli.core.contracts import Destination, FollowCadence
-from olake_cli.core.errors import ConfigError, ConnectionFailed, OlakeError, TransientError
+from olake_cli.core.errors import ConfigError, OlakeError
 from olake_cli.core.follow import Backoff, CommittedStates, Follow, StateFileWatch
-from olake_cli.core.interrupts import signal_caught, stop_on_signal
 from olake_cli.core.state import State, load_state
-from olake_cli.pipeline.live_discovery import StreamsChanged
 from olake_cli.pipeline.recover import committed_entry
+from olake_cli.pipeline.run_setup import FollowOptions
+
+if TYPE_CHECKING:
+    from olake_cli.pipeline.follow_runtime import FollowRuntime
 
 READ_COMMIT_INTERVAL_S = 5.0  # read --follow's default: it does not know the destination
 DESTINATION_POLL_S = 10.0
-
-
-class FollowOptions(Protocol):
-    """What the command line says about following (``connectors.FollowOptions``)."""
-
-    commit_interval_s: float | None
-    metrics_port: int | None
 
 
 @dataclass
@@ -58,11 +53,12 @@ def commit_interval(given: float | None, destination: object | None) -> float:
     return READ_COMMIT_INTERVAL_S
 
 
-def following_sync(destination: Destination, start: State, options: FollowOptions, retries: Backoff) -> Following:
+def following_sync(destination: Destination, start: State, options: FollowOptions,
+                   runtime: FollowRuntime) -> Following:
     """The set-up of ``sync --follow``: the writer reports each commit to the reader."""
     states = CommittedStates(start)
-    return Following(Follow(commit_interval(options.commit_interval_s, destination), committed=states.latest,
-                            metrics_port=options.metrics_port, retries=retries), states.add)
+    return Following(runtime.follow(commit_interval(options.commit_interval_s, destination), states.latest),
+                     states.add)
 
 
 @dataclass
@@ -74,37 +70,13 @@ class FannedFollowing:
     lanes: list[Callable[[State], None]]
 
 
-def following_fanned(destinations: list[Destination], start: State, options: FollowOptions, retries: Backoff,
+def following_fanned(destinations: list[Destination], start: State, options: FollowOptions, runtime: FollowRuntime,
                      least: Callable[[list[CommittedStates]], object]) -> FannedFollowing:
     """The set-up of ``sync --follow`` into several destinations: commits at the shortest of their
     intervals; the change capture hears what every one committed (``least``: ``fan_out.LeastCommitted``)."""
     states = [CommittedStates(start) for _ in destinations]
     interval = min(commit_interval(options.commit_interval_s, d) for d in destinations)
-    return FannedFollowing(Follow(interval, committed=least(states).latest, metrics_port=options.metrics_port,
-                                  retries=retries), [s.add for s in states])
-
-
-def supervised(attempt: Callable[[Backoff], None], log: Callable[[str], None], backoff: Backoff | None = None) -> None:
-    """Run ``attempt`` (one following run, given the process's :class:`Backoff`) until it ends (a signal)
-    or fails otherwise: start it again at once when discovery or the capture asked for it
-    (``live_discovery.StreamsChanged``), after a backoff when it failed transiently, unless transient
-    failures go on for RETRY_GIVE_UP_S (see :class:`Backoff` for what starts a new series)."""
-    backoff = backoff or Backoff()
-    while True:
-        try:
-            attempt(backoff)
-            return
-        except StreamsChanged:  # start again at once, with what was found
-            backoff.succeeded()
-            continue
-        except (TransientError, ConnectionFailed) as exc:
-            if signal_caught() is not None:
-                raise
-            stop = threading.Event()
-            stop_on_signal(stop)
-            if not retry_pause(exc, backoff, stop, log, "the run failed", "starting it again"):
-                return
-            stop_on_signal(None)  # the next attempt's loads end on a signal as the first attempt's do
+    return FannedFollowing(runtime.follow(interval, least(states).latest), [s.add for s in states])
 
 
 def retry_pause(exc: Exception, backoff: Backoff, stop: threading.Event, log: Callable[[str], None],
@@ -123,7 +95,7 @@ def retry_pause(exc: Exception, backoff: Backoff, stop: threading.Event, log: Ca
 
 
 def following_read(state_path: str | None, destination: Destination | None, catalog: Catalog,
-                   options: FollowOptions, log: Callable[[str], None], retries: Backoff) -> Follow:
+                   options: FollowOptions, log: Callable[[str], None], runtime: FollowRuntime) -> Follow:
     """The set-up of ``read --follow``: the committed state comes from ``--state`` or ``--state-from``."""
     if state_path:
         committed = StateFileWatch(state_path, load_state).latest
@@ -133,8 +105,7 @@ def following_read(state_path: str | None, destination: Destination | None, cata
         committed = _nothing
         log("read --follow without --state or --state-from: the replication slot (or other change log) is let "
             "go only when the next run starts; give the --state file 'olake write --state' keeps")
-    return Follow(commit_interval(options.commit_interval_s, None), committed=committed,
-                  metrics_port=options.metrics_port, retries=retries)
+    return runtime.follow(commit_interval(options.commit_interval_s, None), committed)
 
 
 def _nothing() -> State | None:

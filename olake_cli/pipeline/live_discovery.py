@@ -19,7 +19,7 @@ from collections.abc import Callable
 from olake_cli.core.catalog import Catalog
 from olake_cli.core.contracts import Source
 from olake_cli.core.errors import OlakeError
-from olake_cli.core.interrupts import signal_caught
+from olake_cli.core.follow import Follow
 from olake_cli.core.live_discovery import NewStreamChecks, StreamChanges, stream_changes, with_changes
 
 DEFAULT_DISCOVERY_INTERVAL_S = 60.0
@@ -57,12 +57,13 @@ def say(changes: StreamChanges, log: Callable[[str], None]) -> None:
 
 class DiscoveryWatch:
     """A thread discovering the source every ``interval_s`` seconds (0: never) while a run follows; it
-    sets ``stop`` when the streams changed. Use as a context manager around the run, then call
+    sets ``follow.stop`` when the streams changed. Use as a context manager around the run, then call
     :meth:`raise_if_changed`."""
 
-    def __init__(self, source: Source, catalog: Catalog, interval_s: float, stop: threading.Event,
+    def __init__(self, source: Source, catalog: Catalog, interval_s: float, follow: Follow,
                  log: Callable[[str], None]) -> None:
-        self.source, self.catalog, self.interval_s, self.stop, self.log = source, catalog, interval_s, stop, log
+        self.source, self.catalog, self.interval_s, self.log = source, catalog, interval_s, log
+        self.stop, self.requested = follow.stop, follow.requested
         self.changed = False
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="olake-discovery", daemon=True)
@@ -76,8 +77,8 @@ class DiscoveryWatch:
         self._done.set()
 
     def raise_if_changed(self) -> None:
-        """After the run ended: StreamsChanged if it ended for discovery (not for a signal)."""
-        if self.changed and signal_caught() is None:
+        """After the run ended: StreamsChanged if it ended for discovery (not for a stop request)."""
+        if self.changed and not self.requested.is_set():
             raise StreamsChanged()
 
     def _run(self) -> None:

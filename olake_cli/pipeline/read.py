@@ -19,7 +19,6 @@ from olake_cli.core import messages
 from olake_cli.core.catalog import Catalog, CatalogStream
 from olake_cli.core.errors import ConfigError, OlakeError, SchemaDrift, SnapshotLostError, SourceChangedError
 from olake_cli.core.follow import Follow
-from olake_cli.core.interrupts import signal_caught
 from olake_cli.core.pipeline_identity import PipelineIdentity
 from olake_cli.core.contracts import ChangeCapture, ChunkRunner, ChunkSink, ReadSession, Source
 from olake_cli.core.schema_drift import (apply_to_catalog, changed_columns, column_type, needs_reload,
@@ -119,7 +118,7 @@ class ReadPipeline:
                                  self.tables, self.follow, beside=beside, lock=self.lock)
         finally:
             if beside is not None:
-                beside.finish(stopping=signal_caught() is not None)
+                beside.finish(stopping=self.follow.requested.is_set())
         self.out.write(messages.state_message(self.state))
         self.out.flush()
         if self.errors:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Callable
 
@@ -33,6 +33,21 @@ class SparkOptions:
     remote: str | None = None
 
 
+@dataclass(frozen=True)
+class RunOptions:
+    """What the command line says about one ``read`` or ``sync`` run (built by ``cli/``)."""
+
+    source: str  # the source config file
+    catalog: str
+    destinations: tuple[str, ...] = ()  # sync: one or several destination config files
+    state: str | None = None  # --state
+    state_from: str | None = None  # read: --state-from, a destination config
+    spark: SparkOptions = field(default_factory=SparkOptions)
+    max_parallel: int | None = None
+    full_refresh: tuple[str, ...] = ()
+    follow: FollowOptions | None = None  # None: a bounded run
+
+
 def identify_metrics(pipeline: str | None, destination: str) -> None:
     """The ``pipeline`` and ``destination`` labels of a following run's metrics."""
     from olake_cli.pipeline.follow_status import metrics
@@ -55,7 +70,7 @@ def watching(source, catalog, follow: FollowOptions | None, following, log: Call
         return nullcontext()
     from olake_cli.pipeline.live_discovery import DiscoveryWatch
 
-    return DiscoveryWatch(source, catalog, follow.discovery_interval_s, following.stop, log)
+    return DiscoveryWatch(source, catalog, follow.discovery_interval_s, following, log)
 
 
 def check_state_folder(state_path: str | None) -> None:

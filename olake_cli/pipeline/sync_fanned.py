@@ -10,19 +10,17 @@ from collections.abc import Callable
 from olake_cli.core.catalog import load_catalog
 from olake_cli.core.config import load_config
 from olake_cli.core.errors import ConfigError
-from olake_cli.core.follow import Backoff
 from olake_cli.core.locks import acquire
 from olake_cli.core.messages import MessageWriter
 from olake_cli.core.pipeline_identity import pipeline_identity
 from olake_cli.core.registry import make_destination, make_source
 from olake_cli.core.state import State
-from olake_cli.pipeline.run_setup import (FollowOptions, SparkOptions, chunk_runner, followed_catalog,
-                                          identify_metrics, spark_target, watching)
+from olake_cli.pipeline.follow_runtime import FollowRuntime
+from olake_cli.pipeline.run_setup import RunOptions, chunk_runner, followed_catalog, identify_metrics, spark_target, watching
 
 
-def sync_fanned(source_path: str, dest_paths: list[str], catalog_path: str, state_path: str | None,
-                spark: SparkOptions, max_parallel: int | None, out: MessageWriter, log: Callable[[str], None], view,
-                full_refresh: tuple[str, ...], follow: FollowOptions | None, retries: Backoff | None) -> None:
+def sync_fanned(options: RunOptions, out: MessageWriter, log: Callable[[str], None], view,
+                runtime: FollowRuntime | None) -> None:
     """``olake sync`` into several destinations (``pipeline.fan_out``): rows go through the writers (the chunk
     tasks write none), each destination's record is its state (no ``--state``), and the pipeline is named
     after the first destination (adding a destination keeps the change log's claim)."""
@@ -31,14 +29,15 @@ def sync_fanned(source_path: str, dest_paths: list[str], catalog_path: str, stat
     from olake_cli.pipeline.recover import forget_marked, reload_lost_streams, starting_state, streams_named
     from olake_cli.pipeline.sync import WriterLane, run_lanes
 
-    if state_path:
+    dest_paths, follow = list(options.destinations), options.follow
+    if options.state:
         raise ConfigError("--state applies to one --destination: with several, each destination's own record "
                           "of what it committed is its state (leave --state out)")
-    _, source_kind, source_config = load_config(source_path, role="source")
+    _, source_kind, source_config = load_config(options.source, role="source")
     configs = [load_config(path, role="destination") for path in dest_paths]
     source = make_source(source_kind, source_config)
-    catalog = followed_catalog(source, load_catalog(catalog_path), follow, log)
-    refresh = streams_named(catalog, list(full_refresh), "--full-refresh")
+    catalog = followed_catalog(source, load_catalog(options.catalog), follow, log)
+    refresh = streams_named(catalog, list(options.full_refresh), "--full-refresh")
     destinations = [make_destination(kind, config, log) for _, kind, config in configs]
     check_distinct(dest_paths, destinations)
     cdc = [s for s in catalog.selected_streams() if s.sync_mode == "cdc"]
@@ -63,10 +62,10 @@ def sync_fanned(source_path: str, dest_paths: list[str], catalog_path: str, stat
                 lane.floors.update(lane.floors_now(lane.destination))
                 lane.renew = partial(make_destination, kind, config, log)
 
-        runner = chunk_runner(spark_target(spark, source_config), max_parallel, source_config, log)
+        runner = chunk_runner(spark_target(options.spark, source_config), options.max_parallel, source_config, log)
         following = None
-        if follow:
-            following = following_fanned(destinations, state, follow, retries,
+        if runtime:
+            following = following_fanned(destinations, state, follow, runtime,
                                          lambda committed: LeastCommitted(committed, state, rank))
             for lane, hook in zip(lanes, following.lanes):
                 lane.on_committed = hook
