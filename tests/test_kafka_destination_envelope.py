@@ -110,3 +110,14 @@ def test_topic_names_and_secrets():
     custom = KafkaSettings.from_config({"bootstrap_servers": "b", "topic_template": "{name}-{bad}"}, "producer")
     with pytest.raises(ConfigError, match="topic_template"):
         custom.topic_of("n", "t")
+
+
+def test_a_key_has_the_same_bytes_whether_its_row_was_built_a_column_or_a_row_at_a_time():
+    keyed = {**SCHEMA, "properties": {**SCHEMA["properties"]}}
+    load = stored_table(ROWS, ["r"] * 3, [None] * 3)  # a column at a time
+    deletes = stored_table(ROWS, ["d"] * 3, ["0" * 31 + str(i) for i in range(3)])  # a row at a time
+    ref = envelope.stream_ref("public", "t")
+    for key_columns in (("id",), ("s", "tz", "d")):
+        loaded = [k for k, _ in envelope.table_messages(load, keyed, key_columns, ref, "L", "json")]
+        deleted = [k for k, v in envelope.table_messages(deletes, keyed, key_columns, ref, None, "json") if v is None]
+        assert loaded == deleted and len(set(loaded)) == 3

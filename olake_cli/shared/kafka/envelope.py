@@ -25,16 +25,17 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
-from olake_cli.core.calendar_text import timestamp_text
 from olake_cli.core.codec.bad_value import BadValue, value_error
-from olake_cli.core.codec.encode import wire_values
-from olake_cli.core.codec.types import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, olake_type_of
+from olake_cli.core.codec.encode import wire_array, wire_values
+from olake_cli.core.codec.types import olake_type_of
 from olake_cli.core.errors import DestinationError, ProtocolError
 from olake_cli.core.row_metadata import COMMIT_TS, OP, OP_ID, TOAST
 from olake_cli.core.validation import format_validation_error, load_schema
+from olake_cli.shared.kafka import json_rows
 
 VERSION = 1
 FORMATS = ("json", "msgpack")
@@ -96,47 +97,75 @@ def table_messages(table: pa.Table, json_schema: dict, key_columns: tuple[str, .
                    stream: dict, load_id: str | None, fmt: str) -> Iterator[Message]:
     """The messages of a table of rows (destination Arrow types and the stored ``_olake_*`` columns): one
     per row, a tombstone after each delete. A value the wire form cannot carry raises a DestinationError
-    naming the stream, the column and the row's key."""
+    naming the stream, the column and the row's key. JSON rows that are neither deletes nor leave a value
+    out are built a column at a time; a key's bytes are the same whichever way its row was built."""
     properties = json_schema.get("properties", {})
     columns = [name for name in table.column_names if name in properties]
-    wire = {name: _wire(table, name, properties[name], key_columns, stream) for name in columns}
-    ops = table.column(OP).to_pylist()
-    op_ids = table.column(OP_ID).to_pylist()
-    times = table.column(COMMIT_TS).cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()).to_pylist()
+    keys = _keys(table, tuple(key_columns), properties, stream, fmt)
+    if fmt == "json" and _plain(table):
+        texts = {c: _encoded(json_rows.column_texts, table, c, properties[c], key_columns, stream) for c in columns}
+        key_texts = pc.cast(keys, pa.string()) if keys is not None else "null"
+        values = json_rows.plain_envelopes(table, texts, key_texts, load_id, stream).cast(pa.binary()).to_pylist()
+        yield from zip(keys.to_pylist() if keys is not None else [None] * len(values), values)
+        return
+    wire = {c: _encoded(_wire, table, c, properties[c], key_columns, stream) for c in columns}
+    ops, op_ids = table.column(OP).to_pylist(), table.column(OP_ID).to_pylist()
+    commit = table.column(COMMIT_TS).combine_chunks().cast(pa.timestamp("us", tz="UTC"))
+    times = [None if t == "null" else t[1:-1] for t in json_rows.column_texts(commit, "timestamptz", "", {}).to_pylist()]
     unchanged = table.column(TOAST).to_pylist() if TOAST in table.column_names else [None] * len(ops)
     rows = [dict(zip(columns, values)) for values in zip(*(wire[c] for c in columns))] if columns \
         else [{} for _ in ops]
+    key_bytes = keys.to_pylist() if keys is not None else [None] * len(ops)
     for index, op in enumerate(ops):
         after = rows[index]
-        key = {c: after.get(c) for c in key_columns} if key_columns else None
-        value: dict[str, Any] = {"v": VERSION, "op": op, "after": None, "key": key, "op_id": op_ids[index],
-                                 "commit_ts": None if times[index] is None else timestamp_text(times[index], True),
+        value: dict[str, Any] = {"v": VERSION, "op": op, "after": None,
+                                 "key": {c: after.get(c) for c in key_columns} if key_columns else None,
+                                 "op_id": op_ids[index], "commit_ts": times[index],
                                  "load_id": load_id if op == "r" else None}
         toast = unchanged[index]
         if op != "d":
             for column in toast or ():
                 after.pop(column, None)
             value["after"] = after
-        if toast and op != "d":
-            value["toast_unchanged"] = list(toast)
+            if toast:
+                value["toast_unchanged"] = list(toast)
         value["stream"] = stream
-        key_bytes = encode_key(key, fmt)
-        yield key_bytes, dumps(value, fmt)
+        yield key_bytes[index], dumps(value, fmt)
         if op == "d":
-            yield key_bytes, None
+            yield key_bytes[index], None
 
 
-def _infinities(raw: int, olake_type: str) -> int | str:
-    """The destination types' infinities (``codec.types``: int32 / int64 max and min) as their wire words;
-    other instants outside years 1..9999 as they are."""
-    top, bottom = (INT32_MAX, INT32_MIN) if olake_type == "date" else (INT64_MAX, INT64_MIN)
-    return "infinity" if raw == top else "-infinity" if raw == bottom else raw
+def _plain(table: pa.Table) -> bool:
+    """Whether no row is a delete or leaves an unchanged TOAST value out."""
+    if pc.any(pc.equal(table.column(OP), "d")).as_py():
+        return False
+    if TOAST not in table.column_names:
+        return True
+    return not pc.any(pc.fill_null(pc.greater(pc.list_value_length(table.column(TOAST)), 0), False)).as_py()
 
 
-def _wire(table: pa.Table, name: str, prop: dict, key_columns, stream: dict) -> list:
-    column = table.column(name)
+def _keys(table: pa.Table, key_columns: tuple[str, ...], properties: dict, stream: dict, fmt: str) -> pa.Array | None:
+    """The message keys of the rows as a binary array (None: no key columns)."""
+    if not key_columns:
+        return None
+    if fmt == "json":
+        texts = [_encoded(json_rows.column_texts, table, c, properties[c], key_columns, stream) for c in key_columns]
+        return json_rows.object_texts(list(key_columns), texts).cast(pa.binary())
+    wire = [_encoded(_wire, table, c, properties[c], key_columns, stream) for c in key_columns]
+    return pa.array([dumps(dict(zip(key_columns, values)), fmt) for values in zip(*wire)], pa.binary())
+
+
+def _wire(array: pa.ChunkedArray, olake_type: str, name: str, prop: dict) -> list:
+    """A column's wire values as Python values (uuids as their texts)."""
+    if olake_type == "uuid":
+        return wire_array(array, olake_type, name, prop).to_pylist()
+    return wire_values(array, olake_type, name, prop, json_rows.infinities)
+
+
+def _encoded(encode: Any, table: pa.Table, name: str, prop: dict, key_columns, stream: dict) -> Any:
+    """``encode(column, olake_type, name, prop)``; a BadValue as a DestinationError naming stream, column, key."""
     try:
-        return wire_values(column, olake_type_of(prop, name), name, prop, _infinities)
+        return encode(table.column(name), olake_type_of(prop, name), name, prop)
     except BadValue as bad:
         key = {k: table.column(k)[bad.index].as_py() for k in key_columns if k in table.column_names}
         label = ".".join(p for p in (stream.get("namespace"), stream["name"]) if p)
