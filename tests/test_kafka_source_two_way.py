@@ -6,7 +6,8 @@ origin (``node_a`` on B, ``node_b`` on A) and each PostgreSQL source skips the o
 change applied from Kafka is never captured again; conflicts are decided by the source commit times the
 envelopes carry. B receives A's copy through Kafka, then writers change both nodes (their own keys and
 shared ones, with two deliberate conflicts); both nodes end equal, the later commit winning each
-conflict, and a change made once travels once: each topic holds only its own node's changes.
+conflict, and a change made once travels once: each topic holds only its own node's changes. Each apply
+process announces its commits on a processing topic.
 """
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ def test_two_databases_in_step_both_ways_through_kafka(pg_cluster, pg_db, pg_tar
         target_db, replication_slot="kafka_b", publication="pub_b", create_slot_and_publication=True,
         skip_origins=["node_a"]))
     into = {n: write_json(tmp_path / f"into_{n}.json", kafka_broker.config(topic_prefix=p)) for n, p in topics.items()}
-    out_of = {n: write_json(tmp_path / f"from_{n}.json", kafka_broker.config(topic_prefix=p, topics=[f"{p}public.t"]))
-              for n, p in topics.items()}
+    out_of = {n: write_json(tmp_path / f"from_{n}.json", kafka_broker.config(
+        topic_prefix=p, topics=[f"{p}public.t"], processing_topic=f"{p}applied")) for n, p in topics.items()}
     dst_b = write_json(tmp_path / "dst_b.json", pg_target.destination_config(target_db, origin="node_a",
                                                                              local_origin="node_b"))
     dst_a = write_json(tmp_path / "dst_a.json", pg_cluster.destination_config(pg_db, origin="node_b",
@@ -107,6 +108,11 @@ def test_two_databases_in_step_both_ways_through_kafka(pg_cluster, pg_db, pg_tar
         codes = [run.wait(timeout=60) for run in runs]
     assert codes == [0, 0, 0, 0], [(tmp_path / f"{n}.log").read_text()[-2000:] for n in
                                    ("a_into_kafka", "kafka_into_b", "b_into_kafka", "kafka_into_a")]
+    for prefix in topics.values():  # each apply process announced its commits on its processing topic
+        applied = [json.loads(m.value) for m in read_topic(kafka_broker.bootstrap, f"{prefix}applied")]
+        assert applied and {a["topic"] for a in applied} == {f"{prefix}public.t"}
+        assert [a["op_id"] for a in applied] == sorted({a["op_id"] for a in applied}), "in commit order, once each"
+        assert [a["offsets"]["0"] for a in applied] == sorted(a["offsets"]["0"] for a in applied)
     for dsn, slot in ((a, "kafka_a"), (b, "kafka_b")):
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))

@@ -29,6 +29,7 @@ from olake_cli.shared.kafka.client import ErrorLog, failure, require_client
 from olake_cli.sources.kafka.connection import (
     KafkaSourceSettings, cluster_topics, offsets_at, open_consumer, watermarks,
 )
+from olake_cli.sources.kafka.processing import ProcessingTopic
 from olake_cli.sources.kafka.positions import KafkaPosition, OpCounter, TopicCursor, cursor_of, with_cursor
 from olake_cli.sources.kafka.records import StreamMessages, topic_of, where
 
@@ -44,6 +45,7 @@ class KafkaChangeCapture:
         self.partitions: dict[str, list[int]] = {}
         self.ops = OpCounter()
         self._start: KafkaPosition | None = None
+        self.processing: ProcessingTopic | None = None
 
     # -- positions ---------------------------------------------------------------------------
 
@@ -95,6 +97,15 @@ class KafkaChangeCapture:
                 starts[topic] = self._start_cursor(consumer, errors, topic, marks)
         self.ops = OpCounter(max(held_ops, default=None))
         self._start = KafkaPosition(self.ops.next(), starts)
+        if settings.processing_topic is not None:
+            self.processing = ProcessingTopic(settings.kafka, settings.processing_topic, list(self.topics))
+            self.processing.prepare()
+
+    def release(self, committed: State) -> None:
+        """The destination committed ``committed``: announce it on the processing topic, if one is set (the
+        topics keep their messages whatever olake read: there is no log to let go)."""
+        if self.processing is not None:
+            self.processing.publish(committed)
 
     def _start_cursor(self, consumer: Any, errors: ErrorLog, topic: str,
                       marks: dict[int, tuple[int, int]]) -> TopicCursor:

@@ -35,6 +35,7 @@ class KafkaSourceSettings:
     start_from: Any
     on_position_lost: str
     batch_messages: int
+    processing_topic: str | None
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any]) -> KafkaSourceSettings:
@@ -51,7 +52,7 @@ class KafkaSourceSettings:
         return cls(KafkaSettings.from_config(cfg, "consumer"), None if topics is None else tuple(topics), pattern,
                    cfg.get("namespace", "kafka"), cfg.get("message_values", "text"), cfg.get("value_format", "auto"),
                    cfg.get("start_from", "earliest"), cfg.get("on_position_lost", "fail"),
-                   int(cfg.get("batch_messages", 10000)))
+                   int(cfg.get("batch_messages", 10000)), cfg.get("processing_topic"))
 
     def where(self) -> str:
         """The brokers, as lines name them."""
