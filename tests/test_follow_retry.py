@@ -10,8 +10,7 @@ import pytest
 
 from olake_cli.core.errors import ConnectionFailed, TransientError
 from olake_cli.core.follow import RETRY_GIVE_UP_S, RETRY_MAX_S, Backoff
-from olake_cli.pipeline.follow_runtime import FollowRuntime
-from olake_cli.pipeline.following import retry_pause
+from olake_cli.pipeline.follow_runtime import FollowRuntime, retry_pause
 
 
 class FakeTime:

@@ -12,12 +12,12 @@ from typer.exceptions import TyperException
 
 from olake_cli.core.config import load_config
 from olake_cli.cli.progress_view import progress_view
-from olake_cli.cli.report import (LOG_FORMATS, command_guard, ended_by_signal, fail, follows_by_argv, log, stopped,
+from olake_cli.cli.report import (LOG_FORMATS, command_guard, ended_by_signal, fail, follows_by_argv, log,
                                   protocol_writer, set_log_format, stdout_closed)
 from olake_cli.core import messages
 from olake_cli.core.errors import ConfigError, OlakeError
+from olake_cli.cli.following import exit_if_stopped, follow_options, run_command
 from olake_cli.core.interrupts import signal_caught
-
 from olake_cli.core.registry import DESTINATIONS, SOURCES
 
 SOURCE_TYPES, DESTINATION_TYPES = ", ".join(SOURCES), ", ".join(DESTINATIONS)
@@ -171,10 +171,10 @@ def read(config: str = CONFIG_OPT, catalog: str = CATALOG_OPT, state: str | None
         options = RunOptions(config, catalog, state=state, state_from=state_from,
                              spark=SparkOptions(spark_master, spark_remote), max_parallel=max_parallel,
                              full_refresh=tuple(full_refresh or ()),
-                             follow=_follow_options(follow, commit_interval, metrics_port, discovery_interval,
+                             follow=follow_options(follow, commit_interval, metrics_port, discovery_interval,
                                                     metrics_host))
-        _run(options, run_read, read_runtime, view)
-    _stopped(follow)
+        run_command(options, run_read, read_runtime, view)
+    exit_if_stopped(follow)
 
 
 @app.command()
@@ -215,79 +215,10 @@ def sync(source: str = typer.Option(..., "--source", metavar="FILE", help="Sourc
         options = RunOptions(source, catalog, destinations=tuple(destination), state=state,
                              spark=SparkOptions(spark_master, spark_remote), max_parallel=max_parallel,
                              full_refresh=tuple(full_refresh or ()),
-                             follow=_follow_options(follow, commit_interval, metrics_port, discovery_interval,
+                             follow=follow_options(follow, commit_interval, metrics_port, discovery_interval,
                                                     metrics_host))
-        _run(options, run_sync, sync_runtime, view)
-    _stopped(follow)
-
-
-def _run(options, bounded, runtime_of, view) -> None:
-    """A bounded run, or a following one through its runtime, onto whose stop the first SIGTERM or SIGINT
-    is mapped (during its loads a signal interrupts them instead, ending the run the same way)."""
-    from olake_cli.core.interrupts import stop_on_signal
-
-    if options.follow is None:
-        bounded(options, protocol_writer(), log, view)
-        return
-    runtime = runtime_of(options, protocol_writer(), log, view)
-    stop_on_signal(runtime.take_signal)
-    try:
-        runtime.run()
-    finally:
-        stop_on_signal(None)
-
-
-def _follow_options(follow: bool, commit_interval: float | None, metrics_port: int | None,
-                    discovery_interval: float | None, metrics_host: str | None = None):
-    """``--follow`` and the options that go with it as the use cases take them (None: a bounded run)."""
-    from olake_cli.core.validation import check_interval
-    from olake_cli.pipeline.live_discovery import DEFAULT_DISCOVERY_INTERVAL_S
-    from olake_cli.pipeline.run_setup import FollowOptions
-
-    for given, name in ((commit_interval, "--commit-interval"), (metrics_port, "--metrics-port"),
-                        (metrics_host, "--metrics-host"), (discovery_interval, "--discovery-interval")):
-        if given is not None and not follow:
-            raise ConfigError(f"{name} applies to --follow runs only")
-    check_interval("--commit-interval", commit_interval)
-    check_interval("--discovery-interval", discovery_interval, never=0)
-    if follow:
-        import olake_cli.pipeline.follow_status  # noqa: F401  (reads OLAKE_STATUS_EVERY_S: a bad one fails now)
-    if follow and (metrics_port is not None or metrics_host is not None):
-        _metrics_address(metrics_host, metrics_port)
-    interval = DEFAULT_DISCOVERY_INTERVAL_S if discovery_interval is None else discovery_interval
-    return FollowOptions(commit_interval, metrics_port, interval) if follow else None
-
-
-def _metrics_address(host: str | None, port: int | None) -> None:
-    """Serve the metrics on ``--metrics-host`` (default 127.0.0.1), checked before the run starts: one line if
-    the port cannot be bound there (an unknown address, one of another machine, a port in use)."""
-    import socket
-
-    from olake_cli.pipeline.follow_status import metrics
-
-    if port is None:
-        raise ConfigError("--metrics-host applies with --metrics-port only")
-    served = metrics()
-    served.host = host or served.host
-    try:
-        family, kind, _, _, address = socket.getaddrinfo(served.host, port, type=socket.SOCK_STREAM,
-                                                         flags=socket.AI_PASSIVE)[0]
-        with socket.socket(family, kind) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            probe.bind(address)
-    except OSError as exc:
-        raise ConfigError(f"--metrics-host {served.host} --metrics-port {port}: cannot serve metrics there "
-                          f"({exc.strerror})") from None
-
-
-def _stopped(follow: bool) -> None:
-    """A following run that a signal ended: one line; exit 0 for SIGTERM (a service stopped), 130 for SIGINT."""
-    signum = signal_caught()
-    if not follow or signum is None:
-        return
-    stopped(signum)
-    if signum == signal.SIGINT:
-        sys.exit(130)  # not typer.Exit: main() would take that status for an interrupt and say so again
+        run_command(options, run_sync, sync_runtime, view)
+    exit_if_stopped(follow)
 
 
 @app.command()

@@ -38,7 +38,7 @@ from olake_cli.core.schema_drift import record_in_state
 from olake_cli.core.state import State, StreamState
 from olake_cli.pipeline.in_process import ChangeTable
 from olake_cli.pipeline.live_discovery import StreamsChanged
-from olake_cli.pipeline.following import retry_pause
+from olake_cli.pipeline.follow_runtime import retry_pause
 from olake_cli.pipeline.load_beside import LoadBeside
 from olake_cli.pipeline.log_release import CommitRelay
 from olake_cli.pipeline.progress import REPLAYED

@@ -54,7 +54,6 @@ class FollowRuntime:
     def run(self) -> None:
         """The loop, in the calling thread, until the run ends (see the module docstring)."""
         from olake_cli.pipeline.follow_status import metrics
-        from olake_cli.pipeline.following import retry_pause
 
         if self.metrics_port is not None:  # /healthz answers from the start, loads included
             metrics().serve(self.metrics_port, self.log)
@@ -111,3 +110,18 @@ class FollowRuntime:
             self.stop()
             return True
         return False
+
+
+def retry_pause(exc: Exception, backoff: Backoff, stop: threading.Event, log: Callable[[str], None],
+                what: str, again: str) -> bool:
+    """The one retry step of a following run after the transient failure ``exc``: count it, say it, wait
+    out the backoff's next delay. True to try again; False when ``stop`` was set meanwhile; ``exc`` again
+    once failures have gone on for RETRY_GIVE_UP_S."""
+    from olake_cli.pipeline.follow_status import metrics
+
+    delay = backoff.failed()
+    if delay is None:
+        raise exc
+    metrics().retried(type(exc).__name__)
+    log(f"{what}: {exc}; {again} in {delay:.0f}s (--follow keeps running)")
+    return backoff.pause(delay, stop)

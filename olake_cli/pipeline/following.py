@@ -7,13 +7,12 @@ the pipe: it re-reads the ``--state`` file that ``write --state`` keeps, or else
 only when the next run starts.
 
 A following run that fails transiently (the source or the destination unreachable, a connection lost)
-is started again in the same process after a backoff (:func:`retry_pause`, by the runtime), from what the
+is started again in the same process after a backoff (``follow_runtime``), from what the
 destination committed, as a restart by a service manager would.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from typing import TYPE_CHECKING
 from olake_cli.core.catalog import Catalog
 from olake_cli.core.contracts import Destination, FollowCadence
 from olake_cli.core.errors import ConfigError, OlakeError
-from olake_cli.core.follow import Backoff, CommittedStates, Follow, StateFileWatch
+from olake_cli.core.follow import CommittedStates, Follow, StateFileWatch
 from olake_cli.core.state import State, load_state
 from olake_cli.pipeline.recover import committed_entry
 from olake_cli.pipeline.run_setup import FollowOptions
@@ -77,21 +76,6 @@ def following_fanned(destinations: list[Destination], start: State, options: Fol
     states = [CommittedStates(start) for _ in destinations]
     interval = min(commit_interval(options.commit_interval_s, d) for d in destinations)
     return FannedFollowing(runtime.follow(interval, least(states).latest), [s.add for s in states])
-
-
-def retry_pause(exc: Exception, backoff: Backoff, stop: threading.Event, log: Callable[[str], None],
-                what: str, again: str) -> bool:
-    """The one retry step of a following run after the transient failure ``exc``: count it, say it, wait
-    out the backoff's next delay. True to try again; False when ``stop`` was set meanwhile; ``exc`` again
-    once failures have gone on for RETRY_GIVE_UP_S."""
-    from olake_cli.pipeline.follow_status import metrics
-
-    delay = backoff.failed()
-    if delay is None:
-        raise exc
-    metrics().retried(type(exc).__name__)
-    log(f"{what}: {exc}; {again} in {delay:.0f}s (--follow keeps running)")
-    return backoff.pause(delay, stop)
 
 
 def following_read(state_path: str | None, destination: Destination | None, catalog: Catalog,
