@@ -3,7 +3,7 @@ looks at the source again every ``--discovery-interval`` seconds.
 
 When streams appeared (under the catalog's ``new_streams`` rule) or went (``core.live_discovery``), the
 thread asks the run to stop at its next checkpoint, as SIGTERM does, and the run is started again in the
-same process (``following.supervised``) with the changed catalog: a new stream is loaded, from a
+same process (``follow_runtime``) with the changed catalog: a new stream is loaded, from a
 snapshot stitched to the change log exactly as any first load is, while the other streams' changes wait
 in the log, and then every stream is followed; a gone stream's capture ends. A new stream the run could not read is left out (``core.live_discovery``)
 with a line and the ``olake_streams_left_out`` metric, and looked at again at each discovery.
