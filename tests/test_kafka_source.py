@@ -11,8 +11,10 @@ past it.
 
 from __future__ import annotations
 
+import base64
 import json
 
+import msgpack
 import orjson
 import psycopg
 from confluent_kafka import Producer
@@ -206,3 +208,26 @@ def test_bad_input_is_one_line_and_commits_nothing_past_it(kafka_broker, kafka_p
     result = run_olake("read", "--config", raw, "--catalog", str(tmp_path / "raw_cat.json"))
     assert result.returncode != 0
     assert f"topic '{text_topic}' partition 0 offset 0: the value is not UTF-8 text".encode() in result.stderr
+    as_bytes = write_json(tmp_path / "bytes.json", kafka_broker.config(topics=[text_topic], message_values="bytes"))
+    discover(as_bytes, tmp_path / "bytes_cat.json")
+    result = run_olake("read", "--config", as_bytes, "--catalog", str(tmp_path / "bytes_cat.json"))
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    [record] = [m["record"]["data"] for m in messages(result.stdout) if m["type"] == "RECORD"]
+    assert (record["key"], record["value"]) == (base64.b64encode(b"k").decode(), base64.b64encode(b"\xff\xfe").decode())
+
+
+def test_msgpack_envelopes_are_read_as_json_ones(kafka_broker, kafka_prefix, tmp_path):
+    prefix = f"{kafka_prefix}mp."
+    bootstrap, topic = kafka_broker.bootstrap, f"{prefix}public.items"
+    create_topic(bootstrap, topic)
+    create_topic(bootstrap, f"{prefix}_catalog")
+    produce(bootstrap, f"{prefix}_catalog", [(0, b"public.items", orjson.dumps(CATALOG_ENTRY))])
+    packed = [(msgpack.packb(orjson.loads(k)), msgpack.packb(orjson.loads(v))) for k, v in
+              (marker("L1", 10), envelope("r", row(1, "one"), 1, 10, "L1"), envelope("u", row(1, "uno"), 1, 11))]
+    produce(bootstrap, topic, [(0, k, v) for k, v in packed])
+    src = write_json(tmp_path / "src.json", kafka_broker.config(topics=[topic], topic_prefix=prefix))
+    discover(src, tmp_path / "cat.json")
+    result = run_olake("read", "--config", src, "--catalog", str(tmp_path / "cat.json"))
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    records = [m["record"]["data"] for m in messages(result.stdout) if m["type"] == "RECORD"]
+    assert [(r["_olake_op"], r.get("label")) for r in records] == [("t", None), ("c", "one"), ("u", "uno")]

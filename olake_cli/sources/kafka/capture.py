@@ -2,9 +2,9 @@
 
 Before any stream starts, :meth:`KafkaChangeCapture.preflight` checks every topic exists, that stored
 offsets are still kept (else ``on_position_lost``), and takes the start position from ``start_from``. A
-bounded read ends at the partitions' ends taken when it starts (a checkpoint every ``batch_messages``
-messages and at the end); ``--follow`` reads on, checkpointing when the run's commit policy says so.
-The consumer is assigned its partitions explicitly (no consumer group), reads ``read_committed``, and
+bounded read ends at each partition's end as the read reaches it (a checkpoint every ``batch_messages``
+changes, or ``core.follow.CHECKPOINT_EVERY`` if fewer, and at the end); ``--follow`` reads on,
+checkpointing when the run's commit policy says so. The consumer is assigned its partitions explicitly (no consumer group), reads ``read_committed``, and
 commits nothing: the offsets live in the state the destination commits with the data.
 """
 
@@ -20,7 +20,7 @@ from olake_cli.core.catalog import CatalogStream
 from olake_cli.core.change_runs import Change, runs_of_changes
 from olake_cli.core.contracts import ChangeBatch
 from olake_cli.core.errors import ConfigError, PositionLostError, SourceError
-from olake_cli.core.follow import Follow
+from olake_cli.core.follow import CHECKPOINT_EVERY, Follow
 from olake_cli.core.opid import OpId
 from olake_cli.core.pipeline_identity import PipelineIdentity
 from olake_cli.core.position_lost import handle_lost_position
@@ -185,16 +185,17 @@ class _Reader:
 
     def bounded(self) -> Iterator[ChangeBatch]:
         """Until every partition reports its end (what was committed when the read got there), a
-        checkpoint every ``batch_messages`` changes and one at the end."""
+        checkpoint every ``batch_messages`` (or CHECKPOINT_EVERY) changes and one at the end."""
         open_parts = set(self.partitions)
         size, quiet_since = self.capture.settings.batch_messages, time.monotonic()
+        every = min(size, CHECKPOINT_EVERY)
         while open_parts:
             messages = self.consumer.consume(num_messages=size, timeout=_POLL_S)
             for message in messages:
                 tp = (message.topic(), message.partition())
                 if tp in open_parts and self._take(message):
                     open_parts.discard(tp)
-                if len(self.changes) >= size:
+                if len(self.changes) >= every:
                     yield self.checkpoint()
             quiet_since = time.monotonic() if messages else self._stalled(quiet_since, open_parts)
         yield self.checkpoint()
