@@ -19,6 +19,7 @@ from typing import Any
 
 from olake_cli.core.errors import ConnectionFailed, DestinationError, TransientError
 from olake_cli.core.follow import RETRY_GIVE_UP_S, Backoff, Follow
+from olake_cli.pipeline.follow_runtime import retry_pause
 from olake_cli.pipeline.in_process import ChangeTable, InProcessPipe
 
 JOURNAL_BYTES = 256 << 20
@@ -126,10 +127,11 @@ class LaneRetries:
                 start, self.marks, retrying = self.journal.base, deque(), True
 
     def _pause(self, exc: Exception) -> None:
-        delay = self.backoff.failed()
-        if delay is None:
-            raise DestinationError(f"{self.name}: failing for {RETRY_GIVE_UP_S / 60:.0f} min ({exc}); the run "
-                                   f"stops, and the other destinations keep what they committed") from exc
-        self.log(f"{self.name}: {exc}; the other destinations go on; trying it again in {delay:.0f}s")
-        if not self.backoff.pause(delay, self.follow.stop):
+        try:
+            again = retry_pause(exc, self.backoff, self.follow.stop, self.log, self.name,
+                                "the other destinations go on; trying it again")
+        except (TransientError, ConnectionFailed) as final:
+            raise DestinationError(f"{self.name}: failing for {RETRY_GIVE_UP_S / 60:.0f} min ({final}); the run "
+                                   f"stops, and the other destinations keep what they committed") from final
+        if not again:
             raise exc
