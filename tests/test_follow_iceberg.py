@@ -11,20 +11,10 @@ import time
 
 from tests.support.cdc import discover_catalog
 from tests.support.cli import write_json
-from tests.support.current_view import iceberg_rows
-from tests.support.follow import Incrementer, create_counted_table, kill_and_restart, start_olake, stop, wait_until
-from tests.support.pg_compare import table_texts
+from tests.support.follow import (Incrementer, create_counted_table, iceberg_equals_source, kill_and_restart,
+                                  start_olake, stop, wait_until)
 
 COLUMNS = ["id", "v", "note"]
-
-
-def _iceberg_equals_source(root, dsn: str) -> bool:
-    try:
-        rows = iceberg_rows(root, "public", "t").to_pydict()
-    except Exception:
-        return False  # no table yet
-    lake = sorted((str(i), str(v), n) for i, v, n in zip(rows["id"], rows["v"], rows["note"]))
-    return lake == table_texts(dsn, "public", "t", COLUMNS)
 
 
 def test_sync_follow_into_iceberg_survives_a_kill_and_stops_on_sigterm(pg_cluster, pg_db, tmp_path):
@@ -49,9 +39,9 @@ def test_sync_follow_into_iceberg_survives_a_kill_and_stops_on_sigterm(pg_cluste
     finally:
         writer.stop()
     assert writer.transactions > 50
-    wait_until(lambda: _iceberg_equals_source(root, source), "the Iceberg table equals the source", run=run)
+    wait_until(lambda: iceberg_equals_source(root, source), "the Iceberg table equals the source", run=run)
     took = stop(run)
     text = log.read_text()
     assert run.returncode == 0 and took < 10, text[-3000:]
     assert "stopped by SIGTERM" in text.splitlines()[-1] and "Traceback" not in text, text[-3000:]
-    assert _iceberg_equals_source(root, source)
+    assert iceberg_equals_source(root, source)

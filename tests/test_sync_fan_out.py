@@ -18,9 +18,8 @@ import psycopg
 
 from tests.support.cdc import discover_catalog
 from tests.support.cli import run_olake, trace_errors, write_json
-from tests.support.current_view import iceberg_rows
-from tests.support.follow import (Incrementer, create_counted_table, kill_and_restart, lake_equals_source,
-                                  start_olake, stop, wait_until)
+from tests.support.follow import (Incrementer, create_counted_table, iceberg_equals_source, kill_and_restart,
+                                  lake_equals_source, start_olake, stop, wait_until)
 from tests.support.pg_compare import table_texts
 from tests.support.pgcluster import create_database
 
@@ -32,15 +31,6 @@ def _pg_equals(source: str, target: str) -> bool:
         return table_texts(target, "public", "t", COLUMNS) == table_texts(source, "public", "t", COLUMNS)
     except psycopg.Error:
         return False  # no table yet, or the server is down
-
-
-def _iceberg_equals(root, source: str) -> bool:
-    try:
-        rows = iceberg_rows(root, "public", "t").to_pydict()
-    except Exception:
-        return False  # no table yet
-    lake = sorted((str(i), str(v), n) for i, v, n in zip(rows["id"], rows["v"], rows["note"]))
-    return lake == table_texts(source, "public", "t", COLUMNS)
 
 
 def _confirmed_lsn(dsn: str, slot: str) -> int:
@@ -114,9 +104,9 @@ def test_sync_follow_into_three_destinations_survives_kills_and_a_destination_do
     wait_until(lambda: _pg_equals(source, target), "the PostgreSQL target equals the source", timeout=120, run=run)
     wait_until(lambda: lake_equals_source(tmp_path / "lake" / "public" / "t", source),
                "the Parquet files equal the source", run=run)
-    wait_until(lambda: _iceberg_equals(tmp_path / "ice", source), "the Iceberg table equals the source", run=run)
+    wait_until(lambda: iceberg_equals_source(tmp_path / "ice", source), "the Iceberg table equals the source", run=run)
     assert stop(run) < 15 and run.returncode == 0, log.read_text()[-3000:]
-    assert _pg_equals(source, target) and _iceberg_equals(tmp_path / "ice", source)
+    assert _pg_equals(source, target) and iceberg_equals_source(tmp_path / "ice", source)
 
 
 def test_sync_into_several_destinations_refuses_collisions_and_a_state_file(pg_cluster, pg_db, tmp_path):

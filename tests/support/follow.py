@@ -42,6 +42,19 @@ def lake_equals_source(folder: Path, dsn: str) -> bool:
     return lake == table_texts(dsn, "public", "t", ["id", "v", "note"])
 
 
+def iceberg_equals_source(root: Path, dsn: str) -> bool:
+    """Whether Iceberg table ``public.t`` under ``root`` equals table ``t`` of ``dsn``, value by value as
+    PostgreSQL's text (False while the table does not exist yet)."""
+    from tests.support.current_view import iceberg_rows
+
+    try:
+        rows = iceberg_rows(root, "public", "t").to_pydict()
+    except Exception:
+        return False  # no table yet
+    lake = sorted((str(i), str(v), n) for i, v, n in zip(rows["id"], rows["v"], rows["note"]))
+    return lake == table_texts(dsn, "public", "t", ["id", "v", "note"])
+
+
 def start_olake(args: list[str], log: Path, **popen) -> subprocess.Popen:
     """``olake ARGS`` in its own process group, stderr appended to ``log`` (status lines every 2 s)."""
     with open(log, "ab") as err:
