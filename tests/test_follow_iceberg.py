@@ -14,7 +14,6 @@ from tests.support.cli import write_json
 from tests.support.follow import (Incrementer, create_counted_table, iceberg_equals_source, kill_and_restart,
                                   start_olake, stop, wait_until)
 
-COLUMNS = ["id", "v", "note"]
 
 
 def test_sync_follow_into_iceberg_survives_a_kill_and_stops_on_sigterm(pg_cluster, pg_db, tmp_path):
