@@ -15,7 +15,6 @@ from tests.support.follow import (Incrementer, create_counted_table, iceberg_equ
                                   start_olake, stop, wait_until)
 
 
-
 def test_sync_follow_into_iceberg_survives_a_kill_and_stops_on_sigterm(pg_cluster, pg_db, tmp_path):
     source = pg_cluster.dsn(pg_db)
     create_counted_table(source)
