@@ -143,10 +143,12 @@ class Replica:
 
 def covered_offsets(bootstrap: str, prefix: str, stream: str, pipeline: str = "olake") -> set[tuple[int, int]]:
     """(partition, offset) of every message of ``stream``'s topic (``namespace.name``) that a state of the
-    pipeline covers (its ``olake-offsets`` header): the messages of the transactions that sent a state."""
-    covered = set()
+    pipeline or a chunk mark of its sync tasks covers (their ``olake-offsets`` header): the messages of the
+    transactions that sent a state or a mark."""
+    covered, key = set(), f"{pipeline}|{stream}".encode()
     for message in read_topic(bootstrap, f"{prefix}_state"):
-        if message.key == f"{pipeline}|{stream}".encode() and "olake-offsets" in message.headers:
+        ours = message.key == key or (message.key or b"").startswith(key + b"|chunk|")
+        if ours and "olake-offsets" in message.headers:
             for partition, (first, last) in json.loads(message.headers["olake-offsets"]).items():
                 covered |= {(int(partition), offset) for offset in range(first, last + 1)}
     return covered

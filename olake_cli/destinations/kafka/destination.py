@@ -18,6 +18,7 @@ from olake_cli.core.contracts import CommitBatch
 from olake_cli.core.errors import ConfigError
 from olake_cli.core.faults import crash_point
 from olake_cli.destinations.kafka import records
+from olake_cli.destinations.kafka.chunk_sink import KafkaChunkSink
 from olake_cli.destinations.kafka.commit import KafkaStream, batch_messages
 from olake_cli.destinations.kafka.config import DestinationSettings
 from olake_cli.destinations.kafka.producer import Transactions
@@ -40,6 +41,8 @@ class KafkaDestination:
         self._states: dict[str, records.Committed] = {}
         self._catalog: dict[str, bytes] = {}
         self.streams: dict[tuple, KafkaStream] = {}
+        self.sink: KafkaChunkSink | None = None
+        self._state_partitions = 1
 
     @property
     def admin(self) -> Any:
@@ -58,9 +61,12 @@ class KafkaDestination:
         """The host lock of runs writing this pipeline's topics (``core.locks``)."""
         return self.settings.lock_path()
 
-    def chunk_sink(self) -> None:
-        """None: full-load rows go through the driver's transactions."""
-        return None
+    def chunk_sink(self) -> KafkaChunkSink:
+        """``sync`` tasks send their full-load chunks themselves, a transaction each (chunk_sink.py)."""
+        if self.sink is None:
+            self.sink = KafkaChunkSink(self.settings, {key: t.topic for key, t in self.streams.items()},
+                                       self._state_partitions)
+        return self.sink
 
     def open(self, catalog: Catalog) -> None:
         """Make or check every selected stream's topic, fence the pipeline's earlier producer, and read back
@@ -77,6 +83,10 @@ class KafkaDestination:
             self._txn = Transactions(self.settings)  # fences the last run before its record is read
             self._states = records.committed_states(self.settings, found[self.settings.kafka.state_topic], self.errors)
             self._catalog = records.latest_catalog(self.settings, found[self.settings.kafka.catalog_topic], self.errors)
+        self._state_partitions = found[self.settings.kafka.state_topic]
+        if self.sink is not None:
+            self.sink.state_partitions = self._state_partitions
+            self.sink.topics.update({key: topics[key] for key in topics})
         for stream in streams:
             committed = self._states.get(self.settings.state_key(stream.namespace, stream.name))
             sent = self._catalog.get(stream_label(stream.namespace, stream.name)) == records.catalog_value(stream)

@@ -21,13 +21,13 @@ _PRODUCER = {"enable.idempotence": True, "acks": "all", "partitioner": "murmur2_
 class Transactions:
     """A transactional producer for one destination."""
 
-    def __init__(self, settings: DestinationSettings) -> None:
+    def __init__(self, settings: DestinationSettings, transactional_id: str | None = None) -> None:
         kafka = require_client()
         self.settings, self.errors = settings, ErrorLog()
         self.undelivered: list[str] = []
         self.ranges: dict[tuple[str, int], list[int]] = {}  # (topic, partition) -> [first, last] offset sent
         timeout_ms = int(settings.kafka.timeout_s * 1000)
-        config = settings.kafka.client_config({**_PRODUCER, "transactional.id": settings.transactional_id,
+        config = settings.kafka.client_config({**_PRODUCER, "transactional.id": transactional_id or settings.transactional_id,
                                                "transaction.timeout.ms": max(60_000, timeout_ms),
                                                "message.timeout.ms": max(timeout_ms, 1000)}, self.errors)
         try:

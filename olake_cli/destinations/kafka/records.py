@@ -13,6 +13,7 @@ says, and the latest message of a key is the one that counts.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
@@ -53,26 +54,51 @@ def catalog_value(stream: CatalogStream) -> bytes:
     return orjson.dumps({"stream": stream.to_dict()})  # (keys in their order: json_schema's is the columns')
 
 
+def chunk_mark(settings: DestinationSettings, namespace: str | None, name: str, load_id: str, chunk: int, rows: int,
+               offsets: dict[str, list[int]]) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
+    """(key, value, headers) of the mark a sync task commits with a full-load chunk it wrote itself: key
+    ``<state key>|chunk|<load id>|<chunk>``, value ``{"load_id", "chunk", "rows"}``, header ``olake-offsets``."""
+    key = f"{settings.state_key(namespace, name)}|chunk|{load_id}|{chunk}".encode()
+    headers = [(OFFSETS_HEADER, orjson.dumps(offsets))] if offsets else []
+    return key, orjson.dumps({"load_id": load_id, "chunk": chunk, "rows": rows}), headers
+
+
 def committed_states(settings: DestinationSettings, partitions: int, errors: ErrorLog) -> dict[str, Committed]:
-    """The latest state of every stream of this pipeline in the state topic (by state key)."""
+    """The latest state of every stream of this pipeline in the state topic (by state key), the chunks of its
+    load that sync tasks marked counted as done."""
     topic, prefix = settings.kafka.state_topic, f"{settings.pipeline_id}|"
     found: dict[str, Committed] = {}
+    marks: set[tuple[str, str, int]] = set()  # (state key, load id, chunk)
     for message in read_to_end(settings.kafka, topic, partitions, errors):
         key = (message.key() or b"").decode("utf-8", "replace")
-        if not key.startswith(prefix):
+        if not key.startswith(prefix) or message.value() is None:
             continue
-        if message.value() is None:
-            found[key] = Committed(None, None)
+        value = _json(message, topic, key)
+        if "|chunk|" in key:
+            marks.add((key.split("|chunk|")[0], value["load_id"], value["chunk"]))
             continue
-        try:
-            state = orjson.loads(message.value())
-        except orjson.JSONDecodeError:
-            raise DestinationError(f"kafka: topic {topic!r} partition {message.partition()} offset "
-                                   f"{message.offset()}: the state of {key!r} is not JSON") from None
-        headers = dict(message.headers() or [])
-        watermark = headers.get(WATERMARK_HEADER)
-        found[key] = Committed(state, watermark.decode() if watermark else None)
-    return found
+        watermark = dict(message.headers() or []).get(WATERMARK_HEADER)
+        found[key] = Committed(value, watermark.decode() if watermark else None)
+    return {key: Committed(_with_task_chunks(c.state, {(l, i) for k, l, i in marks if k == key}), c.watermark)
+            for key, c in found.items()}
+
+
+def _json(message: Any, topic: str, key: str) -> Any:
+    try:
+        return orjson.loads(message.value())
+    except orjson.JSONDecodeError:
+        raise DestinationError(f"kafka: topic {topic!r} partition {message.partition()} offset "
+                               f"{message.offset()}: the value of {key!r} is not JSON") from None
+
+
+def _with_task_chunks(state: dict, marks: set[tuple[str, int]]) -> dict:
+    """``state`` with the chunks of its load that sync tasks committed marked ``succeed``."""
+    inner = state.get("stream_state") or {}
+    load_id = inner.get("load_id")
+    if state.get("sync_type") != "full-load" or not inner.get("chunks") or not load_id:
+        return state
+    chunks = [{**c, "status": "succeed"} if (load_id, i) in marks else c for i, c in enumerate(inner["chunks"])]
+    return {**state, "stream_state": {**inner, "chunks": chunks}}
 
 
 def latest_catalog(settings: DestinationSettings, partitions: int, errors: ErrorLog) -> dict[str, bytes]:

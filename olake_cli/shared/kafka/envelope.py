@@ -94,21 +94,24 @@ def is_marker(envelope: dict) -> bool:
 
 
 def table_messages(table: pa.Table, json_schema: dict, key_columns: tuple[str, ...] | list[str],
-                   stream: dict, load_id: str | None, fmt: str) -> Iterator[Message]:
-    """The messages of a table of rows (destination Arrow types and the stored ``_olake_*`` columns): one
-    per row, a tombstone after each delete. A value the wire form cannot carry raises a DestinationError
-    naming the stream, the column and the row's key. JSON rows that are neither deletes nor leave a value
-    out are built a column at a time; a key's bytes are the same whichever way its row was built."""
+                   stream: dict, load_id: str | None, fmt: str, given: dict[str, list] | None = None) -> Iterator[Message]:
+    """The messages of a table of rows (destination Arrow types, or a source's scanned types, and the stored
+    ``_olake_*`` columns): one per row, a tombstone after each delete (``given``: columns whose wire values
+    the source gave itself, ``WireColumnsReader``). A value the wire form cannot carry raises a
+    DestinationError naming the stream, the column and the row's key. JSON rows that are neither deletes
+    nor leave a value out are built a column at a time; a key's bytes are the same whichever way."""
     properties = json_schema.get("properties", {})
     columns = [name for name in table.column_names if name in properties]
-    keys = _keys(table, tuple(key_columns), properties, stream, fmt)
+    given = given or {}
+    keys = _keys(table, tuple(key_columns), properties, stream, fmt, given)
     if fmt == "json" and _plain(table):
-        texts = {c: _encoded(json_rows.column_texts, table, c, properties[c], key_columns, stream) for c in columns}
+        texts = {c: _encoded(json_rows.column_texts, table, c, properties[c], key_columns, stream, given)
+                 for c in columns}
         key_texts = pc.cast(keys, pa.string()) if keys is not None else "null"
         values = json_rows.plain_envelopes(table, texts, key_texts, load_id, stream).cast(pa.binary()).to_pylist()
         yield from zip(keys.to_pylist() if keys is not None else [None] * len(values), values)
         return
-    wire = {c: _encoded(_wire, table, c, properties[c], key_columns, stream) for c in columns}
+    wire = {c: _encoded(_wire, table, c, properties[c], key_columns, stream, given) for c in columns}
     ops, op_ids = table.column(OP).to_pylist(), table.column(OP_ID).to_pylist()
     commit = table.column(COMMIT_TS).combine_chunks().cast(pa.timestamp("us", tz="UTC"))
     times = [None if t == "null" else t[1:-1] for t in json_rows.column_texts(commit, "timestamptz", "", {}).to_pylist()]
@@ -144,14 +147,16 @@ def _plain(table: pa.Table) -> bool:
     return not pc.any(pc.fill_null(pc.greater(pc.list_value_length(table.column(TOAST)), 0), False)).as_py()
 
 
-def _keys(table: pa.Table, key_columns: tuple[str, ...], properties: dict, stream: dict, fmt: str) -> pa.Array | None:
+def _keys(table: pa.Table, key_columns: tuple[str, ...], properties: dict, stream: dict, fmt: str,
+          given: dict[str, list]) -> pa.Array | None:
     """The message keys of the rows as a binary array (None: no key columns)."""
     if not key_columns:
         return None
     if fmt == "json":
-        texts = [_encoded(json_rows.column_texts, table, c, properties[c], key_columns, stream) for c in key_columns]
+        texts = [_encoded(json_rows.column_texts, table, c, properties[c], key_columns, stream, given)
+                 for c in key_columns]
         return json_rows.object_texts(list(key_columns), texts).cast(pa.binary())
-    wire = [_encoded(_wire, table, c, properties[c], key_columns, stream) for c in key_columns]
+    wire = [_encoded(_wire, table, c, properties[c], key_columns, stream, given) for c in key_columns]
     return pa.array([dumps(dict(zip(key_columns, values)), fmt) for values in zip(*wire)], pa.binary())
 
 
@@ -162,8 +167,13 @@ def _wire(array: pa.ChunkedArray, olake_type: str, name: str, prop: dict) -> lis
     return wire_values(array, olake_type, name, prop, json_rows.infinities)
 
 
-def _encoded(encode: Any, table: pa.Table, name: str, prop: dict, key_columns, stream: dict) -> Any:
-    """``encode(column, olake_type, name, prop)``; a BadValue as a DestinationError naming stream, column, key."""
+def _encoded(encode: Any, table: pa.Table, name: str, prop: dict, key_columns, stream: dict,
+             given: dict[str, list]) -> Any:
+    """``encode(column, olake_type, name, prop)`` (a column of ``given``: its wire values, as the encoder
+    gives them); a BadValue as a DestinationError naming stream, column and key."""
+    if name in given:
+        values = given[name]
+        return values if encode is _wire else pa.array([orjson.dumps(v).decode() for v in values], pa.string())
     try:
         return encode(table.column(name), olake_type_of(prop, name), name, prop)
     except BadValue as bad:
