@@ -30,7 +30,7 @@ def plan(session: Any, stream: Any) -> tuple[StreamState, list[ChunkPartition]]:
     load = StreamState(sync_type="full-load", stream_name=stream.name, stream_namespace=stream.namespace,
                        cursor_field=None, chunks=[Chunk("pending", lo, hi) for lo, hi in planned.bounds],
                        chunk_column=planned.chunk_column, load_id=uuid.uuid4().hex[:12],
-                       sync_mode="full_refresh", columns=stream.columns, source=dict(planned.source))
+                       sync_mode=stream.sync_mode, columns=stream.columns, source=dict(planned.source))
     return load, [ChunkPartition(i, session.chunk_reader(stream, load, i)) for i in range(len(load.chunks))]
 
 

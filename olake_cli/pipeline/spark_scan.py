@@ -91,23 +91,24 @@ def stream_schema(stream: CatalogStream) -> pa.Schema:
 
 
 def destination_rows(batch: pa.RecordBatch, reader: Any, json_schema: dict, label: str,
-                     key_columns: tuple[str, ...]) -> pa.Table:
-    """A scanned batch in destination types, as full-load rows (``_olake_op`` 'r')."""
+                     key_columns: tuple[str, ...], op_key: str | None = None) -> pa.Table:
+    """A scanned batch in destination types, as full-load rows (``_olake_op`` 'r', ranking at ``op_key``)."""
     wire = reader.wire_columns(batch) if isinstance(reader, WireColumnsReader) else None
     table, _ = to_destination(batch, json_schema, label, key_columns, wire)
     rows = table.num_rows
     return table.append_column(STREAM_FIELDS[0], pa.array(["r"] * rows, pa.string())) \
-        .append_column(STREAM_FIELDS[1], pa.nulls(rows, pa.string())) \
+        .append_column(STREAM_FIELDS[1], pa.array([op_key] * rows, pa.string())) \
         .append_column(STREAM_FIELDS[2], pa.nulls(rows, STREAM_FIELDS[2].type)) \
         .append_column(STREAM_FIELDS[3], pa.nulls(rows, STREAM_FIELDS[3].type))
 
 
 @dataclass(frozen=True)
 class ChunkPartition:
-    """One planned chunk: its index and picklable reader."""
+    """One planned chunk: its index and picklable reader (``op_key``: where a stream's load ranks)."""
 
     index: int
     reader: Any
+    op_key: str | None = None
 
 
 @dataclass

@@ -40,8 +40,8 @@ class StreamScan(Protocol):
         """Where a query without a checkpoint starts."""
         ...
 
-    def latest_offset(self) -> dict:
-        """The source's position now: the end of the next micro-batch."""
+    def latest_offset(self, start: dict) -> dict:
+        """The end of the micro-batch after ``start``: the source's position now (or less, to bound it)."""
         ...
 
     def partitions(self, start: dict, end: dict) -> list[Any]:

@@ -55,9 +55,10 @@ class OlakeStreamReader(DataSourceStreamReader):
         """Where a new query starts."""
         return self.scan.initial_offset()
 
-    def latestOffset(self) -> dict:  # noqa: N802
-        """The source's position now."""
-        return self.scan.latest_offset()
+    def latestOffset(self, start: dict, limit: Any) -> dict:  # noqa: N802
+        """The end of the next micro-batch (its size is the provider's to bound: ``limit`` is Spark's
+        default, all available)."""
+        return self.scan.latest_offset(start)
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         """The partitions of the rows between two offsets."""

@@ -1,0 +1,199 @@
+"""olake's change capture behind ``spark.readStream.format("olake")``, through the source's contracts.
+
+An offset is the stream's olake state (``StreamState.to_dict()``: the position the change capture
+serialised into it, and the full load's marks), so a query's position lives in Spark's checkpoint.
+The first micro-batch is the full load, planned in a read session this reader holds (PostgreSQL: the
+exported snapshot) until Spark commits it; its end is the state ``sync`` records when a load is done
+(the capture's start position, captured before the load, and the marks that stitch the changes to it).
+Each later batch holds the changes after its start up to its end, as ``capture.read`` gives them from
+the start's state (changes the load already holds are left out); ``latestOffset`` reads them ahead and
+keeps them until Spark asks for that range (a restarted query asks again and they are read again).
+Nothing here moves the source's log: ``commit(end)`` records ``end`` as committed, and the next read
+releases the log up to it (a replication slot is confirmed there, never past Spark's checkpoint).
+"""
+
+from __future__ import annotations
+
+import sys
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Any
+from collections.abc import Iterator
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from olake_cli.core.codec.decode import decode_column
+from olake_cli.core.codec.types import olake_type_of
+from olake_cli.core.errors import ConfigError
+from olake_cli.core.follow import ReleasesLog
+from olake_cli.core.state import State, StreamState, finish_full_load_if_done
+from olake_cli.pipeline.spark_keeper import plan
+from olake_cli.pipeline.spark_scan import STREAM_FIELDS, ChunkPartition, ReadOptions, destination_rows, open_stream
+
+START = {"olake": "start"}  # a query without a checkpoint: a full load comes first
+
+
+@dataclass(frozen=True)
+class ChangesPartition:
+    """Changes read on the driver, handed to one task."""
+
+    table: pa.Table
+
+
+def _log(text: str) -> None:
+    print(f"olake: {text}", file=sys.stderr, flush=True)
+
+
+class OlakeStreamScan:
+    """A ``StreamScan``: the full load, then the change capture of one stream."""
+
+    def __init__(self, opts: ReadOptions) -> None:
+        self.opts = opts
+        self.max_rows = int(opts.extra.get("max_rows_per_batch") or 0) or None
+        self._opened: tuple[Any, Any, Any] | None = None  # source, stream, capture
+        self._held = ExitStack()  # the load's read session, until Spark commits the load
+        self._load: tuple[dict, list[ChunkPartition]] | None = None
+        self._ahead: dict[tuple[str, str], list[pa.Table]] = {}  # changes read by latest_offset
+
+    def _open(self) -> tuple[Any, Any, Any]:
+        if self._opened is None:
+            source, stream, _ = open_stream(self.opts)
+            stream.sync_mode = "cdc"
+            self._opened = (source, stream, source.change_capture([stream], _log))
+        return self._opened
+
+    def initial_offset(self) -> dict:
+        """A new query starts with the stream's full load."""
+        return START
+
+    def latest_offset(self, start: dict) -> dict:
+        """After ``START``: the load's end; after a position: the position after the changes read from it
+        up to the log's end now (at most ``max_rows_per_batch`` of them, to a checkpoint)."""
+        if start == START:
+            return self._load[0] if self._load is not None else self._plan_load()
+        end, tables = self._read_changes(start, None)
+        if end != start:
+            self._ahead[(_key(start), _key(end))] = tables
+        return end
+
+    def partitions(self, start: dict, end: dict) -> list[Any]:
+        """The load's chunks, or the changes between two positions."""
+        if start == START:
+            if self._load is None or self._load[0] != end:
+                raise ConfigError('spark.readStream.format("olake"): the query stopped during its initial load, '
+                                  "whose snapshot is gone; start it again with a new checkpoint location")
+            return list(self._load[1])
+        tables = self._ahead.pop((_key(start), _key(end)), None)
+        if tables is None:
+            _, tables = self._read_changes(start, end)
+        return [ChangesPartition(t) for t in tables if t.num_rows]
+
+    def read(self, partition: Any) -> Iterator[pa.Table]:
+        """A chunk's rows (ranking at the load's position) or a batch of changes."""
+        if isinstance(partition, ChangesPartition):
+            yield partition.table
+            return
+        _, stream, _ = self._open()
+        for batch in partition.reader.read_batches():
+            if batch.num_rows:
+                yield destination_rows(batch, partition.reader, stream.json_schema, stream.label, (),
+                                       partition.op_key)
+
+    def commit(self, end: dict) -> None:
+        """Spark holds everything up to ``end``: the load's session is closed; the log is released to it."""
+        if end == START:
+            return
+        if self._load is not None and self._load[0] == end:
+            self._held.close()
+            self._load = None
+        _, stream, capture = self._open()
+        if isinstance(capture, ReleasesLog):
+            capture.release(State(streams=[StreamState.from_dict(end)]))
+
+    def stop(self) -> None:
+        """Close the load's session if one is held."""
+        self._held.close()
+
+    def _plan_load(self) -> dict:
+        """Plan the full load in a held session; its end is the stream's state once the load is done."""
+        source, stream, capture = self._open()
+        state = State()
+        capture.preflight(state)
+        session = self._held.enter_context(source.open_session([stream], _log))
+        load, chunks = plan(session, stream)
+        start = capture.start_position()
+        load = capture.with_position(load, start)
+        load.source.update(capture.load_marks(session))
+        load.load_op_key = capture.position_op(start).to_key()
+        chunks = [ChunkPartition(c.index, c.reader, load.load_op_key) for c in chunks]
+        for chunk in load.chunks:
+            chunk.status = "succeed"
+        end = finish_full_load_if_done(load, "cdc").to_dict()
+        self._load = (end, chunks)
+        return end
+
+    def _read_changes(self, start: dict, end: dict | None) -> tuple[dict, list[pa.Table]]:
+        """The changes after ``start`` (up to ``end``, else to the log's end now, at most ``max_rows``
+        when reading ahead) as tables, and the state after them."""
+        _, stream, capture = self._open()
+        state = State(streams=[StreamState.from_dict(start)])
+        capture.preflight(state)
+        if state.find(stream.namespace, stream.name) is None:
+            raise ConfigError(f'spark.readStream.format("olake"): {stream.label}: the change log no longer holds '
+                              "the query's position; start it again with a new checkpoint location")
+        after = capture.position_op(capture.position_of(state.streams[0]))
+        upto = None if end is None else capture.position_op(capture.position_of(StreamState.from_dict(end)))
+        tables, rows, position = [], 0, None
+        for batch in capture.read([stream], state, typed=True):
+            for run in batch.runs:
+                table = _changes(run.after(after), upto, stream.json_schema)
+                rows += table.num_rows
+                tables.append(table)
+            if batch.position is not None and (upto is None or capture.position_op(batch.position) <= upto):
+                position = batch.position
+            if upto is None and self.max_rows and rows >= self.max_rows and position is not None:
+                break
+        if end is not None:
+            return end, tables
+        if position is None:
+            return start, []
+        return capture.with_position(state.streams[0], position).to_dict(), tables
+
+
+def _changes(run: Any, upto: Any, json_schema: dict) -> pa.Table:
+    """A run's changes up to ``upto`` (all for None), without those the load already holds, as a table of
+    the stream's columns and the ``_olake_*`` columns."""
+    keep = pc.invert(run.replayed) if run.replayed is not None else None
+    if upto is not None:
+        below = pc.or_(pc.less(run.commit, pa.scalar(upto.commit, pa.uint64())),
+                       pc.and_(pc.equal(run.commit, pa.scalar(upto.commit, pa.uint64())),
+                               pc.less_equal(run.seq, pa.scalar(upto.seq, pa.uint64()))))
+        keep = below if keep is None else pc.and_(keep, below)
+    if not run.typed:
+        run = _typed(run, json_schema)
+    table = run.table(json_schema)
+    table = table.set_column(table.schema.get_field_index(STREAM_FIELDS[2].name), STREAM_FIELDS[2],
+                             table.column(STREAM_FIELDS[2].name).cast(STREAM_FIELDS[2].type))
+    return table if keep is None else table.filter(keep)
+
+
+def _typed(run: Any, json_schema: dict) -> Any:
+    """A run of JSON texts with its data decoded to destination types (a truncate has none)."""
+    from dataclasses import replace
+
+    warnings: list[str] = []
+    data = {}
+    for name, texts in run.data.items():
+        values = [None if t is None else orjson.loads(t) for t in texts.to_pylist()]
+        prop = json_schema["properties"].get(name)
+        if name == STREAM_FIELDS[3].name:  # the unchanged TOASTed columns
+            data[name] = pa.array(values, STREAM_FIELDS[3].type)
+        elif prop is not None:
+            data[name] = decode_column(values, olake_type_of(prop, name), name, warnings, prop)
+    return replace(run, data=data, typed=True)
+
+
+def _key(offset: dict) -> str:
+    return orjson.dumps(offset, option=orjson.OPT_SORT_KEYS).decode()
