@@ -13,6 +13,7 @@ import json
 import os
 
 import psycopg
+import pytest
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -121,10 +122,49 @@ def test_stream_load_then_changes_across_restarts_equals_the_table(spark, pg_clu
         conn.execute("SELECT pg_drop_replication_slot('spark_slot')")
 
 
-def assert_slot_within(dsn: str, offset: dict) -> None:
+def assert_slot_within(dsn: str, offset: dict, slot: str = "spark_slot") -> None:
     """The slot's confirmed position is at or below the committed offset's position."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         ok, confirmed = conn.execute(
             "SELECT confirmed_flush_lsn <= %s::pg_lsn, confirmed_flush_lsn::text FROM pg_replication_slots "
-            "WHERE slot_name = 'spark_slot'", (offset["stream_state"]["cursor_field"],)).fetchone()
+            "WHERE slot_name = %s", (offset["stream_state"]["cursor_field"], slot)).fetchone()
     assert ok, f"slot confirmed at {confirmed}, past the committed offset {offset['stream_state']['cursor_field']}"
+
+
+def test_a_restarted_query_gets_the_same_changes_and_a_lost_load_is_refused(pg_cluster, pg_db, tmp_path):
+    from olake_cli.core.errors import ConfigError
+    from olake_cli.pipeline.spark_scan import OlakeScans
+    from olake_cli.pipeline.spark_stream import START
+
+    dsn = pg_cluster.dsn(pg_db)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 5) g")
+    src = write_json(tmp_path / "src.json", pg_cluster.source_config(
+        pg_db, replication_slot="again_slot", publication="again_pub", create_slot_and_publication=True))
+    options = {"config": src, "stream": "public.t"}
+
+    def rows(scan, start, end):
+        return [row for part in scan.partitions(start, end) for table in scan.read(part) for row in table.to_pylist()]
+
+    scan = OlakeScans().stream(options)
+    loaded = scan.latest_offset(START)
+    assert sorted((r["id"], r["_olake_op"]) for r in rows(scan, START, loaded)) == [(i, "r") for i in range(1, 6)]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO t VALUES (6, 'six')")
+        conn.execute("UPDATE t SET v = 'two' WHERE id = 2")
+        conn.execute("DELETE FROM t WHERE id = 3")
+    end = scan.latest_offset(loaded)
+    first = rows(scan, loaded, end)
+    assert [(r["_olake_op"], r["id"], r["v"]) for r in first] == [("c", 6, "six"), ("u", 2, "two"), ("d", 3, None)]
+    with psycopg.connect(dsn, autocommit=True) as conn:  # after the range: not in it when read again
+        conn.execute("INSERT INTO t VALUES (7, 'seven')")
+    restarted = OlakeScans().stream(options)  # nothing read ahead: the range is read again from the slot
+    assert rows(restarted, loaded, end) == first
+    with pytest.raises(ConfigError, match="stopped during its initial load"):
+        restarted.partitions(START, loaded)
+    restarted.commit(end)
+    assert [r["id"] for r in rows(restarted, end, restarted.latest_offset(end))] == [7]
+    assert_slot_within(dsn, end, "again_slot")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_drop_replication_slot('again_slot')")

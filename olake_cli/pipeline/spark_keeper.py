@@ -17,21 +17,35 @@ import secrets
 import socket
 import sys
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from olake_cli.core.errors import OlakeError, SourceError
-from olake_cli.core.state import Chunk, StreamState
+from olake_cli.core.state import Chunk, State, StreamState, finish_full_load_if_done
 from olake_cli.pipeline.spark_scan import ChunkPartition, OlakeBatchScan, ReadOptions, open_stream
 
 
-def plan(session: Any, stream: Any) -> tuple[StreamState, list[ChunkPartition]]:
-    """The stream's full load planned in ``session``: its state and one partition per chunk."""
+def plan(session: Any, stream: Any, capture: Any) -> tuple[StreamState, list[ChunkPartition], dict | None]:
+    """The stream's full load planned in ``session``: its state, one partition per chunk and, with a
+    change ``capture`` (whose preflight ran before the session opened), the stream's state once the load
+    is done, as ``sync`` records it: the position captured before the load and the marks stitching the
+    changes to it."""
     planned = session.plan_full_load(stream)
     load = StreamState(sync_type="full-load", stream_name=stream.name, stream_namespace=stream.namespace,
                        cursor_field=None, chunks=[Chunk("pending", lo, hi) for lo, hi in planned.bounds],
                        chunk_column=planned.chunk_column, load_id=uuid.uuid4().hex[:12],
                        sync_mode=stream.sync_mode, columns=stream.columns, source=dict(planned.source))
-    return load, [ChunkPartition(i, session.chunk_reader(stream, load, i)) for i in range(len(load.chunks))]
+    done = None
+    if capture is not None:
+        start = capture.start_position()
+        load = capture.with_position(load, start)
+        load.source.update(capture.load_marks(session))
+        load.load_op_key = capture.position_op(start).to_key()
+        done = finish_full_load_if_done(replace(load, chunks=[replace(c, status="succeed") for c in load.chunks]),
+                                        "cdc").to_dict()
+    chunks = [ChunkPartition(i, session.chunk_reader(stream, load, i), load.load_op_key)
+              for i in range(len(load.chunks))]
+    return load, chunks, done
 
 
 class Keeper:
@@ -91,20 +105,29 @@ def main() -> None:
     sys.stdout = sys.stderr
     try:
         source, stream, _ = open_stream(opts)
-        with source.open_session([stream], lambda text: print(f"olake: {text}", file=sys.stderr)) as session:
-            load, chunks = plan(session, stream)
+        capture = None
+        if opts.streaming:
+            stream.sync_mode = "cdc"
+            capture = source.change_capture([stream], _log)
+            capture.preflight(State())
+        with source.open_session([stream], _log) as session:
+            load, chunks, done = plan(session, stream, capture)
             keeper = Keeper(session, stream, load, len(chunks), opts.snapshot_idle_s)
             with socket.create_server((opts.driver_host, 0)) as server:
                 address = (opts.driver_host, server.getsockname()[1], keeper.token)
                 scan = OlakeBatchScan(stream.label, stream.json_schema, tuple(session.key_columns(stream)),
                                       chunks, address)
-                out.write(pickle.dumps(scan))
+                out.write(pickle.dumps((scan, done)))
                 out.close()
                 keeper.serve(server)
     except OlakeError as exc:
         _answer_error(out, exc)
     except Exception as exc:  # noqa: BLE001 (one clear line instead of a trace in a Spark worker)
         _answer_error(out, SourceError(f"planning the read failed: {type(exc).__name__}: {exc}"))
+
+
+def _log(text: str) -> None:
+    print(f"olake: {text}", file=sys.stderr, flush=True)
 
 
 def _answer_error(out: Any, exc: OlakeError) -> None:

@@ -51,6 +51,7 @@ class ReadOptions:
     driver_host: str = "127.0.0.1"
     snapshot_idle_s: float = 600.0
     extra: dict[str, str] = field(default_factory=dict)
+    streaming: bool = False  # the load a stream starts with: its change capture's position comes first
 
 
 def read_options(options: dict[str, str]) -> ReadOptions:
@@ -153,8 +154,7 @@ class OlakeScans:
 
     def batch(self, options: dict[str, str]) -> OlakeBatchScan:
         """A batch read planned by a new keeper process."""
-        opts = read_options(options)
-        return start_keeper(opts)
+        return start_keeper(read_options(options))[0]
 
     def stream(self, options: dict[str, str]) -> Any:
         """A streaming read (see ``spark_stream``)."""
@@ -163,8 +163,9 @@ class OlakeScans:
         return OlakeStreamScan(read_options(options))
 
 
-def start_keeper(opts: ReadOptions) -> OlakeBatchScan:
-    """Start ``spark_keeper`` for a read and take its plan (or raise its error)."""
+def start_keeper(opts: ReadOptions) -> tuple[OlakeBatchScan, dict | None]:
+    """Start ``spark_keeper`` for a read and take its plan and, for a stream, the state after the load
+    (or raise its error)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     proc = subprocess.Popen([sys.executable, "-m", "olake_cli.pipeline.spark_keeper"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, env=env, start_new_session=True)

@@ -2,9 +2,10 @@
 
 An offset is the stream's olake state (``StreamState.to_dict()``: the position the change capture
 serialised into it, and the full load's marks), so a query's position lives in Spark's checkpoint.
-The first micro-batch is the full load, planned in a read session this reader holds (PostgreSQL: the
-exported snapshot) until Spark commits it; its end is the state ``sync`` records when a load is done
-(the capture's start position, captured before the load, and the marks that stitch the changes to it).
+The first micro-batch is the full load, planned by a keeper process as a batch read is (its read
+session, PostgreSQL's exported snapshot, held until every chunk is read); its end is the state
+``sync`` records when a load is done (the capture's start position, captured before the load, and the
+marks that stitch the changes to it).
 Each later batch holds the changes after its start up to its end, as ``capture.read`` gives them from
 the start's state (changes the load already holds are left out); ``latestOffset`` reads them ahead and
 keeps them until Spark asks for that range (a restarted query asks again and they are read again).
@@ -15,8 +16,7 @@ releases the log up to it (a replication slot is confirmed there, never past Spa
 from __future__ import annotations
 
 import sys
-from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from collections.abc import Iterator
 
@@ -28,9 +28,9 @@ from olake_cli.core.codec.decode import decode_column
 from olake_cli.core.codec.types import olake_type_of
 from olake_cli.core.errors import ConfigError
 from olake_cli.core.follow import ReleasesLog
-from olake_cli.core.state import State, StreamState, finish_full_load_if_done
-from olake_cli.pipeline.spark_keeper import plan
-from olake_cli.pipeline.spark_scan import STREAM_FIELDS, ChunkPartition, ReadOptions, destination_rows, open_stream
+from olake_cli.core.state import State, StreamState
+from olake_cli.pipeline.spark_scan import (STREAM_FIELDS, ChunkPartition, OlakeBatchScan, ReadOptions, open_stream,
+                                          start_keeper)
 
 START = {"olake": "start"}  # a query without a checkpoint: a full load comes first
 
@@ -40,6 +40,14 @@ class ChangesPartition:
     """Changes read on the driver, handed to one task."""
 
     table: pa.Table
+
+
+@dataclass(frozen=True)
+class LoadPartition:
+    """One chunk of the stream's load, read as a batch read's chunk (``scan`` lists no chunks)."""
+
+    scan: OlakeBatchScan
+    chunk: ChunkPartition
 
 
 def _log(text: str) -> None:
@@ -53,8 +61,7 @@ class OlakeStreamScan:
         self.opts = opts
         self.max_rows = int(opts.extra.get("max_rows_per_batch") or 0) or None
         self._opened: tuple[Any, Any, Any] | None = None  # source, stream, capture
-        self._held = ExitStack()  # the load's read session, until Spark commits the load
-        self._load: tuple[dict, list[ChunkPartition]] | None = None
+        self._load: tuple[dict, list[LoadPartition]] | None = None
         self._ahead: dict[tuple[str, str], list[pa.Table]] = {}  # changes read by latest_offset
 
     def _open(self) -> tuple[Any, Any, Any]:
@@ -95,43 +102,26 @@ class OlakeStreamScan:
         if isinstance(partition, ChangesPartition):
             yield partition.table
             return
-        _, stream, _ = self._open()
-        for batch in partition.reader.read_batches():
-            if batch.num_rows:
-                yield destination_rows(batch, partition.reader, stream.json_schema, stream.label, (),
-                                       partition.op_key)
+        yield from partition.scan.read(partition.chunk)
 
     def commit(self, end: dict) -> None:
-        """Spark holds everything up to ``end``: the load's session is closed; the log is released to it."""
+        """Spark holds everything up to ``end``: the log is released up to it."""
         if end == START:
             return
         if self._load is not None and self._load[0] == end:
-            self._held.close()
             self._load = None
-        _, stream, capture = self._open()
+        _, _, capture = self._open()
         if isinstance(capture, ReleasesLog):
             capture.release(State(streams=[StreamState.from_dict(end)]))
 
     def stop(self) -> None:
-        """Close the load's session if one is held."""
-        self._held.close()
+        """Nothing is held here (the load's keeper lets its session go once its chunks are read)."""
 
     def _plan_load(self) -> dict:
-        """Plan the full load in a held session; its end is the stream's state once the load is done."""
-        source, stream, capture = self._open()
-        state = State()
-        capture.preflight(state)
-        session = self._held.enter_context(source.open_session([stream], _log))
-        load, chunks = plan(session, stream)
-        start = capture.start_position()
-        load = capture.with_position(load, start)
-        load.source.update(capture.load_marks(session))
-        load.load_op_key = capture.position_op(start).to_key()
-        chunks = [ChunkPartition(c.index, c.reader, load.load_op_key) for c in chunks]
-        for chunk in load.chunks:
-            chunk.status = "succeed"
-        end = finish_full_load_if_done(load, "cdc").to_dict()
-        self._load = (end, chunks)
+        """Plan the full load in a keeper (``spark_keeper``, as a batch read); its end is the stream's
+        state once the load is done."""
+        scan, end = start_keeper(replace(self.opts, streaming=True))
+        self._load = (end, [LoadPartition(replace(scan, chunks=[]), chunk) for chunk in scan.chunks])
         return end
 
     def _read_changes(self, start: dict, end: dict | None) -> tuple[dict, list[pa.Table]]:
@@ -181,8 +171,6 @@ def _changes(run: Any, upto: Any, json_schema: dict) -> pa.Table:
 
 def _typed(run: Any, json_schema: dict) -> Any:
     """A run of JSON texts with its data decoded to destination types (a truncate has none)."""
-    from dataclasses import replace
-
     warnings: list[str] = []
     data = {}
     for name, texts in run.data.items():
