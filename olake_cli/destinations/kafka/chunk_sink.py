@@ -34,6 +34,7 @@ class KafkaChunkSink:
     settings: DestinationSettings
     topics: dict[tuple, str] = field(default_factory=dict)
     state_partitions: int = 1
+    partitions: dict[str, int] = field(default_factory=dict)  # topic -> its partitions
     writes_local_files = False  # tasks send over the network: any Spark master will do
 
     def write(self, namespace: str | None, stream: str, load_id: str | None, chunk_index: int,
@@ -48,9 +49,8 @@ class KafkaChunkSink:
         try:
             for batch, given in batches:
                 table = _with_load_metadata(pa.Table.from_batches([batch]), load_op_key)
-                for key, value in envelope.table_messages(table, json_schema, key_columns, ref, load_id,
-                                                          self.settings.format, given):
-                    txn.send(topic, key, value)
+                txn.send_rows(topic, envelope.table_messages(table, json_schema, key_columns, ref, load_id,
+                                                             self.settings.format, given), self.partitions[topic] == 1)
                 rows += batch.num_rows
             txn.flush()
             mark = records.chunk_mark(self.settings, namespace, stream, load_id or "", chunk_index, rows,

@@ -30,31 +30,39 @@ class KafkaStream:
     holder: str = "the topic"
 
 
-Outgoing = tuple[int | None, bytes | None, bytes | None]  # (partition or None: by key, key, value)
+Outgoing = tuple[int, bytes | None, bytes | None]  # (partition, key, value)
 
 
-def batch_messages(target: KafkaStream, batch: CommitBatch, fmt: str) -> Iterator[Outgoing]:
-    """The data messages of ``batch`` for ``target``'s topic."""
+def marker_messages(target: KafkaStream, batch: CommitBatch, fmt: str) -> list[Outgoing]:
+    """The load or truncate marker ``batch`` begins with, once per partition (none: it begins with rows)."""
+    if batch.marker:
+        return []
+    ref = envelope.stream_ref(target.stream.namespace, target.stream.name)
+    if batch.new_load and (_load(batch) is not None or batch.state.sync_type == "full-load"):
+        key, value = envelope.load_marker(ref, batch.load_id, batch.op_key, "load", fmt)
+    elif batch.truncated:
+        key, value = envelope.load_marker(ref, batch.load_id, None, "truncate", fmt)
+    else:
+        return []
+    return [(partition, key, value) for partition in range(target.partitions)]
+
+
+def row_messages(target: KafkaStream, batch: CommitBatch, fmt: str) -> Iterator[envelope.Message]:
+    """The rows of ``batch`` after its marker: the load's, then the changes (each delete and its tombstone)."""
     if batch.marker:
         return
     stream = target.stream
     ref = envelope.stream_ref(stream.namespace, stream.name)
-    load = None if batch.load_replayed else batch.load
-    has_load = load is not None and load.num_rows > 0
-    if batch.new_load and (has_load or batch.state.sync_type == "full-load"):
-        yield from _everywhere(target, envelope.load_marker(ref, batch.load_id, batch.op_key, "load", fmt))
-    elif batch.truncated:
-        yield from _everywhere(target, envelope.load_marker(ref, batch.load_id, None, "truncate", fmt))
     key_columns = tuple(stream.primary_key_columns)
-    for table in (load if has_load else None, batch.changes):
+    for table in (_load(batch), batch.changes):
         if table is None or table.num_rows == 0:
             continue
         for key, value in envelope.table_messages(table, stream.json_schema, key_columns, ref, batch.load_id, fmt):
             if value is not None or key is not None:  # (no tombstone without a key)
-                yield None, key, value
+                yield key, value
 
 
-def _everywhere(target: KafkaStream, message: envelope.Message) -> Iterator[Outgoing]:
-    key, value = message
-    for partition in range(target.partitions):
-        yield partition, key, value
+def _load(batch: CommitBatch):
+    """The batch's full-load rows (None: none, or a replay of chunks the topic holds)."""
+    load = None if batch.load_replayed else batch.load
+    return load if load is not None and load.num_rows > 0 else None

@@ -19,7 +19,7 @@ from olake_cli.core.errors import ConfigError
 from olake_cli.core.faults import crash_point
 from olake_cli.destinations.kafka import records
 from olake_cli.destinations.kafka.chunk_sink import KafkaChunkSink
-from olake_cli.destinations.kafka.commit import KafkaStream, batch_messages
+from olake_cli.destinations.kafka.commit import KafkaStream, marker_messages, row_messages
 from olake_cli.destinations.kafka.config import DestinationSettings
 from olake_cli.destinations.kafka.producer import Transactions
 from olake_cli.shared.kafka.admin import admin_client, ensure_topics, topic_partitions
@@ -65,7 +65,7 @@ class KafkaDestination:
         """``sync`` tasks send their full-load chunks themselves, a transaction each (chunk_sink.py)."""
         if self.sink is None:
             self.sink = KafkaChunkSink(self.settings, {key: t.topic for key, t in self.streams.items()},
-                                       self._state_partitions)
+                                       self._state_partitions, {t.topic: t.partitions for t in self.streams.values()})
         return self.sink
 
     def open(self, catalog: Catalog) -> None:
@@ -87,6 +87,7 @@ class KafkaDestination:
         if self.sink is not None:
             self.sink.state_partitions = self._state_partitions
             self.sink.topics.update({key: topics[key] for key in topics})
+            self.sink.partitions.update({topic: found[topic] for topic in topics.values()})
         for stream in streams:
             committed = self._states.get(self.settings.state_key(stream.namespace, stream.name))
             sent = self._catalog.get(stream_label(stream.namespace, stream.name)) == records.catalog_value(stream)
@@ -130,8 +131,9 @@ class KafkaDestination:
         fmt = self.settings.format
         for batch in batches:
             target = self.streams[batch.state.key]
-            for partition, key, value in batch_messages(target, batch, fmt):
+            for partition, key, value in marker_messages(target, batch, fmt):
                 txn.send(target.topic, key, value, partition)
+            txn.send_rows(target.topic, row_messages(target, batch, fmt), target.partitions == 1)
         txn.flush()
         crash_point("kafka-data-sent")
         kafka = self.settings.kafka

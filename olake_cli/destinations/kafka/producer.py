@@ -8,6 +8,7 @@ after the new run has started.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from olake_cli.core.errors import DestinationError
@@ -15,7 +16,8 @@ from olake_cli.destinations.kafka.config import DestinationSettings
 from olake_cli.shared.kafka.client import ErrorLog, failure, require_client
 
 _PRODUCER = {"enable.idempotence": True, "acks": "all", "partitioner": "murmur2_random", "linger.ms": 20,
-             "queue.buffering.max.kbytes": 262144, "batch.size": 1_000_000}
+             "queue.buffering.max.kbytes": 262144, "queue.buffering.max.messages": 1_000_000, "batch.size": 1_000_000}
+_BATCH = 10_000  # messages per produce_batch call
 
 
 class Transactions:
@@ -55,6 +57,34 @@ class Transactions:
                 return
             except BufferError:
                 self.producer.poll(0.05)
+
+    def send_rows(self, topic: str, messages: Iterable[tuple[bytes | None, bytes | None]], one_partition: bool) -> None:
+        """Queue keyed messages (partitioned by key) a batch at a time. On a topic of ``one_partition`` only the
+        first and last message of each batch report their delivery (the offsets between are theirs); a
+        message that is not delivered fails the transaction's commit either way."""
+        batch: list[dict] = []
+        for key, value in messages:
+            batch.append({"key": key, "value": value})
+            if len(batch) == _BATCH:
+                self._send_batch(topic, batch, one_partition)
+                batch = []
+        if batch:
+            self._send_batch(topic, batch, one_partition)
+
+    def _send_batch(self, topic: str, batch: list[dict], one_partition: bool) -> None:
+        if one_partition:
+            batch[0]["callback"] = batch[-1]["callback"] = self._delivered
+        else:
+            for message in batch:
+                message["callback"] = self._delivered
+        while batch:
+            queued = self.producer.produce_batch(topic, batch)
+            if queued == len(batch):
+                return
+            batch = [m for m in batch if "_error" in m]
+            for message in batch:
+                del message["_error"]
+            self.producer.poll(0.05)
 
     def flush(self) -> None:
         """Wait until every queued message is acknowledged; a DestinationError if any was not."""
