@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from olake_cli.engine.datasource.source import datasource_class
-from olake_cli.pipeline.spark_scan import OlakeScans
+from olake_cli.pipeline.spark_provider import OlakeScans
 
 
 def register(spark: Any) -> None:

@@ -133,7 +133,7 @@ def assert_slot_within(dsn: str, offset: dict, slot: str = "spark_slot") -> None
 
 def test_a_restarted_query_gets_the_same_changes_and_a_lost_load_is_refused(pg_cluster, pg_db, tmp_path):
     from olake_cli.core.errors import ConfigError
-    from olake_cli.pipeline.spark_scan import OlakeScans
+    from olake_cli.pipeline.spark_provider import OlakeScans
     from olake_cli.pipeline.spark_stream import START
 
     dsn = pg_cluster.dsn(pg_db)

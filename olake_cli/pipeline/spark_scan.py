@@ -144,25 +144,6 @@ class OlakeBatchScan:
             tell_keeper(self.keeper, "done" if finished else "fail", partition.index)
 
 
-class OlakeScans:
-    """The ``ScanProvider`` of olake's sources (``olake_cli.spark`` registers it)."""
-
-    def schema(self, options: dict[str, str]) -> pa.Schema:
-        """The stream's Arrow schema, from discover."""
-        _, stream, _ = open_stream(read_options(options))
-        return stream_schema(stream)
-
-    def batch(self, options: dict[str, str]) -> OlakeBatchScan:
-        """A batch read planned by a new keeper process."""
-        return start_keeper(read_options(options))[0]
-
-    def stream(self, options: dict[str, str]) -> Any:
-        """A streaming read (see ``spark_stream``)."""
-        from olake_cli.pipeline.spark_stream import OlakeStreamScan
-
-        return OlakeStreamScan(read_options(options))
-
-
 def start_keeper(opts: ReadOptions) -> tuple[OlakeBatchScan, dict | None]:
     """Start ``spark_keeper`` for a read and take its plan and, for a stream, the state after the load
     (or raise its error)."""
