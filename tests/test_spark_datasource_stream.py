@@ -164,7 +164,13 @@ def test_a_restarted_query_gets_the_same_changes_and_a_lost_load_is_refused(pg_c
     with pytest.raises(ConfigError, match="stopped during its initial load"):
         restarted.partitions(START, loaded)
     restarted.commit(end)
-    assert [r["id"] for r in rows(restarted, end, restarted.latest_offset(end))] == [7]
+    later = restarted.latest_offset(end)
+    assert [r["id"] for r in rows(restarted, end, later)] == [7]
     assert_slot_within(dsn, end, "again_slot")
+    with psycopg.connect(dsn, autocommit=True) as conn:  # a new column waits for a restart (discover), as in sync
+        conn.execute("ALTER TABLE t ADD COLUMN w int")
+        conn.execute("INSERT INTO t VALUES (8, 'eight', 8)")
+    assert [(r["id"], r["v"], "w" in r) for r in rows(restarted, later, restarted.latest_offset(later))] == \
+        [(8, "eight", False)]
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SELECT pg_drop_replication_slot('again_slot')")

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 
 from olake_cli.core.codec.decode import decode_column
 from olake_cli.core.codec.types import olake_type_of
-from olake_cli.core.errors import ConfigError
+from olake_cli.core.errors import ConfigError, SourceChangedError
 from olake_cli.core.follow import ReleasesLog
 from olake_cli.core.state import State, StreamState
 from olake_cli.pipeline.spark_scan import (STREAM_FIELDS, ChunkPartition, OlakeBatchScan, ReadOptions, open_stream,
@@ -137,6 +137,7 @@ class OlakeStreamScan:
         upto = None if end is None else capture.position_op(capture.position_of(StreamState.from_dict(end)))
         tables, rows, position = [], 0, None
         for batch in capture.read([stream], state, typed=True):
+            _refuse_changed(batch, stream)
             for run in batch.runs:
                 table = _changes(run.after(after), upto, stream.json_schema)
                 rows += table.num_rows
@@ -150,6 +151,17 @@ class OlakeStreamScan:
         if position is None:
             return start, []
         return capture.with_position(state.streams[0], position).to_dict(), tables
+
+
+def _refuse_changed(batch: Any, stream: Any) -> None:
+    """A stream whose columns changed, or that the capture must load anew, stops the query with one line
+    (the query's schema is fixed when it starts; started again, it reads on from its checkpoint)."""
+    if batch.widened:
+        raise SourceChangedError(f'spark.readStream.format("olake"): {stream.label}: its columns changed; '
+                                 "start the query again (from its checkpoint) to read them")
+    for reason in batch.resync.values():
+        raise SourceChangedError(f'spark.readStream.format("olake"): {stream.label}: {reason}; the stream '
+                                 "must be loaded anew: start the query with a new checkpoint location")
 
 
 def _changes(run: Any, upto: Any, json_schema: dict) -> pa.Table:
