@@ -37,7 +37,7 @@ def sync(src: str, dst: str, catalog, state, *extra: str) -> subprocess.Complete
     return result
 
 
-def wire_rows(src: str, catalog: dict, tmp_path) -> dict[str, dict[str, dict]]:
+def wire_rows(src: str, catalog: dict, tmp_path, key: str = "id") -> dict[str, dict[str, dict]]:
     """What ``olake read`` gives now for each selected stream (a full load): key text -> RECORD data."""
     full = {"streams": [dict(s, sync_mode="full_refresh") for s in catalog["streams"]]}
     result = run_olake("read", "--config", src, "--catalog", write_json(tmp_path / "full.json", full))
@@ -46,7 +46,7 @@ def wire_rows(src: str, catalog: dict, tmp_path) -> dict[str, dict[str, dict]]:
     for msg in messages(result.stdout):
         if msg["type"] == "RECORD":
             name, data = msg["record"]["stream"], msg["record"]["data"]
-            found.setdefault(name, {})[json.dumps({"id": data["id"]}, sort_keys=True)] = data
+            found.setdefault(name, {})[json.dumps({key: data[key]}, sort_keys=True)] = data
     return found
 
 
@@ -157,3 +157,21 @@ def test_bad_destination_input_is_one_line_fast_and_never_shows_a_secret(kafka_b
     err = result.stderr.decode().strip().splitlines()
     assert result.returncode != 0 and "does not exist and create_topics is false" in err[-1], err
     assert f"'{kafka_prefix}_catalog'" in err[-1]
+
+
+def test_a_mongodb_collection_of_every_bson_type_reaches_the_topic_exactly(mongo_server, mongo_db, kafka_broker,
+                                                                         kafka_prefix, tmp_path):
+    from tests.support.mongo import connect
+    from tests.test_e2e_mongo import _mixed_documents
+
+    with connect(mongo_server.uri) as client:
+        client[mongo_db]["mixed"].insert_many(_mixed_documents(80))
+    src = write_json(tmp_path / "src.json", {"type": "mongodb", "uri": mongo_server.uri, "database": mongo_db,
+                                             "chunk_documents": 30})
+    catalog = discover_catalog(src, tmp_path / "cat.json", {})
+    dst = write_json(tmp_path / "dst.json", kafka_broker.config(topic_prefix=kafka_prefix))
+    sync(src, dst, tmp_path / "cat.json", tmp_path / "state.json")
+    expected = wire_rows(src, catalog, tmp_path, key="_id")["mixed"]
+    replica = replicate(read_topic(kafka_broker.bootstrap, f"{kafka_prefix}{mongo_db}.mixed"))
+    differ = {(k, c) for k, row in replica.rows.items() for c in row if row[c] != expected.get(k, {}).get(c)}
+    assert replica.rows.keys() == expected.keys() and not differ, sorted(differ)[:5]
