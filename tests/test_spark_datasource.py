@@ -112,3 +112,26 @@ def test_bad_options_give_one_clear_error(spark, pg_cluster, pg_db, tmp_path, op
     with pytest.raises(Exception) as failed:
         reader.load().collect()
     assert message in str(failed.value)
+
+
+def test_a_chunk_read_after_the_snapshot_was_let_go_fails_with_one_line(pg_cluster, pg_db, tmp_path):
+    import socket
+    import time
+
+    from olake_cli.core.errors import SourceError
+    from olake_cli.pipeline.spark_provider import OlakeScans
+
+    with psycopg.connect(pg_cluster.dsn(pg_db), autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
+    src = write_json(tmp_path / "src.json", pg_cluster.source_config(pg_db))
+    scan = OlakeScans().batch({"config": src, "stream": "public.t", "snapshot_idle_s": "0.5"})
+    host, port, _ = scan.keeper
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # the keeper lets the snapshot go with no chunk reading, and ends
+        try:
+            socket.create_connection((host, port), timeout=1).close()
+        except OSError:
+            break
+        time.sleep(1.0)  # longer than snapshot_idle_s: a probe is no chunk reading
+    with pytest.raises(SourceError, match="cannot reach the process holding the read's snapshot"):
+        list(scan.read(scan.partitions()[0]))

@@ -128,7 +128,13 @@ class OlakeBatchScan:
 
     def read(self, partition: ChunkPartition) -> Iterator[pa.Table]:
         """The chunk's rows; the keeper is told when it starts and ends (it then releases the session)."""
-        tell_keeper(self.keeper, "start", partition.index)
+        try:
+            _exchange(self.keeper, ("start", partition.index, None))
+        except OSError as exc:
+            raise SourceError(f"{FORMAT}: {self.label}: chunk {partition.index} cannot reach the process holding the "
+                              f"read's snapshot at {self.keeper[0]}:{self.keeper[1]} ({exc}): it let go after "
+                              "snapshot_idle_s without a chunk reading (run the action again), or the executors "
+                              "do not reach that address (set the option driver_host)") from None
         reader, finished = partition.reader, False
         try:
             while True:
