@@ -152,6 +152,11 @@ def test_bad_destination_input_is_one_line_fast_and_never_shows_a_secret(kafka_b
     assert result.returncode != 0 and result.stderr.decode() == (
         "olake: error: kafka: the Kafka client is not installed; run: pip install 'olake-cli[kafka]'\n")
 
+    good = write_json(tmp_path / "good.json", kafka_broker.config(topic_prefix=f"{kafka_prefix}check."))
+    result = run_olake("check", "--destination", good)
+    assert result.returncode == 0 and b'"status":"SUCCEEDED"' in result.stdout, result.stderr.decode()
+    assert "an empty transaction committed" in result.stderr.decode()
+
     missing = write_json(tmp_path / "missing.json", kafka_broker.config(topic_prefix=kafka_prefix, create_topics=False))
     result = write(missing, [catalog(), *full_load("L1", [{1: ("v", 1, "b")}])])
     err = result.stderr.decode().strip().splitlines()
