@@ -174,3 +174,51 @@ def test_a_restarted_query_gets_the_same_changes_and_a_lost_load_is_refused(pg_c
         [(8, "eight", False)]
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SELECT pg_drop_replication_slot('again_slot')")
+
+
+def test_a_mongodb_stream_gives_its_load_then_its_changes_and_the_same_range_again(mongo_server, mongo_db, tmp_path):
+    from olake_cli.pipeline.spark_provider import OlakeScans
+    from olake_cli.pipeline.spark_stream import START
+    from tests.support.mongo import connect
+
+    with connect(mongo_server.uri) as client:
+        client[mongo_db]["things"].insert_many([{"_id": i, "v": i} for i in range(5)])
+    options = {"config": write_json(tmp_path / "m.json", {"type": "mongodb", "uri": mongo_server.uri,
+                                                           "database": mongo_db}), "stream": f"{mongo_db}.things"}
+
+    def rows(scan, start, end):
+        return [(r["_id"], r["_olake_op"], r["v"]) for part in scan.partitions(start, end)
+                for table in scan.read(part) for r in table.to_pylist()]
+
+    scan = OlakeScans().stream(options)
+    loaded = scan.latest_offset(START)
+    assert sorted(rows(scan, START, loaded)) == [(i, "r", i) for i in range(5)]
+    with connect(mongo_server.uri) as client:
+        client[mongo_db]["things"].insert_one({"_id": 9, "v": 9})
+        client[mongo_db]["things"].update_one({"_id": 1}, {"$set": {"v": 100}})
+        client[mongo_db]["things"].delete_one({"_id": 2})
+    end = scan.latest_offset(loaded)
+    assert rows(scan, loaded, end) == [(9, "c", 9), (1, "u", 100), (2, "d", None)]
+    assert rows(OlakeScans().stream(options), loaded, end) == [(9, "c", 9), (1, "u", 100), (2, "d", None)]
+
+
+def test_a_dynamodb_stream_gives_its_load_then_its_changes(moto_server, dynamo_table, tmp_path):
+    from olake_cli.pipeline.spark_provider import OlakeScans
+    from olake_cli.pipeline.spark_stream import START
+    from tests.support.dynamo import NAMESPACE, dynamo_source, put_items, seed_accounts
+
+    seed_accounts(moto_server, dynamo_table, 60)
+    options = {"config": dynamo_source(tmp_path, moto_server, dynamo_table), "stream": f"{NAMESPACE}.{dynamo_table}"}
+
+    def rows(scan, start, end):
+        return [(r["pk"], r["sk"], r["_olake_op"], r["note"]) for part in scan.partitions(start, end)
+                for table in scan.read(part) for r in table.to_pylist()]
+
+    scan = OlakeScans().stream(options)
+    loaded = scan.latest_offset(START)
+    assert len(rows(scan, START, loaded)) == 60  # 2 segments that stop every 40 items and go on
+    client = moto_server.client()
+    put_items(client, dynamo_table, [{"pk": {"S": "new"}, "sk": {"N": "1"}, "note": {"S": "fresh"}}])
+    client.delete_item(TableName=dynamo_table, Key={"pk": {"S": "p0"}, "sk": {"N": "0"}})
+    end = scan.latest_offset(loaded)
+    assert [(pk, op) for pk, _, op, _ in rows(scan, loaded, end)] == [("new", "c"), ("p0", "d")]
