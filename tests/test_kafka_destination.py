@@ -13,7 +13,7 @@ import pytest
 from olake_cli.core.codec.decode import decode_rows
 from tests.support.cdc import discover_catalog
 from tests.support.cli import messages, run_olake, write_json
-from tests.support.conformance import catalog, full_load
+from tests.support.conformance import body, catalog, change, full_load, state
 from tests.support.kafka_broker import kcat, read_topic, replicate
 from tests.support.protocol_lines import write
 from tests.support.verify import assert_table_matches
@@ -180,3 +180,15 @@ def test_a_mongodb_collection_of_every_bson_type_reaches_the_topic_exactly(mongo
     replica = replicate(read_topic(kafka_broker.bootstrap, f"{kafka_prefix}{mongo_db}.mixed"))
     differ = {(k, c) for k, row in replica.rows.items() for c in row if row[c] != expected.get(k, {}).get(c)}
     assert replica.rows.keys() == expected.keys() and not differ, sorted(differ)[:5]
+
+
+def test_the_catalog_topic_holds_each_stream_and_its_widened_schema(kafka_broker, kafka_prefix, tmp_path):
+    dst = write_json(tmp_path / "dst.json", kafka_broker.config(topic_prefix=kafka_prefix))
+    load = [{1: ("v1", 1, body(1))}]
+    result = write(dst, [catalog(), *full_load("L1", load), catalog("int64"),
+                         change("u", 32, 1, id=1, v="wide", n=2**40, body=body(1)), state("L1", None, "0/20")])
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    entries = [(m.key, json.loads(m.value)["stream"]) for m in read_topic(kafka_broker.bootstrap, f"{kafka_prefix}_catalog")]
+    assert [key for key, _ in entries] == [b"public.docs", b"public.docs"]
+    assert [e["json_schema"]["properties"]["n"]["x-olake-type"] for _, e in entries] == ["int32", "int64"]
+    assert entries[-1][1]["source_defined_primary_key"] == [["id"]] and entries[-1][1]["namespace"] == "public"
