@@ -1,28 +1,34 @@
 """The Kafka source when its broker fails: unreachable when a bounded ``sync`` starts (one line, a non-zero
 exit, within ``timeout_s``), unreachable when a ``--follow`` run starts (backoff lines, the run goes on, a
 SIGTERM ends it with 0), and lost in the middle of a following ``kafka -> postgres`` run (a second tansu of
-this test, SIGKILLed, then started again on its port with its in-memory topics gone): the run keeps
-running, the target keeps exactly what it had committed, and a SIGTERM ends it with 0.
+this test, SIGKILLed just after a burst of changes, then started again on its port with its in-memory
+topics gone): the run keeps running, the target holds exactly the changes its committed position covers
+(nothing acknowledged that was not durable, nothing of the empty broker's applied), and a SIGTERM ends it
+with 0. ``OLAKE_TEST_KILL_SEED`` moves the moment of the loss.
 """
 
 from __future__ import annotations
 
+import os
+import random
 import signal
 import subprocess
 import time
 from pathlib import Path
 
+import orjson
 import psycopg
 
-from tests.support.cli import run_olake, write_json
+from tests.support.cli import messages, run_olake, write_json
 from tests.support.follow import start_olake, stop, wait_until
 from tests.support.kafka_broker import tansu_binary
 from tests.support.pgcluster import free_port
 from tests.test_kafka_source import CATALOG_ENTRY, create_topic, discover, envelope, marker, produce, row
 
-import orjson
-
 QUERY = "SELECT id, label, body, price::text FROM public.items ORDER BY id"
+CHANGES = 150  # updates sent just before the broker is lost
+KILL_SEED = int(os.environ.get("OLAKE_TEST_KILL_SEED", "7"))  # when the broker is lost
+LOADED = 4  # messages of items_topic besides its rows: the marker, an update, a delete, its tombstone
 
 
 def items_topic(bootstrap: str, prefix: str, rows: int) -> str:
@@ -79,7 +85,7 @@ def test_a_broker_unreachable_at_the_start(kafka_broker, kafka_prefix, tmp_path)
     dst = write_json(tmp_path / "dst.json", {"type": "parquet", "path": str(tmp_path / "lake")})
     args = ["sync", "--source", dead, "--destination", dst, "--catalog", str(tmp_path / "cat.json")]
     began = time.monotonic()
-    result = run_olake(*args, timeout=120)
+    result = run_olake(*args, timeout=60)
     took = time.monotonic() - began
     err = result.stderr.decode()
     lines = [line for line in err.splitlines() if "cannot reach the broker" in line]
@@ -102,7 +108,8 @@ def test_a_broker_unreachable_at_the_start(kafka_broker, kafka_prefix, tmp_path)
 
 def test_a_broker_lost_while_following_into_postgres(pg_target, target_db, tmp_path):
     """A second tansu (this test's), SIGKILLed while ``kafka -> postgres --follow`` runs, then started again
-    empty: the run keeps running, the target keeps what it committed, SIGTERM ends it with 0."""
+    empty: the run keeps running, the target keeps what it committed and matches its committed position,
+    SIGTERM ends it with 0."""
     port, broker_log = free_port(), tmp_path / "tansu.log"
     bootstrap, prefix, rows = f"127.0.0.1:{port}", "lost.", 40
     broker = start_tansu(port, broker_log)
@@ -117,26 +124,91 @@ def test_a_broker_lost_while_following_into_postgres(pg_target, target_db, tmp_p
         run = start_olake(["sync", "--source", src, "--destination", dst, "--catalog", str(tmp_path / "cat.json"),
                            "--follow", "--commit-interval", "0.5"], log, stdout=subprocess.DEVNULL)
         wait_until(lambda: _rows(dsn) == expected_items(rows), "the target holds the topic's table", run=run)
-        broker.send_signal(signal.SIGKILL)
+        changes = [envelope("u", row(i % rows + 1, f"c{i}"), i % rows + 1, 100 + i) for i in range(CHANGES)]
+        produce(bootstrap, topic, [(0, k, v) for k, v in changes[:50]])  # one at a time: offsets 44, 45, ...
+        wait_until(lambda: _rows(dsn) == _after_changes(rows, 50), "the target has the first changes", run=run)
+        produce(bootstrap, topic, [(0, k, v) for k, v in changes[50:]])
+        time.sleep(random.Random(KILL_SEED).uniform(0.0, 0.8))
+        broker.send_signal(signal.SIGKILL)  # the run may still be reading them
         broker.wait(timeout=30)
         time.sleep(8)  # longer than timeout_s: whatever the run does about the lost broker, it has done it
         assert run.poll() is None, log.read_text()[-3000:]
-        assert _rows(dsn) == expected_items(rows), "the target keeps what it committed"
+        held = _rows(dsn)
         broker = start_tansu(port, broker_log)  # its topics are gone
         time.sleep(8)
         assert run.poll() is None, log.read_text()[-3000:]
-        assert _rows(dsn) == expected_items(rows), "nothing of the empty broker's is applied"
+        assert _rows(dsn) == held, "nothing of the empty broker's is applied"
         took = stop(run)
         text = log.read_text()
         assert run.returncode == 0 and "Traceback" not in text, text[-3000:]
-        assert _rows(dsn) == expected_items(rows)
-        print(f"broker lost while following: stopped by SIGTERM in {took:.1f}s")
+        assert _rows(dsn) == held
+        [offset] = _committed_offsets(dst, tmp_path / "cat.json").values()
+        applied = offset - LOADED - rows
+        assert 50 <= applied <= CHANGES and held == _after_changes(rows, applied), \
+            f"the target holds exactly the {applied} change(s) its committed position covers"
+        _a_new_topic_is_a_lost_position(src, dst, tmp_path / "cat.json", bootstrap, prefix, dsn)
+        print(f"broker lost while following: {applied} change(s) committed; stopped by SIGTERM in {took:.1f}s")
     finally:
         if run is not None and run.poll() is None:
             run.kill()
             run.wait()
         broker.kill()
         broker.wait()
+
+
+def test_a_position_at_the_end_of_a_batch_resumes(kafka_broker, kafka_prefix, tmp_path):
+    """A partition whose last batch holds several messages (tansu lists its end as one offset after the
+    batch's first): a stored position at its true end is not taken for one past the end."""
+    from confluent_kafka import Producer
+
+    topic = f"{kafka_prefix}batched"
+    create_topic(kafka_broker.bootstrap, topic)
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap, "linger.ms": 200, "enable.idempotence": True})
+    for batch in range(2):
+        for i in range(10):
+            producer.produce(topic, key=f"k{batch}.{i}".encode(), value=f"v{batch}.{i}".encode())
+        producer.flush()  # one batch
+        if batch == 0:
+            src = write_json(tmp_path / "src.json", kafka_broker.config(topics=[topic]))
+            discover(src, tmp_path / "cat.json")
+        dst = write_json(tmp_path / "dst.json", {"type": "parquet", "path": str(tmp_path / "lake")})
+        result = run_olake("sync", "--source", src, "--destination", dst, "--catalog", str(tmp_path / "cat.json"),
+                           timeout=120)
+        assert result.returncode == 0, result.stderr.decode()[-3000:]
+        assert "10 inserted" in result.stderr.decode(), result.stderr.decode()[-3000:]
+
+
+def _a_new_topic_is_a_lost_position(src: str, dst: str, catalog: Path, bootstrap: str, prefix: str, dsn: str) -> None:
+    """The topic written anew on the empty broker, shorter than the committed position: a bounded ``sync``
+    says the position is lost (one line, a non-zero exit); with ``on_position_lost: resync`` it copies the
+    new topic."""
+    topic = items_topic(bootstrap, prefix, 5)
+    args = ["sync", "--source", src, "--destination", dst, "--catalog", str(catalog)]
+    result = run_olake(*args, timeout=60)
+    err = result.stderr.decode()
+    assert result.returncode != 0 and f"topic '{topic}' partition 0" in err and "beyond" in err, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    resync = write_json(Path(src).with_name("resync.json"), {**orjson.loads(Path(src).read_text()),
+                                                             "on_position_lost": "resync"})
+    result = run_olake("sync", "--source", resync, *args[3:], timeout=120)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    assert _rows(dsn) == expected_items(5)
+
+
+def _after_changes(rows: int, applied: int) -> list[tuple]:
+    """The target after the first ``applied`` of the CHANGES updates."""
+    table = {r[0]: r for r in expected_items(rows)}
+    for i in range(applied):
+        table[i % rows + 1] = (i % rows + 1, f"c{i}", "b", "1.50")
+    return sorted(table.values())
+
+
+def _committed_offsets(dst: str, catalog: Path) -> dict:
+    """The topic offsets the destination committed (``olake state recover``)."""
+    result = run_olake("state", "recover", "--config", dst, "--catalog", str(catalog))
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    [state] = [m["state"] for m in messages(result.stdout) if m["type"] == "STATE"]
+    return state["streams"][0]["stream_state"]["offsets"]
 
 
 def _rows(dsn: str) -> list[tuple] | None:

@@ -1,9 +1,9 @@
 """Change capture from Kafka topics: each stream's partitions from the offsets its state holds.
 
 Before any stream starts, :meth:`KafkaChangeCapture.preflight` checks every topic exists, that stored
-offsets are still kept (else ``on_position_lost``), and takes the start position from ``start_from``. A
-bounded read ends at each partition's end as the read reaches it (a checkpoint every ``batch_messages``
-changes, or ``core.follow.CHECKPOINT_EVERY`` if fewer, and at the end); ``--follow`` reads on,
+offsets are still kept and not past their partition's end (else ``on_position_lost``), and takes the start
+position from ``start_from``. A bounded read ends at each partition's end as the read reaches it (a
+checkpoint every ``batch_messages`` changes, or ``core.follow.CHECKPOINT_EVERY`` if fewer, and at the end); ``--follow`` reads on,
 checkpointing when the run's commit policy says so. The consumer is assigned its partitions explicitly (no consumer group), reads ``read_committed``, and
 commits nothing: the offsets live in the state the destination commits with the data.
 """
@@ -27,7 +27,7 @@ from olake_cli.core.position_lost import handle_lost_position
 from olake_cli.core.state import State, StreamState
 from olake_cli.shared.kafka.client import ErrorLog, failure, require_client
 from olake_cli.sources.kafka.connection import (
-    KafkaSourceSettings, cluster_topics, offsets_at, open_consumer, watermarks,
+    KafkaSourceSettings, cluster_topics, offsets_at, open_consumer, partition_end, watermarks,
 )
 from olake_cli.sources.kafka.processing import ProcessingTopic
 from olake_cli.sources.kafka.positions import KafkaPosition, OpCounter, TopicCursor, cursor_of, with_cursor
@@ -90,7 +90,7 @@ class KafkaChangeCapture:
                 held = cursor_of(state.find(*stream.key))
                 if held is not None:
                     held_ops.append(held[1])
-                    reason = _lost(held[0], marks)
+                    reason = _lost(held[0], marks) or _past_end(consumer, settings, errors, held[0], marks)
                     if reason is not None:
                         handle_lost_position(state, stream.key, stream.label, reason, settings.on_position_lost,
                                              self.log)
@@ -146,6 +146,20 @@ def _lost(cursor: TopicCursor, marks: dict[int, tuple[int, int]]) -> str | None:
         if offset < low:
             return (f"offset {offset} of topic '{cursor.topic}' partition {partition} is no longer kept (the oldest "
                     f"is {low}: the topic's retention removed it)")
+    return None
+
+
+def _past_end(consumer: Any, settings: KafkaSourceSettings, errors: ErrorLog, cursor: TopicCursor,
+              marks: dict[int, tuple[int, int]]) -> str | None:
+    """Why ``cursor`` points past a partition's end (the topic was written anew, or the broker lost
+    messages: no fetch there would ever answer), or None. Checked by a fetch where the listed end is
+    lower than the stored offset (``connection.partition_end``)."""
+    for partition, offset in sorted(cursor.offsets.items()):
+        low, high = marks[partition]
+        if offset > high and offset > (end := partition_end(consumer, settings, errors, cursor.topic, partition,
+                                                            max(low, high - 1))):
+            return (f"offset {offset} of topic '{cursor.topic}' partition {partition} is beyond the partition's end "
+                    f"({end}): the topic was written anew or the broker lost messages")
     return None
 
 

@@ -9,6 +9,7 @@ the broker no longer keeps is never silently replaced.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -127,3 +128,23 @@ def offsets_at(consumer: Any, settings: KafkaSourceSettings, errors: ErrorLog, t
         raise failure(exc, settings.kafka, f"finding the offsets of topic '{topic}' at a time", errors,
                       SourceError) from None
     return {tp.partition: (tp.offset if tp.offset >= 0 else None) for tp in found}
+
+
+def partition_end(consumer: Any, settings: KafkaSourceSettings, errors: ErrorLog, topic: str, partition: int,
+                  near: int) -> int:
+    """The offset after the last message of a partition as a fetch reports it (its end event), read from
+    ``near``: the offsets the brokers list are not enough (tansu 0.6 counts a partition's last batch as one
+    offset there). ``consumer`` is assigned that partition only while this runs."""
+    kafka = require_client()
+    consumer.assign([kafka.TopicPartition(topic, partition, near)])
+    deadline = time.monotonic() + settings.kafka.timeout_s
+    try:
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            error = None if message is None else message.error()
+            if error is not None and error.code() == kafka.KafkaError._PARTITION_EOF:
+                return message.offset()
+    finally:
+        consumer.unassign()
+    raise failure(TimeoutError(f"no end of partition within {settings.kafka.timeout_s:g}s"), settings.kafka,
+                  f"finding the end of topic '{topic}' partition {partition}", errors, SourceError)
