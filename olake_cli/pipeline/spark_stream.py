@@ -1,7 +1,10 @@
 """olake's change capture behind ``spark.readStream.format("olake")``, through the source's contracts.
 
-An offset is the stream's olake state (``StreamState.to_dict()``: the position the change capture
-serialised into it, and the full load's marks), so a query's position lives in Spark's checkpoint.
+An offset is the stream's olake state (``{"state": StreamState.to_dict(), ...}``: the position the change
+capture serialised into it, and the full load's marks), so a query's position lives in Spark's checkpoint;
+``ordered`` says whether the position's operation id bounds the changes before it (PostgreSQL,
+MongoDB), so that the range can be read again after a restart (DynamoDB's checkpoints rank below its
+records: such a range is refused with one line rather than read wrongly).
 The first micro-batch is the full load, planned by a keeper process as a batch read is (its read
 session, PostgreSQL's exported snapshot, held until every chunk is read); its end is the state
 ``sync`` records when a load is done (the capture's start position, captured before the load, and the
@@ -26,12 +29,14 @@ import pyarrow.compute as pc
 
 from olake_cli.core.codec.decode import decode_column
 from olake_cli.core.codec.types import olake_type_of
-from olake_cli.core.errors import ConfigError, SourceChangedError
+from olake_cli.core.errors import ConfigError, SourceChangedError, SourceError
 from olake_cli.core.follow import ReleasesLog
+from olake_cli.core.row_metadata import OP_ID
 from olake_cli.core.state import State, StreamState
 from olake_cli.pipeline.spark_scan import (STREAM_FIELDS, ChunkPartition, OlakeBatchScan, ReadOptions, open_stream,
                                           start_keeper)
 
+FORMAT = 'spark.readStream.format("olake")'
 START = {"olake": "start"}  # a query without a checkpoint: a full load comes first
 
 
@@ -81,15 +86,14 @@ class OlakeStreamScan:
         if start == START:
             return self._load[0] if self._load is not None else self._plan_load()
         end, tables = self._read_changes(start, None)
-        if end != start:
-            self._ahead[(_key(start), _key(end))] = tables
+        self._ahead = {(_key(start), _key(end)): tables} if end != start else {}
         return end
 
     def partitions(self, start: dict, end: dict) -> list[Any]:
         """The load's chunks, or the changes between two positions."""
         if start == START:
             if self._load is None or self._load[0] != end:
-                raise ConfigError('spark.readStream.format("olake"): the query stopped during its initial load, '
+                raise ConfigError(f"{FORMAT}: the query stopped during its initial load, "
                                   "whose snapshot is gone; start it again with a new checkpoint location")
             return list(self._load[1])
         tables = self._ahead.pop((_key(start), _key(end)), None)
@@ -112,7 +116,7 @@ class OlakeStreamScan:
             self._load = None
         _, _, capture = self._open()
         if isinstance(capture, ReleasesLog):
-            capture.release(State(streams=[StreamState.from_dict(end)]))
+            capture.release(State(streams=[StreamState.from_dict(end["state"])]))
 
     def stop(self) -> None:
         """Nothing is held here (the load's keeper lets its session go once its chunks are read)."""
@@ -120,59 +124,65 @@ class OlakeStreamScan:
     def _plan_load(self) -> dict:
         """Plan the full load in a keeper (``spark_keeper``, as a batch read); its end is the stream's
         state once the load is done."""
-        scan, end = start_keeper(replace(self.opts, streaming=True))
+        scan, done = start_keeper(replace(self.opts, streaming=True))
+        end = {"state": done, "ordered": True}
         self._load = (end, [LoadPartition(replace(scan, chunks=[]), chunk) for chunk in scan.chunks])
         return end
 
     def _read_changes(self, start: dict, end: dict | None) -> tuple[dict, list[pa.Table]]:
-        """The changes after ``start`` (up to ``end``, else to the log's end now, at most ``max_rows``
-        when reading ahead) as tables, and the state after them."""
+        """The changes after ``start`` up to ``end`` as tables and ``end``; without ``end``, those of the
+        batches the capture gives up to its last checkpoint (to the log's end now, or after about
+        ``max_rows`` changes) and the offset there."""
         _, stream, capture = self._open()
-        state = State(streams=[StreamState.from_dict(start)])
+        state = State(streams=[StreamState.from_dict(start["state"])])
         capture.preflight(state)
         if state.find(stream.namespace, stream.name) is None:
-            raise ConfigError(f'spark.readStream.format("olake"): {stream.label}: the change log no longer holds '
-                              "the query's position; start it again with a new checkpoint location")
+            raise ConfigError(f'{FORMAT}: {stream.label}: the change log no longer holds the query\'s position; '
+                              "start it again with a new checkpoint location")
+        if end is not None and not end["ordered"]:
+            raise SourceError(f"{FORMAT}: {stream.label}: the query stopped before Spark committed a micro-batch, and "
+                              "this source's positions do not tell which changes it held; start the query again "
+                              "with a new checkpoint location")
         after = capture.position_op(capture.position_of(state.streams[0]))
-        upto = None if end is None else capture.position_op(capture.position_of(StreamState.from_dict(end)))
-        tables, rows, position = [], 0, None
+        upto = None if end is None else capture.position_op(capture.position_of(StreamState.from_dict(end["state"])))
+        tables, kept, rows, position = [], 0, 0, None
         for batch in capture.read([stream], state, typed=True):
             _refuse_changed(batch, stream)
-            for run in batch.runs:
-                table = _changes(run.after(after), upto, stream.json_schema)
-                rows += table.num_rows
-                tables.append(table)
+            tables += [_changes(run.after(after), stream.json_schema) for run in batch.runs]
+            rows += sum(t.num_rows for t in tables[kept:])
             if batch.position is not None and (upto is None or capture.position_op(batch.position) <= upto):
-                position = batch.position
+                position, kept = batch.position, len(tables)  # the changes up to here are behind it
             if upto is None and self.max_rows and rows >= self.max_rows and position is not None:
                 break
         if end is not None:
-            return end, tables
+            return end, [_upto(t, upto) for t in tables]
         if position is None:
             return start, []
-        return capture.with_position(state.streams[0], position).to_dict(), tables
+        tables, upto = tables[:kept], capture.position_op(position)
+        ordered = all(_upto(t, upto).num_rows == t.num_rows for t in tables)  # can a range be read again?
+        return {"state": capture.with_position(state.streams[0], position).to_dict(), "ordered": ordered}, tables
+
+
+def _upto(table: pa.Table, upto: Any) -> pa.Table:
+    """The changes at or below operation id ``upto`` (the text order of the hex ids is their order)."""
+    return table.filter(pc.less_equal(table.column(OP_ID), pa.scalar(upto.to_key(), pa.string())))
 
 
 def _refuse_changed(batch: Any, stream: Any) -> None:
     """A stream whose columns changed, or that the capture must load anew, stops the query with one line
     (the query's schema is fixed when it starts; started again, it reads on from its checkpoint)."""
     if batch.widened:
-        raise SourceChangedError(f'spark.readStream.format("olake"): {stream.label}: its columns changed; '
+        raise SourceChangedError(f"{FORMAT}: {stream.label}: its columns changed; "
                                  "start the query again (from its checkpoint) to read them")
     for reason in batch.resync.values():
-        raise SourceChangedError(f'spark.readStream.format("olake"): {stream.label}: {reason}; the stream '
+        raise SourceChangedError(f"{FORMAT}: {stream.label}: {reason}; the stream "
                                  "must be loaded anew: start the query with a new checkpoint location")
 
 
-def _changes(run: Any, upto: Any, json_schema: dict) -> pa.Table:
-    """A run's changes up to ``upto`` (all for None), without those the load already holds, as a table of
-    the stream's columns and the ``_olake_*`` columns."""
+def _changes(run: Any, json_schema: dict) -> pa.Table:
+    """A run's changes without those the load already holds, as a table of the stream's columns and the
+    ``_olake_*`` columns."""
     keep = pc.invert(run.replayed) if run.replayed is not None else None
-    if upto is not None:
-        below = pc.or_(pc.less(run.commit, pa.scalar(upto.commit, pa.uint64())),
-                       pc.and_(pc.equal(run.commit, pa.scalar(upto.commit, pa.uint64())),
-                               pc.less_equal(run.seq, pa.scalar(upto.seq, pa.uint64()))))
-        keep = below if keep is None else pc.and_(keep, below)
     if not run.typed:
         run = _typed(run, json_schema)
     table = run.table(json_schema)
