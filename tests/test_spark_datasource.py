@@ -101,6 +101,8 @@ def test_batch_read_of_a_dynamodb_table_equals_its_items(spark, moto_server, dyn
     ({"config": "SRC", "stream": "public.nope"}, "stream 'public.nope' is not in the source; its streams: public.t"),
     ({"config": "/no/such/src.json", "stream": "public.t"}, "/no/such/src.json"),
     ({"config": "SRC", "stream": "public.t", "colour": "red"}, "unknown option(s) colour"),
+    ({"config": "SRC", "stream": "public.t", "max_rows_per_batch": "many"},
+     "option 'max_rows_per_batch' must be a positive integer (got 'many')"),
 ])
 def test_bad_options_give_one_clear_error(spark, pg_cluster, pg_db, tmp_path, options, message):
     with psycopg.connect(pg_cluster.dsn(pg_db), autocommit=True) as conn:

@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from collections.abc import Iterator
 
@@ -34,8 +34,7 @@ KNOWN_OPTIONS = {"config": "a source config file (required)",
                  "stream": "the stream, namespace.name (required)",
                  "driver_host": "the address the executors reach this machine at (batch reads; default 127.0.0.1)",
                  "snapshot_idle_s": "seconds a batch read's snapshot stays open with no partition reading (600)",
-                 "max_rows_per_batch": "at most this many changes in one micro-batch (streams)",
-                 "slot_hold": "streams: 'commit' (default) or 'none'"}
+                 "max_rows_per_batch": "at most about this many changes in one micro-batch (streams)"}
 STREAM_FIELDS = [pa.field("_olake_op", pa.string()), pa.field("_olake_op_id", pa.string()),
                  pa.field("_olake_commit_ts", pa.timestamp("us", tz="UTC")),
                  pa.field("_olake_toast_unchanged", pa.list_(pa.string()))]
@@ -50,7 +49,7 @@ class ReadOptions:
     stream: str
     driver_host: str = "127.0.0.1"
     snapshot_idle_s: float = 600.0
-    extra: dict[str, str] = field(default_factory=dict)
+    max_rows_per_batch: int | None = None
     streaming: bool = False  # the load a stream starts with: its change capture's position comes first
 
 
@@ -63,12 +62,23 @@ def read_options(options: dict[str, str]) -> ReadOptions:
     for name in ("config", "stream"):
         if not options.get(name):
             raise ConfigError(f"{FORMAT}: option '{name}' is required ({KNOWN_OPTIONS[name]})")
+    idle = _number(options, "snapshot_idle_s", float, 600.0)
+    most = _number(options, "max_rows_per_batch", int, None)
+    return ReadOptions(options["config"], options["stream"], options.get("driver_host", "127.0.0.1"), idle, most)
+
+
+def _number(options: dict[str, str], name: str, kind: type, default: Any) -> Any:
+    """A positive number option (``default`` when not given), or a ConfigError naming it."""
+    if name not in options:
+        return default
     try:
-        idle = float(options.get("snapshot_idle_s", 600))
+        value = kind(options[name])
     except ValueError:
-        raise ConfigError(f"{FORMAT}: option 'snapshot_idle_s' must be a number of seconds") from None
-    return ReadOptions(options["config"], options["stream"], options.get("driver_host", "127.0.0.1"), idle,
-                       {k: v for k, v in options.items() if k in ("max_rows_per_batch", "slot_hold")})
+        value = 0
+    if not value > 0:
+        raise ConfigError(f"{FORMAT}: option '{name}' must be a positive {'integer' if kind is int else 'number'} "
+                          f"(got {options[name]!r})")
+    return value
 
 
 def open_stream(opts: ReadOptions) -> tuple[Any, CatalogStream, dict]:

@@ -64,7 +64,7 @@ class OlakeStreamScan:
 
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
-        self.max_rows = int(opts.extra.get("max_rows_per_batch") or 0) or None
+        self.max_rows = opts.max_rows_per_batch
         self._opened: tuple[Any, Any, Any] | None = None  # source, stream, capture
         self._load: tuple[dict, list[LoadPartition]] | None = None
         self._ahead: dict[tuple[str, str], list[pa.Table]] = {}  # changes read by latest_offset
