@@ -11,7 +11,8 @@ twice, into Parquet and into Kafka, each with its own slot on one publication; t
 (``bench_cdc.py``'s: 400 updates, 400 inserts, 200 deletes per transaction of 1,000) are applied once, and
 each ``olake sync`` reads them from its slot (a bounded pass), timed with peak memory. Every change is
 checked to have landed (Parquet change rows; Kafka envelopes with op c, u or d read by a ``read_committed``
-consumer).
+consumer). ``--no-deletes`` leaves the deletes out (the Kafka destination builds a batch's envelopes a
+column at a time only when it holds no delete); ``--profile DIR`` runs both passes under cProfile.
 
 ``latency``: a second PostgreSQL is the target. ``olake sync --follow`` PostgreSQL -> Kafka and
 ``olake sync --follow`` Kafka -> PostgreSQL run side by side; a writer inserts ``--rate`` rows a second
@@ -50,6 +51,7 @@ from tests.support.pgcluster import PgCluster, create_database, start_cluster  #
 
 OLAKE = [sys.executable, "-m", "olake_cli"]
 PUB = "bench_pub"
+DELETES = "    DELETE FROM bench WHERE id IN (SELECT next_id + g * 2 FROM generate_series(0, 199) g);\n"
 
 
 def _cdc_catalog(work: Path, src: str, out: str, env: dict[str, str]) -> None:
@@ -86,7 +88,7 @@ def _kafka_changes(bootstrap: str, topic: str) -> int:
 
 
 def _prepare_changes(cluster: PgCluster, broker: KafkaBroker, work: Path, rows: int,
-                     env: dict[str, str]) -> list[str]:
+                     env: dict[str, str], profile: Path | None) -> list[str]:
     """The table, both pipelines' configs and their initial full loads; returns their sync commands."""
     create_database(cluster, "bench")
     with psycopg.connect(cluster.dsn("bench"), autocommit=True) as conn:
@@ -103,10 +105,12 @@ def _prepare_changes(cluster: PgCluster, broker: KafkaBroker, work: Path, rows: 
         (work / f"src-{name}.json").write_text(json.dumps(cluster.source_config(
             "bench", replication_slot=f"bench_{name}", publication=PUB, create_slot_and_publication=True)))
         (work / f"dst-{name}.json").write_text(json.dumps(dst))
-        command = (f"{' '.join(OLAKE)} sync --source src-{name}.json --destination dst-{name}.json "
-                   f"--catalog cat.json --state st-{name}.json > /dev/null 2>>{name}.log")
+        sync = (f"sync --source src-{name}.json --destination dst-{name}.json --catalog cat.json "
+                f"--state st-{name}.json > /dev/null 2>>{name}.log")
         print(f"{name}: initial full load of {rows:,} rows ...", file=sys.stderr)
-        subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=work, env=env, check=True)
+        subprocess.run(["bash", "-o", "pipefail", "-c", f"{' '.join(OLAKE)} {sync}"], cwd=work, env=env, check=True)
+        profiler = f" -m cProfile -o {profile.resolve() / name}.prof" if profile else ""
+        command = f"{sys.executable}{profiler} -m olake_cli {sync}"
         commands.append(command)
     return commands
 
@@ -123,12 +127,14 @@ def run_changes(args: argparse.Namespace) -> None:
     broker = start_broker(str(work))
     env = dict(os.environ, PGPASSWORD=cluster.password)
     try:
-        to_parquet, to_kafka = _prepare_changes(cluster, broker, work, args.rows, env)
+        to_parquet, to_kafka = _prepare_changes(cluster, broker, work, args.rows, env, args.profile)
         print(f"applying {args.changes:,} changes ...", file=sys.stderr)
+        assert DELETES in CHANGES_SQL, "bench_cdc.py's changes changed"
+        sql = CHANGES_SQL.replace(DELETES, "") if args.no_deletes else CHANGES_SQL
         with psycopg.connect(cluster.dsn("bench"), autocommit=True) as conn:
-            conn.execute(CHANGES_SQL % {"changes": args.changes, "rows": args.rows})
+            conn.execute(sql % {"changes": args.changes, "rows": args.rows})
             conn.execute("CHECKPOINT")
-        expected = -(-args.changes // 1000) * 1000
+        expected = -(-args.changes // 1000) * (800 if args.no_deletes else 1000)
         runs = {}
         for name, command in (("Parquet", to_parquet), ("Kafka", to_kafka))[::-1 if args.kafka_first else 1]:
             runs[name] = measured(command, work, env)
@@ -136,7 +142,8 @@ def run_changes(args: argparse.Namespace) -> None:
         got = {"Parquet": parquet_change_rows(work / "out"),
                "Kafka": _kafka_changes(broker.bootstrap, "bench.public.bench")}
         assert got == {"Parquet": expected, "Kafka": expected}, f"expected {expected:,} changes in each, got {got}"
-        print(f"changes: {expected:,} over {args.rows:,} rows ({os.cpu_count()} cores, tansu in memory, "
+        mix = "400 updates, 400 inserts" + ("" if args.no_deletes else ", 200 deletes") + " per transaction"
+        print(f"changes: {expected:,} ({mix}) over {args.rows:,} rows ({os.cpu_count()} cores, tansu in memory, "
               f"load average {os.getloadavg()[0]:.1f})")
         print("| path | wall s | changes/s | peak memory |\n|---|---:|---:|---:|")
         for name in ("Parquet", "Kafka"):
@@ -256,6 +263,10 @@ def main() -> None:
     changes.add_argument("--changes", type=int, default=1_000_000)
     changes.add_argument("--rows", type=int, default=100_000)
     changes.add_argument("--kafka-first", action="store_true", help="time the Kafka pass before the Parquet one")
+    changes.add_argument("--no-deletes", action="store_true",
+                         help="leave out the 200 deletes of each transaction (800 changes per 1,000 asked)")
+    changes.add_argument("--profile", type=Path, default=None, metavar="DIR",
+                         help="run both change passes under cProfile, into DIR/parquet.prof and DIR/kafka.prof")
     latency = parts.add_parser("latency", help="pg -> kafka -> pg latency with two sync --follow processes")
     latency.add_argument("--rate", type=int, default=1000, help="rows inserted per second")
     latency.add_argument("--seconds", type=float, default=60.0)
