@@ -149,7 +149,9 @@ def test_a_restarted_query_gets_the_same_changes_and_a_lost_load_is_refused(pg_c
 
     scan = OlakeScans().stream(options)
     loaded = scan.latest_offset(START)
-    assert sorted((r["id"], r["_olake_op"]) for r in rows(scan, START, loaded)) == [(i, "r") for i in range(1, 6)]
+    load = rows(scan, START, loaded)
+    assert sorted((r["id"], r["_olake_op"]) for r in load) == [(i, "r") for i in range(1, 6)]
+    assert {r["_olake_op_id"] for r in load} == {loaded["state"]["stream_state"]["load_op_key"]}  # as in sync
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("INSERT INTO t VALUES (6, 'six')")
         conn.execute("UPDATE t SET v = 'two' WHERE id = 2")

@@ -4,9 +4,10 @@
 source's read session (PostgreSQL: the exported snapshot every chunk imports, which lives only as long
 as the transaction that exported it), plans the stream's full load, writes the pickled
 ``OlakeBatchScan`` (or the error) on stdout, then answers the partitions on a TCP port: ``start``,
-``done`` and ``fail`` of a chunk, and ``rest`` (the reader of the rest of a chunk that stopped early).
-It closes the session once every chunk is done, or when no chunk has been reading for
-``snapshot_idle_s`` seconds (a read that failed, or was planned and never run).
+``alive`` (after each batch), ``done`` and ``fail`` of a chunk, and ``rest`` (the reader of the rest of a
+chunk that stopped early). It closes the session once every chunk is done, or when no chunk has said
+anything for ``snapshot_idle_s`` seconds (a read that failed or was cancelled, a task lost with its
+executor, or a read planned and never run), so a snapshot is never held for long without a reader.
 """
 
 from __future__ import annotations
@@ -54,18 +55,16 @@ class Keeper:
     def __init__(self, session: Any, stream: Any, load: StreamState, chunks: int, idle_s: float) -> None:
         self.session, self.stream, self.load, self.idle_s = session, stream, load, idle_s
         self.token = secrets.token_hex(16)
-        self.pending, self.reading = set(range(chunks)), set()
+        self.pending = set(range(chunks))
 
     def serve(self, server: socket.socket) -> None:
-        """Answer partitions until every chunk is done or none has read for ``idle_s`` seconds."""
+        """Answer partitions until every chunk is done or none has said anything for ``idle_s`` seconds."""
         server.settimeout(self.idle_s)
         while self.pending:
             try:
                 conn, _ = server.accept()
             except TimeoutError:
-                if not self.reading:
-                    return
-                continue
+                return
             with conn:
                 conn.settimeout(60)
                 self._answer(conn)
@@ -78,12 +77,8 @@ class Keeper:
             return
         if token != self.token or index not in range(len(self.load.chunks)):
             return
-        if what == "start":
-            self.reading.add(index)
-        elif what in ("done", "fail"):
-            self.reading.discard(index)
-            if what == "done":
-                self.pending.discard(index)
+        if what == "done":
+            self.pending.discard(index)
         elif what == "rest":
             conn.sendall(pickle.dumps(self._rest(index, arg)))
 

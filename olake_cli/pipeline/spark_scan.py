@@ -33,7 +33,7 @@ from olake_cli.core.registry import make_source
 KNOWN_OPTIONS = {"config": "a source config file (required)",
                  "stream": "the stream, namespace.name (required)",
                  "driver_host": "the address the executors reach this machine at (batch reads; default 127.0.0.1)",
-                 "snapshot_idle_s": "seconds a batch read's snapshot stays open with no partition reading (600)",
+                 "snapshot_idle_s": "seconds a read's snapshot stays open while no chunk reports (600)",
                  "max_rows_per_batch": "at most about this many changes in one micro-batch (streams)"}
 STREAM_FIELDS = [pa.field("_olake_op", pa.string()), pa.field("_olake_op_id", pa.string()),
                  pa.field("_olake_commit_ts", pa.timestamp("us", tz="UTC")),
@@ -149,8 +149,10 @@ class OlakeBatchScan:
         try:
             while True:
                 for batch in reader.read_batches():
+                    tell_keeper(self.keeper, "alive", partition.index)  # a reader holds the snapshot
                     if batch.num_rows:
-                        yield destination_rows(batch, reader, self.json_schema, self.label, self.key_columns)
+                        yield destination_rows(batch, reader, self.json_schema, self.label, self.key_columns,
+                                               partition.op_key)
                 resume = reader.resume_point() if isinstance(reader, ResumableReader) else None
                 if resume is None:
                     break
@@ -181,7 +183,7 @@ def start_keeper(opts: ReadOptions) -> tuple[OlakeBatchScan, dict | None]:
 
 
 def tell_keeper(keeper: tuple[str, int, str], what: str, index: int) -> None:
-    """Say a partition started, finished or failed; a keeper gone is said by the read itself."""
+    """Say a partition is reading, finished or failed; a keeper gone is said by the next chunk's start."""
     try:
         _exchange(keeper, (what, index, None))
     except OSError:
