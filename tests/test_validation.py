@@ -26,12 +26,14 @@ PG_CONFIG = {"type": "postgres", "host": "db.local", "database": "shop", "userna
 
 
 def test_top_level_schemas_dir_is_the_package_dir() -> None:
-    """One schema per registered connector, plus the catalog, message and state schemas."""
+    """One schema per registered connector, plus the catalog, message and state schemas, and the Kafka
+    envelope (the value of every message olake writes to a topic)."""
     assert (REPO / "schemas").resolve() == schema_dir()
     from olake_cli.core.registry import DESTINATIONS, SOURCES
 
     connectors = {f"{e.schema}.schema.json" for e in (*SOURCES.values(), *DESTINATIONS.values())}
-    assert SCHEMA_FILES == sorted(connectors | {"catalog.schema.json", "message.schema.json", "state.schema.json"})
+    assert SCHEMA_FILES == sorted(connectors | {"catalog.schema.json", "message.schema.json", "state.schema.json",
+                                                "kafka-envelope.schema.json"})
 
 
 def _properties_without_description(node: object, path: str = "") -> list[str]:
