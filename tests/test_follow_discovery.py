@@ -66,7 +66,7 @@ def test_a_table_created_while_following_is_loaded_then_followed_and_a_dropped_o
             conn.execute(f"INSERT INTO {table} SELECT g, 0, 'row ' || g FROM generate_series(1, {rows}) g")
     src = write_json(tmp_path / "src.json", pg_cluster.source_config(
         pg_db, replication_slot=f"disc_{pg_db}", publication=f"disc_{pg_db}_pub", create_slot_and_publication=True,
-        in_process_rows=0, chunk_rows=500, max_parallel=1))  # the new table's load: 40 Spark tasks in turn
+        in_process_rows=0, chunk_rows=1000, max_parallel=1))  # the new table's load: 20 Spark tasks in turn
     dst = write_json(tmp_path / "dst.json", pg_target.destination_config(target_db))
     catalog = discover_catalog(src, tmp_path / "cat.json", {"t": "cdc", "doomed": "cdc"})
     (tmp_path / "cat.json").write_text(json.dumps({**catalog, "new_streams": "cdc"}))
