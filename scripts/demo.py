@@ -6,7 +6,8 @@ Runs the real commands a user would type, for each source:
     olake read --config src.json --catalog catalog.json --state state.json | olake write --config dst.json --state state.json
 then prints what landed. PostgreSQL also goes into Iceberg with change capture on shop.orders: a slot
 and a publication, a first ``olake sync``, some changes, a second ``olake sync`` that copies just those,
-and a query of what changed.
+and a query of what changed. Then shop.orders goes through Kafka (a local tansu broker): into a topic
+with ``olake sync``, and from the topic into Parquet with ``olake sync`` from the kafka source.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ def main() -> int:
         (out / "dst.json").write_text(json.dumps({"type": "parquet", "path": str(out / "parquet")}, indent=2))
         summarize(out, run_commands(out), ds)
         iceberg_demo(out, cluster.dsn("demo"))
+        kafka_demo(out)
     finally:
         cluster.stop()
     mongo_demo(out / "mongodb", ds)
@@ -106,6 +108,38 @@ def iceberg_demo(out: Path, dsn: str) -> None:
     print(f"pyiceberg + DuckDB: shop.orders held {before['rows']} rows after the first sync, {after['rows']} after "
           f"the second;\n  orders 1-3 are now {after['shipped']}; new orders {after['new']}; order 19999 "
           f"{'is gone' if not after['has_19999'] else 'is still there'}")
+
+
+KAFKA_SYNCS = ["{olake} sync --source src.json --destination kafka.json --catalog orders-catalog.json > /dev/null",
+               "{olake} discover --config kafka-src.json > kafka-catalog.json",
+               "{olake} sync --source kafka-src.json --destination from-kafka.json --catalog kafka-catalog.json "
+               "> /dev/null"]
+
+
+def kafka_demo(out: Path) -> None:
+    """shop.orders into a Kafka topic (olake's envelope, one transaction per commit), then back out of
+    the topic into Parquet; prints how many rows came back."""
+    import pyarrow.dataset as ds
+
+    from tests.support.kafka_broker import start_broker
+
+    print("\ndemo: starting a local Kafka-compatible broker (tansu) ...", file=sys.stderr)
+    broker = start_broker(str(out))
+    try:
+        (out / "kafka.json").write_text(json.dumps({"type": "kafka", "bootstrap_servers": broker.bootstrap}))
+        (out / "kafka-src.json").write_text(json.dumps({"type": "kafka", "bootstrap_servers": broker.bootstrap,
+                                                        "topics": ["olake.shop.orders"]}))
+        (out / "from-kafka.json").write_text(json.dumps({"type": "parquet", "path": str(out / "from-kafka")}))
+        catalog = json.loads((out / "catalog.json").read_text())["catalog"]
+        catalog["streams"] = [s for s in catalog["streams"] if (s["namespace"], s["name"]) == ("shop", "orders")]
+        (out / "orders-catalog.json").write_text(json.dumps(catalog, indent=2))
+        for command in KAFKA_SYNCS:
+            run_shell(out, command)
+    finally:
+        broker.stop()
+    rows = ds.dataset(out / "from-kafka" / "shop" / "orders", format="parquet").count_rows()
+    print(f"\nKafka: shop.orders went into topic olake.shop.orders and back out into Parquet: {rows} rows in "
+          f"{out / 'from-kafka'}")
 
 
 def run_sql(conn, statements: list[str]) -> None:
