@@ -133,6 +133,8 @@ def test_a_broker_lost_while_following_into_postgres(pg_target, target_db, tmp_p
         broker.wait(timeout=30)
         time.sleep(5)  # longer than timeout_s: whatever the run does about the lost broker, it has done it
         assert run.poll() is None, log.read_text()[-3000:]
+        said = [line for line in log.read_text().splitlines() if "the client connects again by itself" in line]
+        assert len(said) == 1 and bootstrap in said[0], log.read_text()[-3000:]  # one line per outage
         held = _rows(dsn)
         broker = start_tansu(port, broker_log)  # its topics are gone
         time.sleep(5)

@@ -127,6 +127,12 @@ class ErrorLog:
         with self._lock:
             self.last = str(error.str() if hasattr(error, "str") else error)
 
+    def take(self) -> str | None:
+        """The last error reported since the last call (None: none), forgotten."""
+        with self._lock:
+            last, self.last = self.last, None
+            return last
+
 
 def failure(exc: BaseException, settings: KafkaSettings, doing: str, errors: ErrorLog | None = None,
             error_type: type[OlakeError] = DestinationError) -> OlakeError:

@@ -196,6 +196,7 @@ class _Reader:
         consumer.assign([self.kafka.TopicPartition(t, p, o) for t, r in self.streams.items()
                          for p, o in r.cursor.offsets.items()])
         self.checkpointed = self._offsets()
+        self.outage = False  # following: the brokers stopped answering, and a line said so
 
     def bounded(self) -> Iterator[ChangeBatch]:
         """Until every partition reports its end (what was committed when the read got there), a
@@ -221,6 +222,7 @@ class _Reader:
             messages = self.consumer.consume(num_messages=size, timeout=_POLL_S)
             for message in messages:
                 self._take(message)
+            self._say_outage(bool(messages))
             pending, caught_up = len(self.changes), len(messages) < size
             if (caught_up and policy.at_end(pending)) or policy.inside(pending) \
                     or (not messages and policy.idle(pending, self._offsets() != self.checkpointed)):
@@ -228,6 +230,17 @@ class _Reader:
                 policy.checkpointed()
         if self.changes or self._offsets() != self.checkpointed:
             yield self.checkpoint()
+
+    def _say_outage(self, read: bool) -> None:
+        """Following: one line when the brokers stop answering (librdkafka reports it and reconnects by
+        itself; the run reads on from its position once they answer again), none again until they have."""
+        if read:
+            self.errors.take()
+            self.outage = False
+        elif not self.outage and (trouble := self.errors.take()) is not None:
+            self.outage = True
+            self.capture.log(f"change capture: {self.capture.settings.where()}: {trouble}; the client connects "
+                             f"again by itself, and reading goes on from the last position read")
 
     def checkpoint(self) -> ChangeBatch:
         """The changes gathered since the last checkpoint, and every stream's position after them."""
