@@ -19,7 +19,7 @@ from tests.support.kafka_broker import kcat, read_topic, replicate
 from tests.support.protocol_lines import write
 from tests.support.verify import assert_table_matches
 from tests.test_e2e_edge_values import EDGE_DDL, EDGE_VALUES, GRID_VALUES
-from tests.test_types_codec import BIG_NUMERIC, DDL, ROWS, TEXT_1
+from tests.test_types_codec import create_everything
 
 CHANGES = [
     "INSERT INTO edge SELECT id + 100, d, ts, tz, a_date, a_ts FROM edge",
@@ -74,11 +74,7 @@ def assert_topics_match(src: str, catalog: dict, broker, prefix: str, tmp_path, 
 @pytest.fixture()
 def edge_source(pg_cluster, pg_db) -> str:
     with psycopg.connect(pg_cluster.dsn(pg_db), autocommit=True) as conn:
-        conn.execute(DDL)
-        params = {"t1": TEXT_1, "tarr": ["", "a,b", 'q"uote', "back\\slash", None, "NULL", " sp "],
-                  "big": BIG_NUMERIC, "long": "x" * 100_000}
-        for statement in ROWS:
-            conn.execute(statement, {k: v for k, v in params.items() if f"%({k})s" in statement})
+        create_everything(conn)
         conn.execute("UPDATE everything SET c_text = (SELECT string_agg(md5(g::text), '') "
                      "FROM generate_series(1, 20000) g) WHERE id = 3")
         conn.execute(EDGE_DDL)

@@ -219,14 +219,19 @@ def _interval_text(conn: psycopg.Connection, value: dict) -> str:
     return conn.execute("SELECT %s::interval::text", (literal,)).fetchone()[0]
 
 
+def create_everything(conn: psycopg.Connection) -> None:
+    """Table ``public.everything``: a column of every supported type, its rows of edge values."""
+    conn.execute(DDL)
+    params = {"t1": TEXT_1, "tarr": ["", "a,b", 'q"uote', "back\\slash", None, "NULL", " sp "],
+              "big": BIG_NUMERIC, "long": "x" * 100_000}
+    for statement in ROWS:
+        conn.execute(statement, {k: v for k, v in params.items() if f"%({k})s" in statement})
+
+
 @pytest.fixture()
 def everything_db(pg_cluster, pg_db) -> str:
     with psycopg.connect(pg_cluster.dsn(pg_db), autocommit=True) as conn:
-        conn.execute(DDL)
-        params = {"t1": TEXT_1, "tarr": ["", "a,b", 'q"uote', "back\\slash", None, "NULL", " sp "],
-                  "big": BIG_NUMERIC, "long": "x" * 100_000}
-        for statement in ROWS:
-            conn.execute(statement, {k: v for k, v in params.items() if f"%({k})s" in statement})
+        create_everything(conn)
     return pg_db
 
 

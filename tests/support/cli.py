@@ -127,3 +127,13 @@ def with_stream_ends(stdin: bytes) -> bytes:
                     "stream_descriptor": {"name": body["name"], "namespace": body.get("namespace")},
                     "status": "COMPLETE"}}})
     return stdin + b"".join(orjson.dumps(end) + b"\n" for end in ends)
+
+
+def end_process(process: subprocess.Popen, timeout: float = 10) -> None:
+    """SIGTERM a server this process started, SIGKILL it if it has not ended within ``timeout`` seconds."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

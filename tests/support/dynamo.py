@@ -24,7 +24,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from tests.support.cli import messages, run_olake, write_json
+from tests.support.cli import end_process, messages, run_olake, write_json
 from tests.support.verify import latest_versions, read_parquet
 
 REGION = "us-east-1"
@@ -54,12 +54,7 @@ class MotoServer:
 
     def stop(self) -> None:
         """Stop the server (this process started it)."""
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        end_process(self.process)
 
 
 def start_moto_server() -> MotoServer:

@@ -23,6 +23,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from tests.support.cli import end_process
 from tests.support.pgcluster import free_port
 
 
@@ -40,12 +41,7 @@ class KafkaBroker:
 
     def stop(self) -> None:
         """Stop the broker (this process started it)."""
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        end_process(self.process)
 
 
 def tansu_binary() -> str:
