@@ -160,7 +160,7 @@ def last_error_line(log: Path) -> str:
 def parquet_files(folder: Path) -> list[Path]:
     """The data files of a Parquet folder (names starting with ``_`` or ``.`` are not data)."""
     found = []
-    for top, dirs, files in os.walk(folder):
+    for top, dirs, files in os.walk(folder, followlinks=True):  # a stream's name links to its live load
         dirs[:] = [d for d in dirs if not d.startswith(("_", "."))]
         found += [Path(top) / f for f in files if f.endswith(".parquet") and not f.startswith(("_", "."))]
     return sorted(found)
