@@ -39,6 +39,7 @@ class KafkaDestination:
         self._admin: Any = None
         self._txn: Transactions | None = None
         self._states: dict[str, records.Committed] = {}
+        self._read: dict[str, records.Committed] | None = None  # the state topic as committed_state last read it
         self._catalog: dict[str, bytes] = {}
         self.streams: dict[tuple, KafkaStream] = {}
         self.sink: KafkaChunkSink | None = None
@@ -71,6 +72,7 @@ class KafkaDestination:
     def open(self, catalog: Catalog) -> None:
         """Make or check every selected stream's topic, fence the pipeline's earlier producer, and read back
         what the state and catalog topics hold."""
+        self._read = None  # opening may fence a run whose record the next read must see settled
         streams = [s for s in catalog.selected_streams() if s.key not in self.streams]
         if not streams and self._txn is not None:
             return
@@ -117,6 +119,7 @@ class KafkaDestination:
         and the stream states."""
         txn = self._txn
         assert txn is not None, "commit before open"
+        self._read = None
         txn.begin()
         try:
             self._send(txn, batches)
@@ -151,12 +154,13 @@ class KafkaDestination:
     def committed_state(self, stream: CatalogStream) -> dict | None:
         """The stream state this pipeline last committed in the state topic, or None."""
         kafka = self.settings.kafka
-        partitions = topic_partitions(kafka, self.admin, self.errors).get(kafka.state_topic)
-        if partitions is None:
-            return None
-        try:
-            states = records.committed_states(self.settings, partitions, self.errors)
-        except Exception as exc:
-            raise failure(exc, kafka, "reading the committed state", self.errors) from None
-        found = states.get(self.settings.state_key(stream.namespace, stream.name))
+        if self._read is None:  # one read of the topic serves every stream until the next open or commit
+            partitions = topic_partitions(kafka, self.admin, self.errors).get(kafka.state_topic)
+            if partitions is None:
+                return None
+            try:
+                self._read = records.committed_states(self.settings, partitions, self.errors)
+            except Exception as exc:
+                raise failure(exc, kafka, "reading the committed state", self.errors) from None
+        found = self._read.get(self.settings.state_key(stream.namespace, stream.name))
         return found.state if found else None
