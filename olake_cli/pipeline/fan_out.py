@@ -113,7 +113,7 @@ class StateTally:
 
     def __init__(self, out: MessageWriter, writers: int) -> None:
         self.out, self.writers = out, writers
-        self.counts: list[int] = []
+        self.counts: dict[int, int] = {}  # STATE number -> writers that acknowledged it (until all did)
         self.lock = threading.Lock()
 
     def writer(self, index: int) -> _TallyWriter:
@@ -123,10 +123,9 @@ class StateTally:
     def acknowledged(self, index: int, nth: int, msg: dict) -> None:
         """Writer ``index`` acknowledged its ``nth`` STATE ``msg``."""
         with self.lock:
-            if nth == len(self.counts):
-                self.counts.append(0)
-            self.counts[nth] += 1
+            self.counts[nth] = self.counts.get(nth, 0) + 1
             if self.counts[nth] == self.writers:
+                del self.counts[nth]  # a following run acknowledges STATEs for days: keep none once done
                 self.out.write(msg)
                 self.out.flush()
 
