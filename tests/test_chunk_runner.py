@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import time
+from pathlib import Path
+
 from olake_cli.engine.chunk_runner import SparkChunkRunner
 
 
@@ -12,9 +16,33 @@ def test_chunks_in_flight_follow_the_cores_capped_by_max_connections(spark):
                SparkChunkRunner(lambda: spark, max_parallel=5, max_connections=3, log=logs.append),
                SparkChunkRunner(lambda: spark, max_parallel=1, max_connections=3, log=logs.append)]
     try:
-        assert [runner.max_parallel for runner in runners] == [2, 1, 3, 1]  # local[2] has 2 cores
+        # (running, submitted): one job waits for a free slot only when the slots themselves are the bound
+        assert [runner.parallelism() for runner in runners] == [(2, 3), (1, 1), (3, 3), (1, 1)]  # local[2]
         assert logs[0] == "2 chunk(s) could run at once; max_connections 1 keeps the source's connections to that many"
         assert "max_connections 3" in logs[-1] and len(logs) == 2
     finally:
         for runner in runners:
             runner.close()
+
+
+def _stay(task: tuple[str, int]) -> int:
+    """A chunk stand-in: notes when it ran (start and end times in a file named after it)."""
+    folder, index = task
+    started = time.time()
+    time.sleep(0.4)
+    Path(folder, str(index)).write_text(f"{started} {time.time()} {os.getpid()}")
+    return index
+
+
+def test_the_job_waiting_for_a_slot_never_runs_a_third_chunk_at_once(spark, tmp_path):
+    logs: list[str] = []
+    runner = SparkChunkRunner(lambda: spark, log=logs.append, label="local[2]")
+    try:
+        results = sorted(runner.run(_stay, [(str(tmp_path), i) for i in range(7)]))
+    finally:
+        runner.close()
+    assert results == list(range(7))
+    spans = [tuple(map(float, (tmp_path / str(i)).read_text().split()[:2])) for i in range(7)]
+    overlaps = [sum(1 for s, e in spans if s <= moment < e) for moment, _ in spans]
+    assert max(overlaps) <= 2, spans
+    assert logs == ["full-load chunks run as Spark tasks on local[2], 2 at a time"]

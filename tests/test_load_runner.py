@@ -76,19 +76,24 @@ def test_loads_over_the_limit_run_as_spark_tasks(pg_cluster, pg_db, tmp_path, sp
     # the first table (700 rows) fits under 800; the second takes the run over it: both go to Spark
     logs, catalog = _sync(pg_cluster, pg_db, tmp_path, 800, factory)
     assert started and not any("without Spark" in line for line in logs), logs
+    assert "full loads of about 1,000 row(s) in all, more than in_process_rows (800): they go to Spark" in logs
+    assert "full-load chunks run as Spark tasks on local[*], 2 at a time" in logs
     _assert_copied(pg_cluster, pg_db, tmp_path, catalog)
 
 
 def test_a_load_of_unknown_size_goes_to_spark_and_the_decision_sticks(spark):
     started: list[object] = []
-    engine = SparkChunkRunner(lambda: started.append(spark) or spark, local=True)
+    logs: list[str] = []
+    engine = SparkChunkRunner(lambda: started.append(spark) or spark, local=True, label="local[2]")
     runner = LoadRunner(engine, local=True, in_process_rows=10_000, max_parallel=None, max_connections=None,
-                        log=lambda line: None)
+                        log=logs.append)
     try:
         runner.expect_load(10)
         assert sorted(runner.run(abs, [-1, -2, -3])) == [1, 2, 3] and not started  # in process so far
         runner.expect_load(None)  # a resumed load: its size is unknown
         runner.expect_load(10)
         assert sorted(runner.run(abs, [-1, -2, -3])) == [1, 2, 3] and started
+        assert ("full loads of at least 20 row(s) in all (a resumed load's size is unknown), more than "
+                "in_process_rows (10,000): they go to Spark") in logs
     finally:
         runner.close()

@@ -30,11 +30,13 @@ class LoadRunner:
                  max_connections: int | None, log: Callable[[str], None]) -> None:
         self._engine = engine
         self._in_process = local and in_process_rows > 0  # until a load too large or of unknown size comes
+        self._local = local
         self._limit = in_process_rows
         self._planned = 0
+        self._unknown = False  # a load of unknown size was planned
         self._threads = max(1, min(max_parallel or os.cpu_count() or 1, max_connections or 1 << 16))
         self._log = log
-        self._said = False
+        self._said: set[str] = set()  # which of the two ways the log has named
 
     @property
     def spool(self) -> Any:
@@ -44,22 +46,33 @@ class LoadRunner:
     def expect_load(self, rows: int | None) -> None:
         """A full load of about ``rows`` rows (None: unknown) is planned: Spark starts now if the run's
         loads no longer fit in this process."""
+        self._planned += rows or 0
+        self._unknown = self._unknown or rows is None
         if self._in_process:
-            self._planned += rows or 0
             self._in_process = rows is not None and self._planned <= self._limit
         if not self._in_process:
             self._engine.expect_load(rows)
 
     def run(self, func: Callable[[Any], Any], tasks: Iterable[Any]) -> Generator[Any, None, None]:
         """``func(task)`` for every task, in completion order: here when the loads are small, else on Spark."""
-        if not self._in_process:
-            return self._engine.run(func, tasks)
         tasks = list(tasks)
-        if tasks and not self._said:
-            self._said = True
+        if not self._in_process:
+            if tasks and self._local and "spark" not in self._said:
+                self._said.add("spark")
+                self._log(f"full loads of {self._size()}, more than in_process_rows ({self._limit:,}): "
+                          f"they go to Spark")
+            return self._engine.run(func, tasks)
+        if tasks and "process" not in self._said:
+            self._said.add("process")
             self._log(f"full loads of about {self._planned:,} row(s) in all: scanned in this process on "
                       f"{self._threads} thread(s), without Spark (in_process_rows {self._limit:,})")
         return in_threads(lambda task: func(pickle.loads(pickle.dumps(task))), tasks, self._threads)
+
+    def _size(self) -> str:
+        """The planned loads' size, for the log line."""
+        if self._unknown:
+            return f"at least {self._planned:,} row(s) in all (a resumed load's size is unknown)"
+        return f"about {self._planned:,} row(s) in all"
 
     def close(self) -> None:
         """Stop the engine and remove what the run left."""

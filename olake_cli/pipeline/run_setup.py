@@ -111,6 +111,6 @@ def chunk_runner(target, max_parallel: int | None, source_config: dict[str, Any]
     connections = source_config.get("max_connections", DEFAULT_MAX_CONNECTIONS)
     engine = SparkChunkRunner(lambda: start_session(target), parallel, local=target.local, log=log,
                               archive_name=target.archive_name, max_connections=connections,
-                              spool=Spool.of(source_config.get("spark")))
+                              spool=Spool.of(source_config.get("spark")), label=target.label)
     return LoadRunner(engine, target.local, source_config.get("in_process_rows", DEFAULT_IN_PROCESS_ROWS),
                       parallel, connections, log)
