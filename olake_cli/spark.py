@@ -3,12 +3,21 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
+from olake_cli.engine.datasource.shipped import shipped_class
 from olake_cli.engine.datasource.source import datasource_class
 from olake_cli.pipeline.spark_provider import OlakeScans
 
 
-def register(spark: Any) -> None:
-    """Register the ``olake`` format with a SparkSession."""
-    spark.dataSource.register(datasource_class(OlakeScans()))
+def register(spark: Any, archive: str | None = None) -> None:
+    """Register the ``olake`` format with a SparkSession (classic or Spark Connect); with ``archive``
+    (``olake pack``'s), add it to the session and have Spark's Python workers take olake from it (a
+    Connect server's, or any without olake installed)."""
+    source = datasource_class(OlakeScans())
+    if archive is None:
+        spark.dataSource.register(source)
+        return
+    spark.addArtifacts(archive, archive=True)
+    spark.dataSource.register(shipped_class(source, os.path.basename(archive)))

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from tests.support.cli import olake_env, write_json
 from tests.support.spark_cluster import cluster_spark_config
 from tests.support.verify import assert_table_matches
-from tests.test_e2e_edge_values import EDGE_DDL, EDGE_VALUES
+from tests.test_e2e_edge_values import EDGE_DDL, EDGE_VALUES, GRID_VALUES
 from tests.test_spark_datasource import discovered
 from tests.test_spark_datasource_stream import AccountWriter, assert_slot_within, committed_offset
 
@@ -39,9 +39,14 @@ from olake_cli.engine.session import spark_session
 from olake_cli.spark import register
 from tests.test_spark_datasource_stream import ParquetApply
 
-master, src, out, conf = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
-spark = spark_session(master, conf=conf)
-register(spark)
+master, src, out, conf, archive = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4]), sys.argv[5]
+if master.startswith("sc://"):  # Spark Connect: olake comes to the server's Python workers in the archive
+    from pyspark.sql import SparkSession
+    spark = SparkSession.builder.remote(master).create()
+    register(spark, archive)
+else:
+    spark = spark_session(master, conf=conf)
+    register(spark)
 apply = ParquetApply(os.path.join(out, "copy.parquet"))
 
 def executor_python(batches):
@@ -78,12 +83,13 @@ for line in sys.stdin:
 class Driver:
     """The job's driver process; ``ask`` sends it one command and waits for its JSON answer."""
 
-    def __init__(self, tmp_path: Path, master: str, src: str, conf: dict) -> None:
+    def __init__(self, tmp_path: Path, master: str, src: str, conf: dict, archive: str = "") -> None:
         script = tmp_path / "driver.py"
         script.write_text(DRIVER)
         self.log = tmp_path / "driver.log"
         env = {**olake_env(), "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-        self.process = subprocess.Popen([sys.executable, str(script), master, src, str(tmp_path), json.dumps(conf)],
+        self.process = subprocess.Popen([sys.executable, str(script), master, src, str(tmp_path), json.dumps(conf),
+                                         archive],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(self.log, "wb"),
                                         env=env, text=True, start_new_session=True)
 
@@ -150,3 +156,29 @@ def test_a_job_on_the_cluster_reads_a_table_and_its_changes(pg_cluster, pg_db, s
                              pq.read_table(tmp_path / "copy.parquet"))
         conn.execute("SELECT pg_drop_replication_slot('cluster_slot')")
 
+
+
+def test_a_batch_read_through_spark_connect_equals_the_source(pg_cluster, pg_db, spark_connect, olake_archive,
+                                                              bare_python, tmp_path):
+    """Through the Connect server, whose Python workers (planning on the server, reading on its executors)
+    run ``bare_python``: ``register(spark, archive)`` ships olake to them."""
+    dsn = pg_cluster.dsn(pg_db)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(EDGE_DDL)
+        conn.execute(f"INSERT INTO edge VALUES {EDGE_VALUES}")
+        conn.execute(f"INSERT INTO grid VALUES {GRID_VALUES}")
+    config = pg_cluster.source_config(pg_db, chunk_rows=3, chunk_strategy="primary_key")
+    src = write_json(tmp_path / "src.json", config)
+    driver = Driver(tmp_path, spark_connect.remote, src, {}, olake_archive)
+    try:
+        assert driver.ask("batch public.edge") == 3
+        driver.ask("batch public.grid")
+        driver.close()
+    finally:
+        if driver.process.poll() is None:
+            os.killpg(driver.process.pid, signal.SIGKILL)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for table in ("edge", "grid"):
+            json_schema = discovered(config, f"public.{table}")
+            data = pq.read_table(tmp_path / f"public.{table}.parquet")
+            assert_table_matches(conn, "public", table, json_schema, data.select(list(json_schema["properties"])))

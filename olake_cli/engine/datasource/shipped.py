@@ -1,0 +1,128 @@
+"""The ``olake`` data source for Python workers that have no olake: it takes it from the shipped archive.
+
+Over Spark Connect a data source is planned in the server's Python workers and read in its executors'
+(``olake pack``'s archive, added to the session as an artifact, unpacks into their working folders but is
+on no ``sys.path``). The classes here are pickled *by value* (as ``engine/task_entry`` is), so a worker
+unpickles them without olake; each call first puts the unpacked archive on ``sys.path`` (task_entry's
+``_use_shipped_environment``), then unpickles the real data source, reader or partition, which do import
+olake, and hands the call on. This module may import nothing from olake at module level but task_entry.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator
+from typing import Any
+
+from pyspark import cloudpickle
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+
+from olake_cli.engine import task_entry
+from olake_cli.engine.task_entry import _use_shipped_environment
+
+
+class _Shipped:
+    """Holds a pickled object and the archive's folder name; unpickles it (once) after the archive is on
+    ``sys.path``. Pickles without the unpickled object."""
+
+    def __init__(self, archive_name: str, inner: Any) -> None:
+        self.archive_name, self.pickled, self._inner = archive_name, cloudpickle.dumps(inner), inner
+
+    def __getstate__(self) -> dict:
+        return {"archive_name": self.archive_name, "pickled": self.pickled}
+
+    def __setstate__(self, state: dict) -> None:
+        self.archive_name, self.pickled, self._inner = state["archive_name"], state["pickled"], None
+
+    def inner(self) -> Any:
+        """The real object (its unpickling imports olake)."""
+        if self._inner is None:
+            _use_shipped_environment(self.archive_name)
+            self._inner = pickle.loads(self.pickled)
+        return self._inner
+
+
+class _ShippedPartition(InputPartition):
+    """A real partition, pickled (``value``)."""
+
+
+def _wrap(partitions: list[InputPartition]) -> list[InputPartition]:
+    return [_ShippedPartition(cloudpickle.dumps(p)) for p in partitions]
+
+
+class ShippedReader(_Shipped, DataSourceReader):
+    """A batch reader whose real one is unpickled where it runs."""
+
+    def partitions(self) -> list[InputPartition]:
+        """The real reader's partitions, pickled."""
+        return _wrap(self.inner().partitions())
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        """The real reader's rows of the real partition."""
+        reader = self.inner()
+        yield from reader.read(pickle.loads(partition.value))
+
+
+class ShippedStreamReader(_Shipped, DataSourceStreamReader):
+    """A stream reader whose real one is unpickled where it runs (and kept for the query's lifetime)."""
+
+    def initialOffset(self) -> dict:  # noqa: N802 (pyspark's names)
+        """The real reader's."""
+        return self.inner().initialOffset()
+
+    def latestOffset(self, start: dict, limit: Any) -> dict:  # noqa: N802
+        """The real reader's."""
+        return self.inner().latestOffset(start, limit)
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        """The real reader's partitions, pickled."""
+        return _wrap(self.inner().partitions(start, end))
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        """The real reader's rows of the real partition."""
+        reader = self.inner()
+        yield from reader.read(pickle.loads(partition.value))
+
+    def commit(self, end: dict) -> None:
+        """The real reader's."""
+        self.inner().commit(end)
+
+    def stop(self) -> None:
+        """The real reader's."""
+        self.inner().stop()
+
+
+class ShippedDataSource(DataSource):
+    """``format("olake")`` for workers without olake: the real data source class is ``source`` (pickled)."""
+
+    source: _Shipped  # set on the subclass ``shipped_class`` makes
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name."""
+        return "olake"
+
+    def _real(self) -> DataSource:
+        return self.source.inner()(self.options)
+
+    def schema(self) -> Any:
+        """The real data source's."""
+        return self._real().schema()
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        """The real data source's reader, shipped."""
+        return ShippedReader(self.source.archive_name, self._real().reader(schema))
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:  # noqa: N802
+        """The real data source's stream reader, shipped."""
+        return ShippedStreamReader(self.source.archive_name, self._real().streamReader(schema))
+
+
+def shipped_class(source: type[DataSource], archive_name: str) -> type[DataSource]:
+    """The ``DataSource`` class to register when Python workers take olake from the archive that unpacks
+    to folder ``archive_name``: it and this module's classes pickle by value."""
+    import sys
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    cloudpickle.register_pickle_by_value(task_entry)
+    return type("OlakeDataSource", (ShippedDataSource,), {"source": _Shipped(archive_name, source)})
