@@ -17,6 +17,7 @@ from olake_cli.cli.report import (LOG_FORMATS, command_guard, ended_by_signal, f
 from olake_cli.core import messages
 from olake_cli.core.errors import ConfigError, OlakeError
 from olake_cli.cli.following import exit_if_stopped, follow_options, run_command
+from olake_cli.cli.spark_server_commands import spark_server_app
 from olake_cli.core.interrupts import signal_caught
 from olake_cli.core.registry import DESTINATIONS, SOURCES
 
@@ -27,6 +28,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                        f"{DESTINATION_TYPES}. Options before the command apply to every command.")
 state_app = typer.Typer(no_args_is_help=True, help="Work with state files, and the replication slot a pipeline keeps.")
 app.add_typer(state_app, name="state")
+app.add_typer(spark_server_app, name="spark-server")
 
 CONFIG_OPT = typer.Option(..., "--config", metavar="FILE",
                           help="Connector config JSON file (its 'type' names the connector).")

@@ -31,11 +31,12 @@ class SparkTarget:
     remote: str | None = None
     conf: dict[str, Any] = field(default_factory=dict)
     archive: str | None = None
+    on_this_machine: bool = False  # the remote is the server ``olake spark-server start`` runs here
 
     @property
     def local(self) -> bool:
         """Whether the tasks run on this machine (and see its disk)."""
-        return self.remote is None and (self.master or "").startswith("local")
+        return self.on_this_machine or (self.remote is None and (self.master or "").startswith("local"))
 
     @property
     def label(self) -> str:
@@ -62,13 +63,12 @@ def resolve_target(master: str | None, remote: str | None, section: dict[str, An
         archive = os.path.abspath(os.path.expanduser(archive))
         if not os.path.isfile(archive):
             raise ConfigError(f"spark.archive '{archive}' is not a file; build it with 'olake pack --output FILE'")
-    target = SparkTarget(master=None if remote else (master or "local[*]"), remote=remote,
-                         conf={k: str(v) for k, v in (section.get("conf") or {}).items()}, archive=archive)
     if remote:
         check_remote(remote)
     else:
-        check_master(target.master)
-    return target
+        check_master(master or "local[*]")
+    return SparkTarget(master=None if remote else (master or "local[*]"), remote=remote,
+                       conf={k: str(v) for k, v in (section.get("conf") or {}).items()}, archive=archive)
 
 
 def check_remote(url: str, timeout_s: float = 5.0) -> None:
@@ -151,7 +151,7 @@ def cluster_cores(spark) -> int:
     # Spark Connect has no SparkContext: a range without a partition count is split that many ways
     from pyspark.sql import functions as F
 
-    row = spark.range(0, 1 << 20).select(F.spark_partition_id().alias("p")).agg(F.countDistinct("p")).first()
+    row = spark.range(0, 1 << 16).select(F.spark_partition_id().alias("p")).agg(F.countDistinct("p")).first()
     return int(row[0])
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from collections.abc import Callable
 
@@ -92,10 +92,13 @@ def check_shared_path(sink: ChunkSink | None, target, dest_path: str, dest_confi
 
 
 def spark_target(spark: SparkOptions, source_config: dict[str, Any]):
-    """Where the run's Spark jobs go (checked: a wrong URL fails now with one line, not after a minute)."""
+    """Where the run's Spark jobs go (checked: a wrong URL fails now with one line, not after a minute); a
+    remote that is the server ``olake spark-server start`` runs here has its tasks on this machine."""
     from olake_cli.engine.session import resolve_target
+    from olake_cli.engine.spark_server import serves
 
-    return resolve_target(spark.master, spark.remote, source_config.get("spark"))
+    target = resolve_target(spark.master, spark.remote, source_config.get("spark"))
+    return replace(target, on_this_machine=True) if target.remote and serves(target.remote) else target
 
 
 def chunk_runner(target, max_parallel: int | None, source_config: dict[str, Any], log: Callable[[str], None]):
