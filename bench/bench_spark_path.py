@@ -3,6 +3,7 @@ and as Spark tasks (``"in_process_rows": 0``), side by side at several sizes, an
 
     .venv/bin/python bench/bench_spark_path.py --rows 1000,1000000,5000000,10000000
     .venv/bin/python bench/bench_spark_path.py --rows 1000 --repeat 5 --spark-remote sc://127.0.0.1:15002
+    .venv/bin/python bench/bench_spark_path.py --rows 0 --breakdown 5      # only the start-up, step by step
 
 Starts a throwaway PostgreSQL, fills one table per size (bench_full_load's 10 columns), and times cold
 ``olake sync`` processes into Parquet, the two paths in turn (in process, then Spark) for every repeat;
@@ -98,7 +99,14 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="runs of each path per size (median shown)")
     parser.add_argument("--spark-master", default=None, help="the Spark path's master (default: olake's)")
     parser.add_argument("--spark-remote", default=None, help="also run the chunks on this Connect server")
+    parser.add_argument("--breakdown", type=int, default=0, metavar="N",
+                        help="also time the cold Spark start step by step (bench/spark_start.py), N times")
     args = parser.parse_args()
+    if args.breakdown:
+        print(breakdown(args.breakdown, args.spark_master or "local[2]") + "\n")
+    sizes = [int(n) for n in args.rows.split(",") if int(n)]
+    if not sizes:
+        return
     work = Path(tempfile.mkdtemp(prefix="olake-bench-spark-path-"))
     env = dict(os.environ)
     cluster = start_cluster()
@@ -106,7 +114,7 @@ def main() -> None:
              "|---:|---|---:|---:|---:|---:|"]
     verdicts = []
     try:
-        for rows in [int(n) for n in args.rows.split(",")]:
+        for rows in sizes:
             paths = measure_size(cluster, work, env, rows, args)
             base = statistics.median(paths[0].walls)
             base_first = statistics.median(paths[0].firsts)
@@ -126,6 +134,19 @@ def main() -> None:
           f"{load[0]:.1f} at the end; {args.repeat} run(s) of each path, medians):\n")
     print("\n".join(table) + "\n\n" + "\n".join(verdicts))
     print(f"[bench] logs in {work}", file=sys.stderr)
+
+
+def breakdown(runs: int, master: str) -> str:
+    """A Markdown table: each step of a cold Spark start (bench/spark_start.py), medians of ``runs``."""
+    results = []
+    for _ in range(runs):
+        done = subprocess.run([sys.executable, str(ROOT / "bench" / "spark_start.py"), master], capture_output=True,
+                              text=True, check=True)
+        results.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    lines = [f"Cold Spark start on {master}, step by step (`bench/spark_start.py`, median of {runs}):\n",
+             "| step | seconds |", "|---|---:|"]
+    lines += [f"| {name} | {statistics.median(r[name] for r in results):.2f} |" for name in results[0]]
+    return "\n".join(lines)
 
 
 def measure_size(cluster, work: Path, env: dict[str, str], rows: int, args) -> list[LoadPath]:
