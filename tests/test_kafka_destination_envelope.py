@@ -74,6 +74,19 @@ def test_a_delete_is_followed_by_a_tombstone_and_unchanged_toast_columns_are_lef
     assert "toast_unchanged" not in delete
 
 
+def test_a_batch_with_deletes_built_a_column_at_a_time_equals_one_built_a_row_at_a_time():
+    rows = [ROWS[0], dict(ROWS[2], id=5), ROWS[1], dict(ROWS[0], id=6)]
+    ops, op_ids = ["c", "d", "u", "d"], [f"{i:032x}" for i in range(1, 5)]
+    ref = envelope.stream_ref("public", "t")
+    columnar = list(envelope.table_messages(stored_table(rows, ops, op_ids), SCHEMA, ("id",), ref, None, "json"))
+    # a last row that leaves a TOASTed value out makes the whole batch go a row at a time
+    by_row = list(envelope.table_messages(stored_table([*rows, dict(ROWS[0], id=7)], [*ops, "u"], [*op_ids, "f" * 32],
+                                                       [None, None, None, None, ["s"]]),
+                                          SCHEMA, ("id",), ref, None, "json"))
+    assert columnar == by_row[:-1] and len(columnar) == 6  # two deletes, each with its tombstone
+    assert [v is None for _, v in columnar] == [False, False, True, False, False, True]
+
+
 def test_a_stream_without_key_has_null_keys_and_the_load_marker_is_an_envelope():
     table = stored_table(ROWS[:1], ["r"], [None])
     [(key, value)] = list(envelope.table_messages(table, SCHEMA, (), envelope.stream_ref("s", "t"), "L", "msgpack"))

@@ -98,18 +98,26 @@ def table_messages(table: pa.Table, json_schema: dict, key_columns: tuple[str, .
     """The messages of a table of rows (destination Arrow types, or a source's scanned types, and the stored
     ``_olake_*`` columns): one per row, a tombstone after each delete (``given``: columns whose wire values
     the source gave itself, ``WireColumnsReader``). A value the wire form cannot carry raises a
-    DestinationError naming the stream, the column and the row's key. JSON rows that are neither deletes
-    nor leave a value out are built a column at a time; a key's bytes are the same whichever way."""
+    DestinationError naming the stream, the column and the row's key. JSON batches in which no row leaves
+    a value out are built a column at a time; a key's bytes are the same whichever way."""
     properties = json_schema.get("properties", {})
     columns = [name for name in table.column_names if name in properties]
     given = given or {}
     keys = _keys(table, tuple(key_columns), properties, stream, fmt, given)
-    if fmt == "json" and _plain(table):
+    if fmt == "json" and not _leaves_values_out(table):
         texts = {c: _encoded(json_rows.column_texts, table, c, properties[c], key_columns, stream, given)
                  for c in columns}
         key_texts = pc.cast(keys, pa.string()) if keys is not None else "null"
         values = json_rows.plain_envelopes(table, texts, key_texts, load_id, stream).cast(pa.binary()).to_pylist()
-        yield from zip(keys.to_pylist() if keys is not None else [None] * len(values), values)
+        key_list = keys.to_pylist() if keys is not None else [None] * len(values)
+        deletes = pc.equal(table.column(OP), "d")
+        if not pc.any(deletes).as_py():
+            yield from zip(key_list, values)
+            return
+        for key, value, delete in zip(key_list, values, deletes.to_pylist()):
+            yield key, value
+            if delete:
+                yield key, None  # the tombstone
         return
     wire = {c: _encoded(_wire, table, c, properties[c], key_columns, stream, given) for c in columns}
     ops, op_ids = table.column(OP).to_pylist(), table.column(OP_ID).to_pylist()
@@ -138,13 +146,11 @@ def table_messages(table: pa.Table, json_schema: dict, key_columns: tuple[str, .
             yield key_bytes[index], None
 
 
-def _plain(table: pa.Table) -> bool:
-    """Whether no row is a delete or leaves an unchanged TOAST value out."""
-    if pc.any(pc.equal(table.column(OP), "d")).as_py():
-        return False
+def _leaves_values_out(table: pa.Table) -> bool:
+    """Whether some row leaves an unchanged TOAST value out (its envelope is built on its own)."""
     if TOAST not in table.column_names:
-        return True
-    return not pc.any(pc.fill_null(pc.greater(pc.list_value_length(table.column(TOAST)), 0), False)).as_py()
+        return False
+    return pc.any(pc.fill_null(pc.greater(pc.list_value_length(table.column(TOAST)), 0), False)).as_py()
 
 
 def _keys(table: pa.Table, key_columns: tuple[str, ...], properties: dict, stream: dict, fmt: str,

@@ -53,12 +53,13 @@ def object_texts(names: list[str], texts: list[pa.Array]) -> pa.Array | str:
 
 def plain_envelopes(table: pa.Table, texts: dict[str, pa.Array], key: pa.Array | str, load_id: str | None,
                     stream: dict) -> pa.Array:
-    """Whole JSON envelopes of rows none of which is a delete or leaves a TOASTed value out (``texts``: the
-    columns' JSON texts; ``key``: the key objects' texts, or ``null``)."""
+    """Whole JSON envelopes of rows none of which leaves a TOASTed value out (``texts``: the columns' JSON
+    texts; ``key``: the key objects' texts, or ``null``); a delete's ``after`` is null."""
     ops = table.column(OP).combine_chunks()
     commit = table.column(COMMIT_TS).combine_chunks().cast(pa.timestamp("us", tz="UTC"))
     load = "null" if load_id is None else orjson.dumps(load_id).decode()
-    pieces = ['{"v":1,"op":', quoted_texts(ops), ',"after":', object_texts(list(texts), list(texts.values())),
+    after = pc.if_else(pc.equal(ops, "d"), "null", object_texts(list(texts), list(texts.values())))
+    pieces = ['{"v":1,"op":', quoted_texts(ops), ',"after":', after,
               ',"key":', key, ',"op_id":', quoted_texts(table.column(OP_ID).combine_chunks()),
               ',"commit_ts":', column_texts(commit, "timestamptz", COMMIT_TS, {}),
               ',"load_id":', pc.if_else(pc.equal(ops, "r"), load, "null"),
