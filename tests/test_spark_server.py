@@ -56,6 +56,10 @@ def test_a_sync_runs_its_chunks_on_the_warm_server_and_stop_ends_it(pg_cluster, 
         with psycopg.connect(pg_cluster.dsn(pg_db)) as conn:
             assert_table_matches(conn, "public", "orders", stream.json_schema,
                                  read_parquet(str(tmp_path / "lake" / "public" / "orders")))
+        read = run_olake("read", "--config", src, "--catalog", catalog, "--spark-remote", remote, env=env)
+        assert read.returncode == 0, read.stderr.decode()
+        records = [m["record"]["data"] for m in messages(read.stdout) if m["type"] == "RECORD"]
+        assert sorted(r["id"] for r in records) == list(range(1, 901))  # spooled beside this process by its tasks
         pid = json.loads(record_file.read_text())["pid"]
     finally:
         stopped = run_olake("spark-server", "stop", env=env)
