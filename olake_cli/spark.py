@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from olake_cli.engine.datasource.shipped import shipped_class
+from olake_cli.engine.datasource.shipped import ship
 from olake_cli.engine.datasource.source import datasource_class
 from olake_cli.pipeline.spark_provider import OlakeScans
 
@@ -19,5 +18,4 @@ def register(spark: Any, archive: str | None = None) -> None:
     if archive is None:
         spark.dataSource.register(source)
         return
-    spark.addArtifacts(archive, archive=True)
-    spark.dataSource.register(shipped_class(source, os.path.basename(archive)))
+    spark.dataSource.register(ship(spark, source, archive))

@@ -27,27 +27,47 @@ import pyarrow.parquet as pq
 from tests.support.cli import olake_env, write_json
 from tests.support.spark_cluster import cluster_spark_config
 from tests.support.verify import assert_table_matches
-from tests.test_e2e_edge_values import EDGE_DDL, EDGE_VALUES, GRID_VALUES
+from tests.test_e2e_edge_values import EDGE_DDL, EDGE_VALUES
 from tests.test_spark_datasource import discovered
 from tests.test_spark_datasource_stream import AccountWriter, assert_slot_within, committed_offset
 
 DRIVER = '''
 import json, os, sys
-import pyarrow.parquet as pq
+import pyarrow as pa, pyarrow.parquet as pq
 from pyspark.sql.functions import spark_partition_id
 from olake_cli.engine.session import spark_session
 from olake_cli.spark import register
-from tests.test_spark_datasource_stream import ParquetApply
 
 master, src, out, conf, archive = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4]), sys.argv[5]
-if master.startswith("sc://"):  # Spark Connect: olake comes to the server's Python workers in the archive
+connect = master.startswith("sc://")
+if connect:  # Spark Connect: olake comes to the server's Python workers in the archive
     from pyspark.sql import SparkSession
     spark = SparkSession.builder.remote(master).create()
     register(spark, archive)
 else:
     spark = spark_session(master, conf=conf)
     register(spark)
-apply = ParquetApply(os.path.join(out, "copy.parquet"))
+COPY, BATCHES, SINK = (os.path.join(out, name) for name in ("copy.parquet", "batches", "sink"))
+os.makedirs(BATCHES, exist_ok=True)
+
+def apply(rows, batch_id, current):
+    """Rows by id in operation order onto ``current``, written to COPY; their change ids to BATCHES."""
+    rows = sorted(rows, key=lambda r: r["_olake_op_id"] or "")
+    for row in rows:
+        if row["_olake_op"] == "d":
+            current.pop(row["id"], None)
+        else:
+            current[row["id"]] = {k: row[k] for k in ("id", "v", "note")}
+    pq.write_table(pa.Table.from_pylist(list(current.values()), pa.schema(
+        [("id", pa.int32()), ("v", pa.int32()), ("note", pa.string())])), COPY + ".tmp")
+    os.replace(COPY + ".tmp", COPY)
+    with open(os.path.join(BATCHES, f"{batch_id}.tmp"), "w") as f:
+        json.dump([r["_olake_op_id"] for r in rows if r["_olake_op"] != "r"], f)
+    os.replace(os.path.join(BATCHES, f"{batch_id}.tmp"), os.path.join(BATCHES, str(batch_id)))
+
+def apply_batch(frame, batch_id):
+    current = {r["id"]: r for r in pq.read_table(COPY).to_pylist()} if os.path.exists(COPY) else {}
+    apply(frame.toArrow().to_pylist(), batch_id, current)
 
 def executor_python(batches):
     import sys, olake_cli
@@ -68,12 +88,16 @@ def run(command):
         return len(set(data.column("_partition").to_pylist()))
     frame = spark.readStream.format("olake").option("config", src).option("stream", "public.acc") \\
         .option("driver_host", "127.0.0.1").load()
-    query = frame.writeStream.foreachBatch(apply).option("checkpointLocation", os.path.join(out, "checkpoint")) \\
-        .trigger(availableNow=True).start()
+    writer = frame.writeStream.option("checkpointLocation", os.path.join(out, "checkpoint")).trigger(availableNow=True)
+    # over Connect, foreachBatch would run on the server in a Python with Spark Connect's client
+    # libraries, which the test's bare Python has not: the query writes Parquet files, applied here
+    query = writer.format("parquet").option("path", SINK).start() if connect else writer.foreachBatch(apply_batch).start()
     query.awaitTermination(300)
     if query.exception() is not None:
         raise RuntimeError(str(query.exception()))
-    return apply.change_ids
+    if connect:  # every row the query wrote, applied anew
+        apply(pq.read_table(SINK).to_pylist(), 0, {})
+    return "ok"
 
 for line in sys.stdin:
     print(json.dumps(run(line.strip())), flush=True)
@@ -112,73 +136,87 @@ def executors_conf(archive: str, python: str) -> dict:
             "spark.sql.execution.pyspark.python": python}
 
 
-def test_a_job_on_the_cluster_reads_a_table_and_its_changes(pg_cluster, pg_db, spark_cluster, olake_archive,
-                                                            bare_python, tmp_path):
-    dsn = pg_cluster.dsn(pg_db)
+def seed(dsn: str) -> None:
+    """The edge-value table and ``acc`` (300 rows), which the writer changes."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(EDGE_DDL)
         conn.execute(f"INSERT INTO edge VALUES {EDGE_VALUES}")
         conn.execute("CREATE TABLE acc (id int PRIMARY KEY, v int, note text)")
         conn.execute("INSERT INTO acc SELECT g, g, 'seed ' || g FROM generate_series(1, 300) g")
-    config = pg_cluster.source_config(pg_db, replication_slot="cluster_slot", publication="cluster_pub",
-                                      create_slot_and_publication=True, chunk_rows=100, chunk_strategy="primary_key")
-    src = write_json(tmp_path / "src.json", config)
-    driver = Driver(tmp_path, spark_cluster.master, src, executors_conf(olake_archive, bare_python))
-    writer = AccountWriter(dsn)
+
+
+def assert_batch_reads(dsn: str, config: dict, out: Path, tables: tuple[str, ...]) -> None:
+    """The tables the driver read equal the source value by value, every row a load row."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for table in tables:
+            json_schema = discovered(config, f"public.{table}")
+            data = pq.read_table(out / f"public.{table}.parquet")
+            assert data.column("_olake_op").to_pylist() == ["r"] * data.num_rows
+            assert_table_matches(conn, "public", table, json_schema, data.select(list(json_schema["properties"])))
+
+
+def stream_runs(driver: Driver, dsn: str, config: dict, out: Path, busy_runs: int) -> None:
+    """``busy_runs`` availableNow runs of the query on ``acc`` with the writer busy (the first holds the
+    load), one more once it stopped; the copy ends equal to the table, no change twice, the slot never
+    past the committed offset."""
+    slot, writer = config["replication_slot"], AccountWriter(dsn)
+    writer.start()
+    try:
+        for _ in range(busy_runs):
+            driver.ask("stream")
+            assert_slot_within(dsn, committed_offset(str(out / "checkpoint")), slot)
+    finally:
+        writer.stop()
+    driver.ask("stream")
+    assert_slot_within(dsn, committed_offset(str(out / "checkpoint")), slot)
+    changes = [op for path in (out / "batches").glob("[0-9]*") for op in json.loads(path.read_text())]
+    assert writer.transactions > 0 and changes
+    assert len(changes) == len(set(changes)), "a change arrived twice"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert_table_matches(conn, "public", "acc", discovered(config, "public.acc"), pq.read_table(out / "copy.parquet"))
+        conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+
+
+def stream_config(pg_cluster, db: str, slot: str, chunk_rows: int) -> dict:
+    """The source config: key-range chunks, a slot and publication the query creates."""
+    return pg_cluster.source_config(db, replication_slot=slot, publication=f"{slot}_pub", chunk_rows=chunk_rows,
+                                    create_slot_and_publication=True, chunk_strategy="primary_key")
+
+
+def test_a_job_on_the_cluster_reads_a_table_and_its_changes(pg_cluster, pg_db, spark_cluster, olake_archive,
+                                                            bare_python, tmp_path):
+    dsn = pg_cluster.dsn(pg_db)
+    seed(dsn)
+    config = stream_config(pg_cluster, pg_db, "cluster_slot", 100)
+    driver = Driver(tmp_path, spark_cluster.master, write_json(tmp_path / "src.json", config),
+                    executors_conf(olake_archive, bare_python))
     try:
         executors = driver.ask("executors")
         assert executors and all(e["python"] == bare_python and "/olake-env/" in e["olake"] for e in executors), \
             executors  # olake came from the archive on the executors
         assert driver.ask("batch public.acc") == 3
         driver.ask("batch public.edge")
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            for table in ("acc", "edge"):
-                json_schema = discovered(config, f"public.{table}")
-                data = pq.read_table(tmp_path / f"public.{table}.parquet")
-                assert data.column("_olake_op").to_pylist() == ["r"] * data.num_rows
-                assert_table_matches(conn, "public", table, json_schema, data.select(list(json_schema["properties"])))
-        writer.start()
-        for _ in range(2):  # the load (the writer busy meanwhile), then the changes so far
-            driver.ask("stream")
-            assert_slot_within(dsn, committed_offset(str(tmp_path / "checkpoint")), "cluster_slot")
-        writer.stop()
-        change_ids = driver.ask("stream")  # the rest of the changes
-        assert_slot_within(dsn, committed_offset(str(tmp_path / "checkpoint")), "cluster_slot")
+        assert_batch_reads(dsn, config, tmp_path, ("acc", "edge"))
+        stream_runs(driver, dsn, config, tmp_path, busy_runs=2)
         driver.close()
     finally:
-        writer.stop_event.set()
         if driver.process.poll() is None:
             os.killpg(driver.process.pid, signal.SIGKILL)
-    assert writer.transactions > 0 and change_ids
-    assert len(change_ids) == len(set(change_ids)), "a change arrived twice"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        assert_table_matches(conn, "public", "acc", discovered(config, "public.acc"),
-                             pq.read_table(tmp_path / "copy.parquet"))
-        conn.execute("SELECT pg_drop_replication_slot('cluster_slot')")
 
 
-
-def test_a_batch_read_through_spark_connect_equals_the_source(pg_cluster, pg_db, spark_connect, olake_archive,
-                                                              bare_python, tmp_path):
-    """Through the Connect server, whose Python workers (planning on the server, reading on its executors)
-    run ``bare_python``: ``register(spark, archive)`` ships olake to them."""
+def test_reads_through_spark_connect_equal_the_source(pg_cluster, pg_db, spark_connect, olake_archive, tmp_path):
+    """Through the Connect server, whose Python workers (planning and streaming on the server, reading on
+    its executors) run a Python without olake: ``register(spark, archive)`` ships it to them."""
     dsn = pg_cluster.dsn(pg_db)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(EDGE_DDL)
-        conn.execute(f"INSERT INTO edge VALUES {EDGE_VALUES}")
-        conn.execute(f"INSERT INTO grid VALUES {GRID_VALUES}")
-    config = pg_cluster.source_config(pg_db, chunk_rows=3, chunk_strategy="primary_key")
-    src = write_json(tmp_path / "src.json", config)
-    driver = Driver(tmp_path, spark_connect.remote, src, {}, olake_archive)
+    seed(dsn)
+    config = stream_config(pg_cluster, pg_db, "connect_slot", 100)
+    driver = Driver(tmp_path, spark_connect.remote, write_json(tmp_path / "src.json", config), {}, olake_archive)
     try:
-        assert driver.ask("batch public.edge") == 3
-        driver.ask("batch public.grid")
+        assert driver.ask("batch public.acc") == 3
+        driver.ask("batch public.edge")
+        assert_batch_reads(dsn, config, tmp_path, ("acc", "edge"))
+        stream_runs(driver, dsn, config, tmp_path, busy_runs=1)
         driver.close()
     finally:
         if driver.process.poll() is None:
             os.killpg(driver.process.pid, signal.SIGKILL)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for table in ("edge", "grid"):
-            json_schema = discovered(config, f"public.{table}")
-            data = pq.read_table(tmp_path / f"public.{table}.parquet")
-            assert_table_matches(conn, "public", table, json_schema, data.select(list(json_schema["properties"])))

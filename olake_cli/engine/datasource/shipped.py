@@ -10,7 +10,12 @@ olake, and hands the call on. This module may import nothing from olake at modul
 
 from __future__ import annotations
 
+import glob
+import hashlib
+import os
 import pickle
+import sys
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -38,8 +43,21 @@ class _Shipped:
         """The real object (its unpickling imports olake)."""
         if self._inner is None:
             _use_shipped_environment(self.archive_name)
+            if not any(os.path.basename(p) == self.archive_name for p in sys.path):
+                _use_sessions_archive(self.archive_name)
             self._inner = pickle.loads(self.pickled)
         return self._inner
+
+
+def _use_sessions_archive(archive_name: str) -> None:
+    """A Connect server's streaming worker works in a folder of its own beside the sessions' folders
+    (``SparkFiles`` root ``.../streaming_job``): the archive, named after its content, is in one of them."""
+    from pyspark import SparkFiles
+
+    for found in glob.glob(os.path.join(os.path.dirname(SparkFiles.getRootDirectory()), "*", archive_name)):
+        if os.path.isdir(found):
+            sys.path.insert(0, found)
+            return
 
 
 class _ShippedPartition(InputPartition):
@@ -118,11 +136,18 @@ class ShippedDataSource(DataSource):
         return ShippedStreamReader(self.source.archive_name, self._real().streamReader(schema))
 
 
-def shipped_class(source: type[DataSource], archive_name: str) -> type[DataSource]:
-    """The ``DataSource`` class to register when Python workers take olake from the archive that unpacks
-    to folder ``archive_name``: it and this module's classes pickle by value."""
-    import sys
-
+def ship(spark: Any, source: type[DataSource], archive: str) -> type[DataSource]:
+    """Add ``archive`` to the session, under a name made of its content (one session's archive is told
+    from another's by name alone), and return the ``DataSource`` class to register: Python workers take
+    olake from the archive; it and this module's classes pickle by value."""
+    digest = hashlib.sha256()
+    with open(archive, "rb") as data:
+        while piece := data.read(1 << 20):
+            digest.update(piece)
+    name = f"olake-{digest.hexdigest()[:20]}.tar.gz"
+    link = os.path.join(tempfile.mkdtemp(prefix="olake-archive-"), name)  # a classic session serves it from here
+    os.symlink(os.path.abspath(archive), link)
+    spark.addArtifacts(link, archive=True)
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     cloudpickle.register_pickle_by_value(task_entry)
-    return type("OlakeDataSource", (ShippedDataSource,), {"source": _Shipped(archive_name, source)})
+    return type("OlakeDataSource", (ShippedDataSource,), {"source": _Shipped(name, source)})
