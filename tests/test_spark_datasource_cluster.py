@@ -204,8 +204,7 @@ def test_a_job_on_the_cluster_reads_a_table_and_its_changes(pg_cluster, pg_db, s
         assert driver.ask("batch public.acc") == 3
         driver.ask("batch public.edge")
         assert_batch_reads(dsn, config, tmp_path, ("acc", "edge"))
-        if LONG:  # about 30 s more: a Connect server starts a Python worker per query, and per run
-            stream_runs(driver, dsn, config, tmp_path, busy_runs=1)
+        stream_runs(driver, dsn, config, tmp_path, busy_runs=1)
         driver.close()
     finally:
         if driver.process.poll() is None:
@@ -223,7 +222,7 @@ def test_reads_through_spark_connect_equal_the_source(pg_cluster, pg_db, spark_c
         assert driver.ask("batch public.acc") == 3
         driver.ask("batch public.edge")
         assert_batch_reads(dsn, config, tmp_path, ("acc", "edge"))
-        if LONG:  # about 30 s more: a Connect server starts a Python worker per query, and per run
+        if LONG:  # about 40 s more: a Connect server starts a Python worker per query, and per run
             stream_runs(driver, dsn, config, tmp_path, busy_runs=1)
         driver.close()
     finally:
