@@ -22,7 +22,7 @@ from typing import Any
 
 from olake_cli.core.errors import ConfigError, OlakeError, TransientError
 from olake_cli.engine import task_entry
-from olake_cli.engine.session import cluster_cores, spark_log_path
+from olake_cli.engine.session import cluster_cores, process_tag, spark_log_path
 from olake_cli.shared.spool import Spool, process_alive
 
 TASK_RETRIES = int(os.environ.get("OLAKE_CHUNK_RETRIES", "3"))  # lost tasks run again per chunk
@@ -54,7 +54,7 @@ class SparkChunkRunner:
         self._max_parallel = max_parallel
         self._max_connections = max_connections
         self._archive_name = archive_name  # the shipped environment (olake pack) the tasks put on sys.path
-        self._tag = f"olake-{os.getpid()}-{id(self)}"
+        self._tag = f"{process_tag()}-{id(self)}"
         self._cancelled = threading.Event()
         self._submitter = None
         self._said = False
@@ -242,11 +242,13 @@ class _FrameJobs:
     def rows(self, payload: bytes, ship_back: bool, archive_name: str | None) -> Iterator[tuple[int, bytes]]:
         """The task's ``(kind, data)`` rows as they arrive (one at a time in Python)."""
         self._spark.addTag(self._tag)  # this thread's operations: interruptTag cancels them
+        self._spark.addTag(process_tag())
         try:
             for row in task_entry.chunk_frame(self._spark, payload, ship_back, archive_name).toLocalIterator():
                 yield row[0], bytes(row[1])
         finally:
             self._spark.removeTag(self._tag)
+            self._spark.removeTag(process_tag())
 
     def cancel(self) -> None:
         """Interrupt every operation carrying the tag."""

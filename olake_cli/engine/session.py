@@ -32,6 +32,7 @@ class SparkTarget:
     conf: dict[str, Any] = field(default_factory=dict)
     archive: str | None = None
     on_this_machine: bool = False  # the remote is the server ``olake spark-server start`` runs here
+    session_id: str | None = None  # the server session runs share (that server's, see spark_server)
 
     @property
     def local(self) -> bool:
@@ -116,7 +117,7 @@ def start_session(target: SparkTarget):
     if _SESSION is not None:
         return _SESSION
     if target.remote:
-        session = connect_session(target.remote, target.conf)
+        session = connect_session(target.remote, target.conf, target.session_id)
     else:
         session = spark_session(target.master, conf=target.conf)
     if target.archive_name:
@@ -124,15 +125,17 @@ def start_session(target: SparkTarget):
     return session
 
 
-def connect_session(remote: str, conf: dict[str, str] | None = None):
-    """Return the process-wide session as a Spark Connect client of ``remote`` (no JVM here)."""
+def connect_session(remote: str, conf: dict[str, str] | None = None, session_id: str | None = None):
+    """Return the process-wide session as a Spark Connect client of ``remote`` (no JVM here); with
+    ``session_id``, that server session (whose Python workers earlier runs left warm)."""
     global _SESSION
     if _SESSION is not None:
         return _SESSION
     from pyspark.sql import SparkSession
 
+    url = f"{remote.rstrip('/')}/;session_id={session_id}" if session_id else remote
     try:
-        _SESSION = SparkSession.builder.remote(remote).config(map=dict(conf or {})).create()
+        _SESSION = SparkSession.builder.remote(url).config(map=dict(conf or {})).create()
     except Exception as exc:  # grpc and pyspark errors of many types; the first line says why
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
         raise OlakeError(f"cannot open a Spark Connect session at {remote} ({reason})") from None
@@ -254,11 +257,16 @@ def stop_spark_session() -> None:
         _SESSION = None
 
 
+def process_tag() -> str:
+    """The tag every chunk job of this process carries."""
+    return f"olake-{os.getpid()}"
+
+
 def cancel_spark_jobs() -> None:
     """Cancel every running Spark job, without waiting, and log nothing more: for a run that ends at
     once. Its JVM then stops itself (Spark's own shutdown hooks) when this process is gone."""
     if _SESSION is not None and is_connect(_SESSION):
-        _SESSION.interruptAll()  # the server's jobs of this session; nothing is logged here
+        _SESSION.interruptTag(process_tag())  # this process's jobs (other runs may share the session)
     elif _SESSION is not None:
         _SESSION.sparkContext.setLogLevel("OFF")
         _SESSION.sparkContext.cancelAllJobs()

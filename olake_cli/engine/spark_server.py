@@ -5,8 +5,9 @@ The server is pyspark's own ``SparkConnectServer`` on a local master, listening 
 Python workers running the interpreter that started it (the one olake is installed in). Its process id
 and port are kept in ``spark-server.json`` beside the Spark log (``$XDG_STATE_HOME/olake``); a run whose
 ``--spark-remote`` names that server knows its tasks run on this machine, so they see its disk as a
-local master's do (no ``shared_path``, and small loads still skip Spark). The server's own output goes
-to ``spark-server.log`` in the same folder.
+local master's do (no ``shared_path``, and small loads still skip Spark), and joins the one server
+session the record names, whose Python workers (and the modules they imported) earlier runs left warm.
+The server's own output goes to ``spark-server.log`` in the same folder.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from dataclasses import asdict, dataclass
 
 from olake_cli.core.errors import ConfigError, OlakeError
@@ -29,6 +31,7 @@ DEFAULT_PORT = 15002
 START_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 30.0
 JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"  # the server's JVM only plans and schedules; Python does the work
+SESSION_TIMEOUT = "3650d"  # the shared session must outlive idle hours (a closed session id is refused)
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,7 @@ class ServerRecord:
     port: int
     master: str
     started_at: float
+    session_id: str  # the server session every run shares, so its Python workers stay warm between runs
 
     @property
     def remote(self) -> str:
@@ -64,10 +68,10 @@ def running() -> ServerRecord | None:
     return None
 
 
-def serves(remote: str) -> bool:
-    """Whether ``remote`` is the server running on this machine (its tasks see this machine's disk)."""
+def serving(remote: str) -> ServerRecord | None:
+    """The server running on this machine if ``remote`` names it (its tasks see this machine's disk)."""
     record = running()
-    return record is not None and remote.rstrip("/") == record.remote
+    return record if record is not None and remote.rstrip("/") == record.remote else None
 
 
 def start(port: int, master: str, memory: str) -> tuple[ServerRecord, bool]:
@@ -87,6 +91,7 @@ def start(port: int, master: str, memory: str) -> tuple[ServerRecord, bool]:
             "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
             "--conf", "spark.ui.enabled=false", "--conf", f"spark.driver.memory={memory}",
             "--conf", "spark.python.worker.reuse=true",
+            "--conf", f"spark.connect.session.manager.defaultSessionTimeout={SESSION_TIMEOUT}",
             "--driver-java-options", f"-Dlog4j.configurationFile=file:{log4j} {JAVA_OPTIONS}", "spark-internal"]
     env = dict(os.environ, SPARK_HOME=spark_home, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
     log_path = os.path.join(os.path.dirname(record_path()), "spark-server.log")
@@ -94,10 +99,23 @@ def start(port: int, master: str, memory: str) -> tuple[ServerRecord, bool]:
     with open(log_path, "ab") as out:
         process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                    env=env, start_new_session=True)
-    record = ServerRecord(process.pid, port, master, time.time())
+    record = ServerRecord(process.pid, port, master, time.time(), str(uuid.uuid4()))
     _wait_until_up(process, port, log_path)
+    _warm_up(record)
     atomic_write_bytes(record_path(), json.dumps(asdict(record)).encode())
     return record, True
+
+
+def _warm_up(record: ServerRecord) -> None:
+    """Open the shared session and run one chunk job in it, so the first run finds the server's planning
+    warm (its first session and job take several seconds more than the next)."""
+    import pickle
+
+    from olake_cli.engine.session import connect_session
+    from olake_cli.engine.task_entry import chunk_frame
+
+    spark = connect_session(record.remote, session_id=record.session_id)  # never stopped: that would close it
+    chunk_frame(spark, pickle.dumps((abs, -1)), False, None).collect()
 
 
 def stop() -> ServerRecord | None:

@@ -95,10 +95,11 @@ def spark_target(spark: SparkOptions, source_config: dict[str, Any]):
     """Where the run's Spark jobs go (checked: a wrong URL fails now with one line, not after a minute); a
     remote that is the server ``olake spark-server start`` runs here has its tasks on this machine."""
     from olake_cli.engine.session import resolve_target
-    from olake_cli.engine.spark_server import serves
+    from olake_cli.engine.spark_server import serving
 
     target = resolve_target(spark.master, spark.remote, source_config.get("spark"))
-    return replace(target, on_this_machine=True) if target.remote and serves(target.remote) else target
+    server = serving(target.remote) if target.remote else None
+    return replace(target, on_this_machine=True, session_id=server.session_id) if server else target
 
 
 def chunk_runner(target, max_parallel: int | None, source_config: dict[str, Any], log: Callable[[str], None]):
