@@ -2,14 +2,15 @@
 and as Spark tasks (``"in_process_rows": 0``), side by side at several sizes, and Spark's fixed cost.
 
     .venv/bin/python bench/bench_spark_path.py --rows 1000,1000000,5000000,10000000
-    .venv/bin/python bench/bench_spark_path.py --rows 1000 --repeat 5 --spark-remote sc://127.0.0.1:15002
+    .venv/bin/python bench/bench_spark_path.py --rows 1000 --repeat 5 --warm
     .venv/bin/python bench/bench_spark_path.py --rows 0 --breakdown 5      # only the start-up, step by step
 
 Starts a throwaway PostgreSQL, fills one table per size (bench_full_load's 10 columns), and times cold
 ``olake sync`` processes into Parquet, the two paths in turn (in process, then Spark) for every repeat;
-each run's Parquet row count is checked. ``--spark-remote`` adds a third path: the chunks as tasks of a
-Spark Connect server that is already running (its Python must import olake; the destination is marked
-``shared_path``).
+each run's Parquet row count is checked. ``--warm`` adds a third path: the chunks as tasks of the warm
+engine (``olake spark-server start``, started once before anything is timed, stopped at the end).
+``--olake-tree DIR`` runs the olake of another checkout (for before-and-after figures: its folder goes
+first on PYTHONPATH, which Spark's local Python workers inherit).
 
 *Time to the first chunk* is when the first chunk began scanning, from the process's start: the moment
 its progress line was printed less the seconds the line says it took. In process it is the driver's own
@@ -37,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.bench_full_load import CREATE  # noqa: E402
 from bench.run import parquet_rows  # noqa: E402
-from tests.support.pgcluster import create_database, start_cluster  # noqa: E402
+from tests.support.pgcluster import create_database, free_port, start_cluster  # noqa: E402
 
 CHUNK_LINE = re.compile(r": chunk \d+/\d+: \d+ rows in ([\d.]+)s")
 TARGET_RATIO, TARGET_FIXED_S = 1.25, 3.0
@@ -50,7 +51,6 @@ class LoadPath:
     name: str
     source: str  # source config file name
     extra: list[str] = field(default_factory=list)  # further olake arguments
-    shared: bool = False  # the destination is marked shared_path (a Connect server's tasks write it)
     walls: list[float] = field(default_factory=list)
     firsts: list[float] = field(default_factory=list)
 
@@ -60,7 +60,7 @@ def timed_sync(work: Path, path: LoadPath, catalog: str, name: str, env: dict[st
     out = work / f"out-{name}"
     shutil.rmtree(out, ignore_errors=True)
     dst = work / f"dst-{name}.json"
-    dst.write_text(json.dumps({"type": "parquet", "path": str(out), **({"shared_path": True} if path.shared else {})}))
+    dst.write_text(json.dumps({"type": "parquet", "path": str(out)}))
     argv = [str(ROOT / ".venv" / "bin" / "olake"), "sync", "--source", path.source, "--catalog", catalog,
             "--destination", str(dst), "--state", str(work / f"st-{name}.json"), *path.extra]
     for stale in work.glob(f"st-{name}.json*"):
@@ -98,7 +98,8 @@ def main() -> None:
     parser.add_argument("--rows", default="1000,1000000,5000000", help="comma-separated table sizes")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each path per size (median shown)")
     parser.add_argument("--spark-master", default=None, help="the Spark path's master (default: olake's)")
-    parser.add_argument("--spark-remote", default=None, help="also run the chunks on this Connect server")
+    parser.add_argument("--warm", action="store_true", help="also run the chunks on a warm engine (spark-server)")
+    parser.add_argument("--olake-tree", default=None, metavar="DIR", help="run the olake of this checkout")
     parser.add_argument("--breakdown", type=int, default=0, metavar="N",
                         help="also time the cold Spark start step by step (bench/spark_start.py), N times")
     args = parser.parse_args()
@@ -108,7 +109,14 @@ def main() -> None:
     if not sizes:
         return
     work = Path(tempfile.mkdtemp(prefix="olake-bench-spark-path-"))
-    env = dict(os.environ)
+    env = dict(os.environ, XDG_STATE_HOME=str(work / "state"))  # the warm engine's record and the logs
+    if args.olake_tree:
+        env["PYTHONPATH"] = os.path.abspath(args.olake_tree)
+    olake = str(ROOT / ".venv" / "bin" / "olake")
+    if args.warm:
+        port = free_port()
+        subprocess.run([olake, "spark-server", "start", "--port", str(port)], env=env, check=True)
+        args.remote = f"sc://127.0.0.1:{port}"
     cluster = start_cluster()
     table = ["| rows | path | wall s | rows/s | time to the first chunk, s | × in process |",
              "|---:|---|---:|---:|---:|---:|"]
@@ -129,6 +137,8 @@ def main() -> None:
                                     f"(target ≤ {TARGET_FIXED_S:.0f} s)")
     finally:
         cluster.stop()
+        if args.warm:
+            subprocess.run([olake, "spark-server", "stop"], env=env, check=False)
     load = os.getloadavg()
     print(f"`bench/bench_spark_path.py {' '.join(sys.argv[1:])}` ({os.cpu_count()} cores, load average "
           f"{load[0]:.1f} at the end; {args.repeat} run(s) of each path, medians):\n")
@@ -161,9 +171,8 @@ def measure_size(cluster, work: Path, env: dict[str, str], rows: int, args) -> l
     master = ["--spark-master", args.spark_master] if args.spark_master else []
     paths = [LoadPath("in process", f"src-{rows}.json"),
              LoadPath(f"Spark tasks ({args.spark_master or 'local[*]'})", f"src-{rows}-spark.json", master)]
-    if args.spark_remote:
-        paths.append(LoadPath("Spark tasks (Connect server)", f"src-{rows}-spark.json",
-                           ["--spark-remote", args.spark_remote], shared=True))
+    if args.warm:
+        paths.append(LoadPath("Spark tasks (warm engine)", f"src-{rows}-spark.json", ["--spark-remote", args.remote]))
     for attempt in range(args.repeat):
         for index, path in enumerate(paths):
             name = f"{rows}-{index}-{attempt}"

@@ -6,6 +6,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from olake_cli.engine.chunk_runner import SparkChunkRunner
 
 
@@ -23,6 +25,19 @@ def test_chunks_in_flight_follow_the_cores_capped_by_max_connections(spark):
     finally:
         for runner in runners:
             runner.close()
+
+
+def test_known_slots_are_not_asked_of_the_cluster():
+    """A warm engine's slots come from its local master URL (local_cores): no job asks the server."""
+    from olake_cli.engine.session import local_cores
+
+    runner = SparkChunkRunner(lambda: pytest.fail("the cluster was asked"), cores=local_cores("local[3]"))
+    try:
+        assert runner.parallelism() == (3, 4)
+    finally:
+        runner.close()
+    assert [local_cores(m) for m in ("local", "local[2,4]", "local[*]", "spark://h:7077")] == \
+        [1, 2, os.cpu_count(), None]
 
 
 def _stay(task: tuple[str, int]) -> int:

@@ -44,9 +44,10 @@ class SparkChunkRunner:
     def __init__(self, spark_factory: Callable[[], Any], max_parallel: int | None = None,
                  local: bool = False, log: Callable[[str], None] | None = None,
                  archive_name: str | None = None, max_connections: int | None = None,
-                 spool: Spool | None = None, label: str = "local[*]") -> None:
+                 spool: Spool | None = None, label: str = "local[*]", cores: int | None = None) -> None:
         self._spark_factory = spark_factory
         self._label = label  # where the jobs go, for the log line
+        self._cores = cores  # the cluster's task slots when known without asking it (a job, over Connect)
         self._log = log or (lambda text: print(f"olake: {text}", file=sys.stderr, flush=True))
         self._spark = None
         self._starting: threading.Thread | None = None
@@ -119,7 +120,7 @@ class SparkChunkRunner:
         as each task holds one source connection), and jobs kept submitted: one more when the cluster's
         own task slots are what bounds them, so the next job is planned while the others run and its
         task starts the moment a slot frees (a job costs about 0.2 s on the driver before its task runs)."""
-        wanted = self._max_parallel or cluster_cores(self.spark)
+        wanted = self._max_parallel or self._cores or cluster_cores(self.spark)
         slots_bound = not self._max_parallel
         if self._max_connections and wanted > self._max_connections:
             self._log(f"{wanted} chunk(s) could run at once; max_connections {self._max_connections} "

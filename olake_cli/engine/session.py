@@ -33,6 +33,7 @@ class SparkTarget:
     archive: str | None = None
     on_this_machine: bool = False  # the remote is the server ``olake spark-server start`` runs here
     session_id: str | None = None  # the server session runs share (that server's, see spark_server)
+    slots: int | None = None  # its task slots, when known without asking the cluster
 
     @property
     def local(self) -> bool:
@@ -145,6 +146,15 @@ def connect_session(remote: str, conf: dict[str, str] | None = None, session_id:
 def is_connect(spark) -> bool:
     """Whether ``spark`` is a Spark Connect client session (no SparkContext, no RDD)."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def local_cores(master: str) -> int | None:
+    """The task slots of a local master URL (``local``, ``local[N]``, ``local[*]``), None for any other."""
+    match = _LOCAL.fullmatch(master)
+    if match is None:
+        return None
+    slots = match.group(2)
+    return 1 if slots is None else (os.cpu_count() or 1) if slots == "*" else int(slots)
 
 
 def cluster_cores(spark) -> int:

@@ -94,12 +94,13 @@ def check_shared_path(sink: ChunkSink | None, target, dest_path: str, dest_confi
 def spark_target(spark: SparkOptions, source_config: dict[str, Any]):
     """Where the run's Spark jobs go (checked: a wrong URL fails now with one line, not after a minute); a
     remote that is the server ``olake spark-server start`` runs here has its tasks on this machine."""
-    from olake_cli.engine.session import resolve_target
+    from olake_cli.engine.session import local_cores, resolve_target
     from olake_cli.engine.spark_server import serving
 
     target = resolve_target(spark.master, spark.remote, source_config.get("spark"))
     server = serving(target.remote) if target.remote else None
-    return replace(target, on_this_machine=True, session_id=server.session_id) if server else target
+    return replace(target, on_this_machine=True, session_id=server.session_id, slots=local_cores(server.master)) \
+        if server else target
 
 
 def chunk_runner(target, max_parallel: int | None, source_config: dict[str, Any], log: Callable[[str], None]):
@@ -115,6 +116,6 @@ def chunk_runner(target, max_parallel: int | None, source_config: dict[str, Any]
     connections = source_config.get("max_connections", DEFAULT_MAX_CONNECTIONS)
     engine = SparkChunkRunner(lambda: start_session(target), parallel, local=target.local, log=log,
                               archive_name=target.archive_name, max_connections=connections,
-                              spool=Spool.of(source_config.get("spark")), label=target.label)
+                              spool=Spool.of(source_config.get("spark")), label=target.label, cores=target.slots)
     return LoadRunner(engine, target.local, source_config.get("in_process_rows", DEFAULT_IN_PROCESS_ROWS),
                       parallel, connections, log)
