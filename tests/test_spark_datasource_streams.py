@@ -84,3 +84,41 @@ def test_a_stream_query_over_load_and_changes_ends_equal_to_the_source(spark, so
         two_runs(spark, src, f"{NAMESPACE}.{table}", checkpoint, apply, ItemWriter(server, table, 150, pause=0.01))
         schema = discovered(json.loads(open(src).read()), f"{NAMESPACE}.{table}")
         assert_equals_table(list(apply.rows.values()), server, table, schema)
+
+
+def test_an_available_now_run_after_a_crash_reads_past_the_batch_it_runs_again(spark, pg_cluster, pg_db, tmp_path):
+    """A query stopped after Spark planned a micro-batch and before it committed it (its commit file
+    gone, as after a SIGKILL): the next availableNow run runs that batch again, then reads on to what is
+    there now, as every availableNow run does."""
+    import os
+
+    import psycopg
+
+    from tests.support.verify import assert_table_matches
+
+    dsn = pg_cluster.dsn(pg_db)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 20) g")
+    config = pg_cluster.source_config(pg_db, replication_slot="again_slot", publication="again_pub",
+                                      create_slot_and_publication=True)
+    src, checkpoint = write_json(tmp_path / "src.json", config), str(tmp_path / "checkpoint")
+    apply = KeyedApply(("id",))
+    for first, last in ((21, 25), (26, 30)):  # the load, then changes in every run
+        run_query(spark, src, "public.t", checkpoint, apply)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO t SELECT g, 'new ' || g FROM generate_series(%s::int, %s::int) g", (first, last))
+    run_query(spark, src, "public.t", checkpoint, apply)
+    last = max(int(name) for name in os.listdir(f"{checkpoint}/commits") if name.isdigit())
+    for name in (str(last), f".{last}.crc"):  # planned, never committed
+        os.remove(f"{checkpoint}/commits/{name}")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE t SET v = 'late' WHERE id <= 3")
+        conn.execute("DELETE FROM t WHERE id = 30")
+    run_query(spark, src, "public.t", checkpoint, apply)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        import pyarrow as pa
+
+        copy = pa.Table.from_pylist(list(apply.rows.values()))
+        assert_table_matches(conn, "public", "t", discovered(config, "public.t"), copy)
+        conn.execute("SELECT pg_drop_replication_slot('again_slot')")

@@ -68,6 +68,7 @@ class OlakeStreamScan:
         self._opened: tuple[Any, Any, Any] | None = None  # source, stream, capture
         self._load: tuple[dict, list[LoadPartition]] | None = None
         self._ahead: dict[tuple[str, str], list[pa.Table]] = {}  # changes read by latest_offset
+        self._available_now: tuple[bool, dict | None] = (False, None)  # an availableNow run, and its end
 
     def _open(self) -> tuple[Any, Any, Any]:
         if self._opened is None:
@@ -85,9 +86,19 @@ class OlakeStreamScan:
         up to the log's end now (at most ``max_rows_per_batch`` of them, to a checkpoint)."""
         if start == START:
             return self._load[0] if self._load is not None else self._plan_load()
-        end, tables = self._read_changes(start, None)
+        available_now, target = self._available_now
+        if target is not None:
+            return start  # the run's end is read: no more micro-batches
+        end, tables = self._read_changes(start, None, None if available_now else self.max_rows)
+        if available_now:
+            self._available_now = (True, end)
         self._ahead = {(_key(start), _key(end)): tables} if end != start else {}
         return end
+
+    def prepare_available_now(self) -> None:
+        """An availableNow run: after the load (if it is still to come), one micro-batch of the changes
+        up to the log's end as it is read (whatever ``max_rows_per_batch`` says), then none."""
+        self._available_now = (True, None)
 
     def partitions(self, start: dict, end: dict) -> list[Any]:
         """The load's chunks, or the changes between two positions."""
@@ -129,10 +140,10 @@ class OlakeStreamScan:
         self._load = (end, [LoadPartition(replace(scan, chunks=[]), chunk) for chunk in scan.chunks])
         return end
 
-    def _read_changes(self, start: dict, end: dict | None) -> tuple[dict, list[pa.Table]]:
+    def _read_changes(self, start: dict, end: dict | None, most: int | None = None) -> tuple[dict, list[pa.Table]]:
         """The changes after ``start`` up to ``end`` as tables and ``end``; without ``end``, those of the
         batches the capture gives up to its last checkpoint (to the log's end now, or after about
-        ``max_rows`` changes) and the offset there."""
+        ``most`` changes) and the offset there."""
         _, stream, capture = self._open()
         state = State(streams=[StreamState.from_dict(start["state"])])
         capture.preflight(state)
@@ -152,7 +163,7 @@ class OlakeStreamScan:
             rows += sum(t.num_rows for t in tables[kept:])
             if batch.position is not None and (upto is None or capture.position_op(batch.position) <= upto):
                 position, kept = batch.position, len(tables)  # the changes up to here are behind it
-            if upto is None and self.max_rows and rows >= self.max_rows and position is not None:
+            if upto is None and most and rows >= most and position is not None:
                 break
         if end is not None:
             return end, [_upto(t, upto) for t in tables]

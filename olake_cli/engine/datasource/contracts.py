@@ -44,6 +44,11 @@ class StreamScan(Protocol):
         """The end of the micro-batch after ``start``: the source's position now (or less, to bound it)."""
         ...
 
+    def prepare_available_now(self) -> None:
+        """An availableNow run starts: ``latest_offset`` goes up to the source's position about now and
+        then gives its ``start`` back (no more rows), so the run ends."""
+        ...
+
     def partitions(self, start: dict, end: dict) -> list[Any]:
         """The rows after ``start`` up to ``end``, as picklable partitions."""
         ...

@@ -21,6 +21,7 @@ from typing import Any
 
 from pyspark import cloudpickle
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from olake_cli.engine import task_entry
 from olake_cli.engine.task_entry import _use_shipped_environment
@@ -81,7 +82,7 @@ class ShippedReader(_Shipped, DataSourceReader):
         yield from reader.read(pickle.loads(partition.value))
 
 
-class ShippedStreamReader(_Shipped, DataSourceStreamReader):
+class ShippedStreamReader(_Shipped, DataSourceStreamReader, SupportsTriggerAvailableNow):
     """A stream reader whose real one is unpickled where it runs (and kept for the query's lifetime)."""
 
     def initialOffset(self) -> dict:  # noqa: N802 (pyspark's names)
@@ -91,6 +92,10 @@ class ShippedStreamReader(_Shipped, DataSourceStreamReader):
     def latestOffset(self, start: dict, limit: Any) -> dict:  # noqa: N802
         """The real reader's."""
         return self.inner().latestOffset(start, limit)
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
+        """The real reader's."""
+        self.inner().prepareForTriggerAvailableNow()
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         """The real reader's partitions, pickled."""

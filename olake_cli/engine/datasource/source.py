@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from olake_cli.engine.datasource.arrow_spark import spark_batch, spark_schema
 from olake_cli.engine.datasource.contracts import BatchScan, ScanProvider, StreamScan
@@ -45,7 +46,7 @@ class OlakeReader(DataSourceReader):
                 yield spark_batch(batch, self.target)
 
 
-class OlakeStreamReader(DataSourceStreamReader):
+class OlakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """A streaming read: offsets and partitions from the provider's stream scan."""
 
     def __init__(self, scan: StreamScan, schema: Any) -> None:
@@ -59,6 +60,10 @@ class OlakeStreamReader(DataSourceStreamReader):
         """The end of the next micro-batch (its size is the provider's to bound: ``limit`` is Spark's
         default, all available)."""
         return self.scan.latest_offset(start)
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
+        """An availableNow run starts: read up to what the source holds now, then no further."""
+        self.scan.prepare_available_now()
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         """The partitions of the rows between two offsets."""
