@@ -10,7 +10,9 @@ olake from the ``olake pack`` archive given as ``spark.archives`` with ``spark.e
 as docs/spark.md says. It batch-reads the edge-value table and a table a writer then changes, and runs
 a streaming query on that table twice (availableNow) from one checkpoint, the writer busy during the
 load: the copy ends equal to the table, no change arrives twice, the slot is never confirmed past the
-committed offset.
+committed offset. With ``OLAKE_TEST_LONG=1`` the driver of such a query (every second, small
+micro-batches, a writer busy) is SIGKILLed twice and started again from its checkpoint, then a last
+availableNow run: the same checks (about 1.5 minutes).
 
 Spark Connect: every Python worker (planning on the server, reading on its executors) runs a Python
 without olake; ``register(spark, archive)`` ships it. The same batch reads by default, and with
@@ -25,10 +27,12 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psycopg
 import pyarrow.parquet as pq
+import pytest
 
 from tests.support.cli import olake_env, write_json
 from tests.support.matrix import LONG
@@ -93,9 +97,15 @@ def run(command):
         data = frame.withColumn("_partition", spark_partition_id()).toArrow()
         pq.write_table(data.drop_columns(["_partition"]), os.path.join(out, stream + ".parquet"))
         return len(set(data.column("_partition").to_pylist()))
-    frame = spark.readStream.format("olake").option("config", src).option("stream", "public.acc") \\
-        .option("driver_host", "127.0.0.1").load()
-    writer = frame.writeStream.option("checkpointLocation", os.path.join(out, "checkpoint")).trigger(availableNow=True)
+    reader = spark.readStream.format("olake").option("config", src).option("stream", "public.acc") \\
+        .option("driver_host", "127.0.0.1")
+    if command == "follow":  # small micro-batches, every second, until the driver is killed
+        reader = reader.option("max_rows_per_batch", "50")
+    writer = reader.load().writeStream.option("checkpointLocation", os.path.join(out, "checkpoint"))
+    if command == "follow":
+        writer.trigger(processingTime="1 second").foreachBatch(apply_batch).start()
+        return "started"
+    writer = writer.trigger(availableNow=True)
     # over Connect, foreachBatch would run on the server in a Python with Spark Connect's client
     # libraries, which the test's bare Python has not: the query writes Parquet files, applied here
     query = writer.format("parquet").option("path", SINK).start() if connect else writer.foreachBatch(apply_batch).start()
@@ -121,7 +131,7 @@ class Driver:
         env = {**olake_env(), "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
         self.process = subprocess.Popen([sys.executable, str(script), master, src, str(tmp_path), json.dumps(conf),
                                          archive],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(self.log, "wb"),
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(self.log, "ab"),
                                         env=env, text=True, start_new_session=True)
 
     def ask(self, command: str):
@@ -174,11 +184,17 @@ def stream_runs(driver: Driver, dsn: str, config: dict, out: Path, busy_runs: in
             assert_slot_within(dsn, committed_offset(str(out / "checkpoint")), slot)
     finally:
         writer.stop()
+    assert writer.transactions > 0
+    last_run_equals_the_table(driver, dsn, config, out)
+
+
+def last_run_equals_the_table(driver: Driver, dsn: str, config: dict, out: Path) -> None:
+    """A last availableNow run: the copy ends equal to the table, no change twice, the slot within."""
+    slot = config["replication_slot"]
     driver.ask("stream")
     assert_slot_within(dsn, committed_offset(str(out / "checkpoint")), slot)
     changes = [op for path in (out / "batches").glob("[0-9]*") for op in json.loads(path.read_text())]
-    assert writer.transactions > 0 and changes
-    assert len(changes) == len(set(changes)), "a change arrived twice"
+    assert changes and len(changes) == len(set(changes)), "a change arrived twice"
     with psycopg.connect(dsn, autocommit=True) as conn:
         assert_table_matches(conn, "public", "acc", discovered(config, "public.acc"), pq.read_table(out / "copy.parquet"))
         conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
@@ -228,3 +244,45 @@ def test_reads_through_spark_connect_equal_the_source(pg_cluster, pg_db, spark_c
     finally:
         if driver.process.poll() is None:
             os.killpg(driver.process.pid, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not LONG, reason="opt-in: OLAKE_TEST_LONG=1 (three drivers on the cluster, about 1.5 minutes)")
+def test_a_job_on_the_cluster_killed_mid_stream_goes_on_from_its_checkpoint(pg_cluster, pg_db, spark_cluster,
+                                                                           olake_archive, bare_python, tmp_path):
+    """The driver SIGKILLed twice while its query runs every second with a writer busy (its executors
+    on the cluster lose their application), started again from the checkpoint; then a last run."""
+    dsn = pg_cluster.dsn(pg_db)
+    seed(dsn)
+    config = stream_config(pg_cluster, pg_db, "cluster_kill_slot", 100)
+    src, conf = write_json(tmp_path / "src.json", config), executors_conf(olake_archive, bare_python)
+    writer = AccountWriter(dsn)
+    writer.start()
+    try:
+        for wanted in (3, 6):
+            driver = Driver(tmp_path, spark_cluster.master, src, conf)
+            try:
+                driver.ask("follow")
+                wait_for_batches(tmp_path / "batches", wanted, driver)
+            finally:
+                os.killpg(driver.process.pid, signal.SIGKILL)
+                driver.process.wait()
+            assert_slot_within(dsn, committed_offset(str(tmp_path / "checkpoint")), "cluster_kill_slot")
+    finally:
+        writer.stop()
+    assert writer.transactions > 0
+    driver = Driver(tmp_path, spark_cluster.master, src, conf)
+    try:
+        last_run_equals_the_table(driver, dsn, config, tmp_path)
+        driver.close()
+    finally:
+        if driver.process.poll() is None:
+            os.killpg(driver.process.pid, signal.SIGKILL)
+
+
+def wait_for_batches(folder: Path, count: int, driver: Driver) -> None:
+    """Until ``count`` micro-batches were applied (the driver must not end first)."""
+    deadline = time.monotonic() + 180
+    while len(list(folder.glob("[0-9]*"))) < count:
+        assert driver.process.poll() is None, driver.log.read_text()[-3000:]
+        assert time.monotonic() < deadline, "no progress"
+        time.sleep(0.5)
