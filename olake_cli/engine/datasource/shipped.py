@@ -55,7 +55,11 @@ def _use_sessions_archive(archive_name: str) -> None:
     (``SparkFiles`` root ``.../streaming_job``): the archive, named after its content, is in one of them."""
     from pyspark import SparkFiles
 
-    for found in glob.glob(os.path.join(os.path.dirname(SparkFiles.getRootDirectory()), "*", archive_name)):
+    try:
+        root = SparkFiles.getRootDirectory()
+    except Exception:  # no SparkFiles root in this worker: olake must be importable as it is
+        return
+    for found in glob.glob(os.path.join(os.path.dirname(root), "*", archive_name)):
         if os.path.isdir(found):
             sys.path.insert(0, found)
             return
