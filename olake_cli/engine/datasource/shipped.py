@@ -154,8 +154,12 @@ def ship(spark: Any, source: type[DataSource], archive: str) -> type[DataSource]
         while piece := data.read(1 << 20):
             digest.update(piece)
     name = f"olake-{digest.hexdigest()[:20]}.tar.gz"
-    link = os.path.join(tempfile.mkdtemp(prefix="olake-archive-"), name)  # a classic session serves it from here
-    os.symlink(os.path.abspath(archive), link)
+    folder = os.path.join(tempfile.gettempdir(), "olake-archives")  # a classic session serves it from here
+    os.makedirs(folder, exist_ok=True)
+    link = os.path.join(folder, name)
+    if os.path.realpath(link) != os.path.realpath(archive):
+        os.symlink(os.path.abspath(archive), f"{link}.{os.getpid()}")
+        os.replace(f"{link}.{os.getpid()}", link)
     spark.addArtifacts(link, archive=True)
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     cloudpickle.register_pickle_by_value(task_entry)
