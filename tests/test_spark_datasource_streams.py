@@ -1,7 +1,8 @@
 """``spark.readStream.format("olake")`` on MongoDB (SecantusDB) and DynamoDB (moto) in a real Spark query.
 
-A writer changes the collection or table while the query's first run (availableNow, on the local
-session) reads the full load; the second run, from the same checkpoint, reads the changes. Each
+A writer changes the collection or table during the query's first run (availableNow, on the local
+session: the full load, then the changes so far); the second run, from the same checkpoint, reads the
+rest. Each
 micro-batch is applied by key in operation order (``foreachBatch``); the copy ends equal to the source
 value by value, and no change arrives twice.
 """
@@ -50,7 +51,7 @@ def run_query(spark, src: str, stream: str, checkpoint: str, apply: KeyedApply) 
 
 
 def two_runs(spark, src: str, stream: str, checkpoint: str, apply: KeyedApply, writer) -> None:
-    """The load with ``writer`` busy, then the changes once it stopped."""
+    """A run with ``writer`` busy (the load and the changes so far), then one once it stopped."""
     writer.start()
     try:
         run_query(spark, src, stream, checkpoint, apply)
