@@ -6,7 +6,8 @@ and as Spark tasks (``"in_process_rows": 0``), side by side at several sizes, an
     .venv/bin/python bench/bench_spark_path.py --rows 0 --breakdown 5      # only the start-up, step by step
 
 Starts a throwaway PostgreSQL, fills one table per size (bench_full_load's 10 columns), and times cold
-``olake sync`` processes into Parquet, the two paths in turn (in process, then Spark) for every repeat;
+``olake sync`` processes into Parquet, the two paths in turn (in process, with ``in_process_rows`` above
+any estimate; then Spark) for every repeat;
 each run's Parquet row count is checked. ``--warm`` adds a third path: the chunks as tasks of the warm
 engine (``olake spark-server start``, started once before anything is timed, stopped at the end).
 ``--olake-tree DIR`` runs the olake of another checkout (for before-and-after figures: its folder goes
@@ -42,6 +43,7 @@ from tests.support.pgcluster import create_database, free_port, start_cluster  #
 
 CHUNK_LINE = re.compile(r": chunk \d+/\d+: \d+ rows in ([\d.]+)s")
 TARGET_RATIO, TARGET_FIXED_S = 1.25, 3.0
+IN_PROCESS_ALWAYS = 10**15  # the in-process path's in_process_rows: whatever the planners estimate
 
 
 @dataclass
@@ -163,7 +165,7 @@ def measure_size(cluster, work: Path, env: dict[str, str], rows: int, args) -> l
     """Every path's runs on a table of ``rows`` rows, the paths in turn on each repeat."""
     database = fill(cluster, rows)
     src = cluster.source_config(database)
-    (work / f"src-{rows}.json").write_text(json.dumps(src))
+    (work / f"src-{rows}.json").write_text(json.dumps({**src, "in_process_rows": IN_PROCESS_ALWAYS}))
     (work / f"src-{rows}-spark.json").write_text(json.dumps({**src, "in_process_rows": 0}))
     catalog = f"cat-{rows}.json"
     subprocess.run(f"{ROOT}/.venv/bin/olake discover --config src-{rows}.json > {catalog} 2> discover.log",

@@ -18,8 +18,7 @@ def test_chunks_in_flight_follow_the_cores_capped_by_max_connections(spark):
                SparkChunkRunner(lambda: spark, max_parallel=5, max_connections=3, log=logs.append),
                SparkChunkRunner(lambda: spark, max_parallel=1, max_connections=3, log=logs.append)]
     try:
-        # (running, submitted): one job waits for a free slot only when the slots themselves are the bound
-        assert [runner.parallelism() for runner in runners] == [(2, 3), (1, 1), (3, 3), (1, 1)]  # local[2]
+        assert [runner.max_parallel for runner in runners] == [2, 1, 3, 1]  # local[2] has 2 cores
         assert logs[0] == "2 chunk(s) could run at once; max_connections 1 keeps the source's connections to that many"
         assert "max_connections 3" in logs[-1] and len(logs) == 2
     finally:
@@ -33,7 +32,7 @@ def test_known_slots_are_not_asked_of_the_cluster():
 
     runner = SparkChunkRunner(lambda: pytest.fail("the cluster was asked"), cores=local_cores("local[3]"))
     try:
-        assert runner.parallelism() == (3, 4)
+        assert runner.max_parallel == 3
     finally:
         runner.close()
     assert [local_cores(m) for m in ("local", "local[2,4]", "local[*]", "spark://h:7077")] == \
@@ -49,7 +48,7 @@ def _stay(task: tuple[str, int]) -> int:
     return index
 
 
-def test_the_job_waiting_for_a_slot_never_runs_a_third_chunk_at_once(spark, tmp_path):
+def test_no_more_chunks_run_at_once_than_the_slots_and_the_log_says_where(spark, tmp_path):
     logs: list[str] = []
     runner = SparkChunkRunner(lambda: spark, log=logs.append, label="local[2]")
     try:

@@ -113,7 +113,7 @@ def test_valid_configs_pass_and_defaults_fill_in() -> None:
                       "create_slot_and_publication": False, "on_position_lost": "resync",
                       "slot_wal_warn_bytes": 1 << 30,
                       "logical_decoding_work_mem_mb": 256, "batch_rows": 10000, "max_connections": 8,
-                      "in_process_rows": 10_000_000}
+                      "in_process_rows": 20_000_000}
     assert "port" not in PG_CONFIG  # a new dict
     filled["schemas"].append("sales")
     assert apply_defaults(PG_CONFIG, "source-postgres")["schemas"] == ["public"]

@@ -30,8 +30,7 @@ BACKOFF_S = 1.0
 
 
 class SparkChunkRunner:
-    """Submits one single-partition Spark job per chunk, keeping ``max_parallel`` running (and one more
-    waiting for a free task slot, see :meth:`parallelism`).
+    """Submits one single-partition Spark job per chunk, keeping ``max_parallel`` in flight.
 
     Results come back in completion order; a new job starts only when a result has been handed to the
     consumer. A task's output lines go to a spool file (shared/spool.py): on a local master one beside
@@ -115,19 +114,16 @@ class SparkChunkRunner:
             self._spark = self._spark_factory()
         return self._spark
 
-    def parallelism(self) -> tuple[int, int]:
-        """Chunks running at once (``max_parallel``, else the cluster's cores; at most ``max_connections``,
-        as each task holds one source connection), and jobs kept submitted: one more when the cluster's
-        own task slots are what bounds them, so the next job is planned while the others run and its
-        task starts the moment a slot frees (a job costs about 0.2 s on the driver before its task runs)."""
+    @property
+    def max_parallel(self) -> int:
+        """How many chunk jobs run at once: ``max_parallel``, else the cluster's cores; at most
+        ``max_connections`` (each task holds one source connection)."""
         wanted = self._max_parallel or self._cores or cluster_cores(self.spark)
-        slots_bound = not self._max_parallel
         if self._max_connections and wanted > self._max_connections:
             self._log(f"{wanted} chunk(s) could run at once; max_connections {self._max_connections} "
                       f"keeps the source's connections to that many")
-            wanted, slots_bound = self._max_connections, False
-        wanted = max(1, wanted)
-        return wanted, wanted + 1 if slots_bound else wanted
+            wanted = self._max_connections
+        return max(1, wanted)
 
     def _run_one(self, func: Callable[[Any], Any], task: Any) -> Any:
         """One chunk's Spark job. The task reports its own errors in its result, so a failed job
@@ -198,10 +194,10 @@ class SparkChunkRunner:
             return  # no work: Spark is never started
         pending = iter(tasks)
         in_flight: set[Future] = set()
-        running, limit = self.parallelism()
+        limit = self.max_parallel
         if not self._said:
             self._said = True
-            self._log(f"full-load chunks run as Spark tasks on {self._label}, {running} at a time")
+            self._log(f"full-load chunks run as Spark tasks on {self._label}, {limit} at a time")
         if not self._spool_tidied:  # the run's first chunks
             self._spool_tidied = True
             self._remove_spool_orphans()

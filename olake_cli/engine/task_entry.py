@@ -46,7 +46,7 @@ def _pickle_by_value() -> None:
 def task_rows(payload: bytes, ship_back: bool, archive_name: str | None):
     """Run the task; ``(kind, data)`` rows: its spool file's pieces (when shipped back), then the result."""
     if archive_name:
-        _use_shipped_environment(archive_name)
+        use_shipped_environment(archive_name)
     func, task = pickle.loads(payload)
     result = func(task)
     path = getattr(result, "spool_path", None)
@@ -59,7 +59,7 @@ def task_rows(payload: bytes, ship_back: bool, archive_name: str | None):
     yield RESULT, pickle.dumps(result)
 
 
-def _use_shipped_environment(archive_name: str) -> None:
+def use_shipped_environment(archive_name: str) -> None:
     """Put the unpacked archive (in the task's working folder or Spark's files folder) first on sys.path."""
     folders = [os.getcwd()]
     try:

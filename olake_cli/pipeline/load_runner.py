@@ -20,7 +20,7 @@ from typing import Any
 from olake_cli.core.contracts import ChunkRunner
 from olake_cli.pipeline.chunk_job import in_threads
 
-DEFAULT_IN_PROCESS_ROWS = 10_000_000
+DEFAULT_IN_PROCESS_ROWS = 20_000_000
 
 
 class LoadRunner:

@@ -4,7 +4,7 @@ Over Spark Connect a data source is planned in the server's Python workers and r
 (``olake pack``'s archive, added to the session as an artifact, unpacks into their working folders but is
 on no ``sys.path``). The classes here are pickled *by value* (as ``engine/task_entry`` is), so a worker
 unpickles them without olake; each call first puts the unpacked archive on ``sys.path`` (task_entry's
-``_use_shipped_environment``), then unpickles the real data source, reader or partition, which do import
+``use_shipped_environment``), then unpickles the real data source, reader or partition, which do import
 olake, and hands the call on. This module may import nothing from olake at module level but task_entry.
 """
 
@@ -24,7 +24,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from olake_cli.engine import task_entry
-from olake_cli.engine.task_entry import _use_shipped_environment
+from olake_cli.engine.task_entry import use_shipped_environment
 
 
 class _Shipped:
@@ -43,7 +43,7 @@ class _Shipped:
     def inner(self) -> Any:
         """The real object (its unpickling imports olake)."""
         if self._inner is None:
-            _use_shipped_environment(self.archive_name)
+            use_shipped_environment(self.archive_name)
             if not any(os.path.basename(p) == self.archive_name for p in sys.path):
                 _use_sessions_archive(self.archive_name)
             self._inner = pickle.loads(self.pickled)
