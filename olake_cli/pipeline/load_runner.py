@@ -2,12 +2,13 @@
 as Spark tasks.
 
 Starting Spark costs seconds (a JVM, then a Python worker per core) whatever the load's size, more than
-scanning a small table takes. On a local master, a run whose full loads the planners estimate at no
-more than ``in_process_rows`` rows in all (the source's setting) scans their chunks here, on as many
-threads as Spark would run tasks, each a copy of the same picklable job a task would get: the rows,
-files, states and errors are the same, and Spark never starts. Loads of unknown size (a resumed load),
-larger ones, and every run on a cluster or over Spark Connect use Spark, which starts in the background
-as soon as that is known, while the driver plans the other streams.
+scanning a small table takes. On a local master (or the warm engine on this machine), a run whose full
+loads the planners estimate at no more than ``in_process_rows`` rows in all (the source's setting) scans
+their chunks here, on as many threads as Spark would run tasks, each a copy of the same picklable job a
+task would get: the rows, files, states and errors are the same, and Spark never starts. Loads of unknown
+size (a resumed load), larger ones, and every run on a cluster or a remote Connect server use Spark, which
+starts in the background as soon as that is known, while the driver plans the other streams. The default
+limit is where the threads and Spark's tasks meet on a 2-core machine (bench/bench_spark_path.py).
 """
 
 from __future__ import annotations
