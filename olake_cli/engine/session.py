@@ -82,11 +82,19 @@ def check_remote(url: str, timeout_s: float = 5.0) -> None:
     host, _, port = address.rpartition(":") if ":" in address else (address, "", str(_CONNECT_PORT))
     if not host or not port.isdigit():
         raise ConfigError(f"spark remote '{url}': '{address}' is not host:port")
+    problem = unreachable(host, int(port), timeout_s)
+    if problem:
+        raise ConfigError(f"cannot reach the Spark Connect server ({address}: {problem}); check "
+                          f"--spark-remote or OLAKE_SPARK_REMOTE and that the server runs")
+
+
+def unreachable(host: str, port: int, timeout_s: float) -> str | None:
+    """Why nothing answers a TCP connection at ``host:port`` within ``timeout_s`` (None: something does)."""
     try:
-        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+        socket.create_connection((host, port), timeout=timeout_s).close()
     except OSError as exc:
-        raise ConfigError(f"cannot reach the Spark Connect server ({address}: {exc.strerror or exc}); check "
-                          f"--spark-remote or OLAKE_SPARK_REMOTE and that the server runs") from None
+        return str(exc.strerror or exc)
+    return None
 
 
 def check_master(master: str, timeout_s: float = 5.0) -> None:
@@ -104,11 +112,10 @@ def check_master(master: str, timeout_s: float = 5.0) -> None:
         host, _, port = address.rpartition(":")
         if not host or not port.isdigit():
             raise ConfigError(f"spark master '{master}': '{address}' is not host:port")
-        try:
-            socket.create_connection((host, int(port)), timeout=timeout_s).close()
+        problem = unreachable(host, int(port), timeout_s)
+        if problem is None:
             return
-        except OSError as exc:
-            problems.append(f"{address}: {exc.strerror or exc}")
+        problems.append(f"{address}: {problem}")
     raise ConfigError(f"cannot reach the Spark master ({'; '.join(problems)}); check --spark-master or "
                       f"OLAKE_SPARK_MASTER and that the master runs")
 

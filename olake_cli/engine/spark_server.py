@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ from dataclasses import asdict, dataclass
 
 from olake_cli.core.errors import ConfigError, OlakeError
 from olake_cli.core.state import atomic_write_bytes
-from olake_cli.engine.session import spark_log_path
+from olake_cli.engine.session import spark_log_path, unreachable
 from olake_cli.shared.spool import process_alive
 
 DEFAULT_PORT = 15002
@@ -162,11 +161,7 @@ def _end_group(pid: int) -> None:
 
 
 def _answers(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        return True
-    except OSError:
-        return False
+    return unreachable("127.0.0.1", port, 1.0) is None
 
 
 def _forget() -> None:
